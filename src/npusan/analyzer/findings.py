@@ -1,0 +1,125 @@
+"""The findings model: what the analyzer hands to every reporter.
+
+Everything here is resolved (strings, frames, streams), plain data, and free of trace
+internals such as interned ids, so that reporters, baselines and suppressions never need
+the trace again. The engine keeps its own cheap occurrence keys while replaying and turns
+them into these objects once, at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+
+class Kind(str, Enum):
+    DATA_RACE = "data-race"
+    MISSING_RECORD_STREAM = "missing-record-stream"
+    REUSE_RACE = "reuse-race"
+
+
+@dataclass(frozen=True)
+class Frame:
+    filename: str
+    lineno: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.lineno} in {self.function}"
+
+
+Stack = tuple  # tuple[Frame, ...], outermost first
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """A stream as the report names it: per device, with where it was created."""
+
+    device: int
+    handle: int
+    index: int  # the stream's index in its trace (stable within one trace only)
+    is_default: bool = False
+    created_stack: Stack = ()
+    trace: int = 0  # index into AnalysisResult.traces
+
+
+@dataclass(frozen=True)
+class AccessInfo:
+    """One side of a finding: a kernel's access, a free, or a use of a block."""
+
+    stream: StreamRef
+    op: str
+    type: str  # "read" or "write" (a free counts as a write)
+    seq: int  # global sequence number of the kernel (0 for host-side events such as a free)
+    stack: Stack = ()
+    offset: Optional[int] = None  # byte range within the block; None = the whole block
+    nbytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """The memory block (caching-allocator block) that the two accesses share."""
+
+    address: int
+    size: Optional[int]
+    stream: Optional[StreamRef]  # allocation stream; None when allocated before recording
+    stack: Stack = ()
+
+
+@dataclass
+class Finding:
+    """One bug: a kind, a block, the later and the earlier access, and how often it happened.
+
+    ``access`` is the later access (for a missing record_stream: the free); ``previous``
+    the earlier one (the unsynchronized use). Occurrences with the same kind, ops, streams
+    and stacks are merged into one finding whose ``count`` says how many there were;
+    ``addresses`` lists the distinct block base pointers seen (capped).
+    """
+
+    kind: Kind
+    access: AccessInfo
+    previous: AccessInfo
+    block: BlockInfo
+    count: int = 1
+    addresses: list = field(default_factory=list)
+    first_seq: int = 0
+    last_seq: int = 0
+    trace: int = 0
+    traces: list = field(default_factory=list)  # every trace index it occurred in
+
+    def fingerprint(self) -> str:
+        """A stable identity from code locations only: never pointers, seqs or handles.
+
+        The same bug in two runs (different addresses, different stream handles) gets the
+        same fingerprint, which baselines and SARIF rely on.
+        """
+        h = hashlib.sha256()
+        h.update(self.kind.value.encode())
+        for acc in (self.access, self.previous):
+            h.update(b"\0" + acc.op.encode() + b"\0" + acc.type.encode())
+            for fr in acc.stack:
+                h.update(f"\0{fr.filename}:{fr.lineno}:{fr.function}".encode())
+        return h.hexdigest()[:32]
+
+
+@dataclass
+class TraceSummary:
+    """What a report says about one analyzed trace file."""
+
+    path: str
+    header: dict
+    events: int = 0  # records replayed (definitions excluded)
+    kernels: int = 0
+    truncated: bool = False  # ended without an END record (crashed or killed writer)
+    warnings: list = field(default_factory=list)
+
+
+@dataclass
+class AnalysisResult:
+    """All findings of one ``npusan analyze`` run over one or more traces."""
+
+    findings: list  # list[Finding]
+    traces: list  # list[TraceSummary]
+    suppressed: int = 0

@@ -1,0 +1,8 @@
+"""Trace format v1: the records, the writer any runtime can use, and a streaming reader.
+
+The normative specification is ``docs/trace-format.md``.
+"""
+
+from .errors import TraceFormatError, UnsupportedVersionError
+
+__all__ = ["TraceFormatError", "UnsupportedVersionError"]

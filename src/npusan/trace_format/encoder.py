@@ -1,0 +1,219 @@
+"""Interning and record construction shared by every producer of trace records.
+
+:class:`RecordEncoder` turns calls such as "kernel on stream (device 0, handle 0x7f..)
+reading pointer P" into the compact records of :mod:`npusan.trace_format.records`,
+emitting each definition (string, frame, stack, stream, block) just before its first use.
+It writes nothing itself: it hands every record to ``sink`` (a callable taking one list),
+which is a file packer for :class:`~npusan.trace_format.writer.TraceWriter` and the
+analyzer's engine for online mode. It is not thread-safe; callers serialize.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
+
+from . import records as R
+
+Frame = Tuple[str, int, str]
+Sink = Callable[[list], None]
+#: An access as TraceWriter accepts it: a pointer (whole block) or ``(ptr, nbytes)``.
+PointerAccess = Union[int, Tuple[int, int]]
+
+
+class RecordEncoder:
+    """Assigns small ids to strings, frames, stacks, streams and blocks; emits records."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self._strings: dict[str, int] = {}
+        self._frames: dict[Frame, int] = {}
+        self._stacks: dict[tuple, int] = {}
+        self._streams: dict[tuple[int, int], int] = {}
+        # Live blocks: base pointer -> [bid, size or None]; bases kept sorted for lookups
+        # of interior pointers.
+        self._blocks: dict[int, list] = {}
+        self._bases: list[int] = []
+        self._free_bids: list[int] = []
+        self._next_bid = 0
+        self.counts: dict[int, int] = {}
+
+    # -- interning -------------------------------------------------------------------
+
+    def string(self, text: str) -> int:
+        sid = self._strings.get(text)
+        if sid is None:
+            sid = self._strings[text] = len(self._strings)
+            self.sink([R.STR, sid, text])
+        return sid
+
+    def frame(self, filename: str, lineno: int, function: str) -> int:
+        key = (filename, lineno, function)
+        fid = self._frames.get(key)
+        if fid is None:
+            f, fn = self.string(filename), self.string(function)
+            fid = self._frames[key] = len(self._frames)
+            self.sink([R.FRAME, fid, f, int(lineno), fn])
+        return fid
+
+    def stack(self, frames: Optional[Iterable[Sequence]]) -> Optional[int]:
+        """Intern a stack given as ``(filename, lineno, function)`` items, outermost first."""
+        if frames is None:
+            return None
+        fids = tuple(self.frame(f[0], f[1], f[2]) for f in frames)
+        kid = self._stacks.get(fids)
+        if kid is None:
+            kid = self._stacks[fids] = len(self._stacks)
+            self.sink([R.STACK, kid, list(fids)])
+        return kid
+
+    def stream(self, handle: int, device: int = 0) -> int:
+        key = (device, handle)
+        sidx = self._streams.get(key)
+        if sidx is None:
+            sidx = self._streams[key] = len(self._streams)
+            self.sink([R.STREAM_DEF, sidx, device, handle])
+        return sidx
+
+    def thread(self, tid: int, name: str) -> None:
+        self.sink([R.THREAD, tid, name])
+
+    def _new_bid(self) -> int:
+        if self._free_bids:
+            return heapq.heappop(self._free_bids)
+        bid = self._next_bid
+        self._next_bid += 1
+        return bid
+
+    def _insert_block(self, ptr: int, size: Optional[int]) -> int:
+        bid = self._new_bid()
+        self._blocks[ptr] = [bid, size]
+        bisect.insort(self._bases, ptr)
+        return bid
+
+    def block(self, ptr: int) -> tuple[int, int]:
+        """``(bid, base)`` of the live block containing ``ptr``; defines one if none does.
+
+        A pointer inside no known block (memory allocated before recording began) becomes
+        a block of unknown size based at ``ptr`` (a BLOCK_DEF record).
+        """
+        entry = self._blocks.get(ptr)
+        if entry is not None:
+            return entry[0], ptr
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        if i >= 0:
+            base = self._bases[i]
+            bid, size = self._blocks[base]
+            if size is not None and ptr < base + size:
+                return bid, base
+        bid = self._insert_block(ptr, None)
+        self.sink([R.BLOCK_DEF, bid, ptr, None])
+        return bid, ptr
+
+    # -- records ---------------------------------------------------------------------
+
+    def _emit(self, rec: list) -> None:
+        t = rec[0]
+        self.counts[t] = self.counts.get(t, 0) + 1
+        self.sink(rec)
+
+    def stream_created(self, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        self._emit([R.STREAM_CREATED, self.stream(handle, device), stack])
+
+    def event_created(self, event: int, stack: Optional[int] = None) -> None:
+        self._emit([R.EVENT_CREATED, event, stack])
+
+    def event_deleted(self, event: int, stack: Optional[int] = None) -> None:
+        self._emit([R.EVENT_DELETED, event, stack])
+
+    def event_recorded(self, event: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        self._emit([R.EVENT_RECORD, event, self.stream(handle, device), stack])
+
+    def event_waited(self, event: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        self._emit([R.EVENT_WAIT, event, self.stream(handle, device), stack])
+
+    def event_synchronized(self, event: int, stack: Optional[int] = None) -> None:
+        self._emit([R.EVENT_SYNC, event, stack])
+
+    def stream_synchronized(self, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        self._emit([R.STREAM_SYNC, self.stream(handle, device), stack])
+
+    def device_synchronized(self, device: Optional[int] = None, stack: Optional[int] = None) -> None:
+        self._emit([R.DEVICE_SYNC, device, stack])
+
+    def memory_allocated(
+        self, ptr: int, handle: int, device: int = 0, size: Optional[int] = None, stack: Optional[int] = None
+    ) -> None:
+        old = self._blocks.get(ptr)
+        if old is not None:  # allocation at a live base: the free was not seen
+            self._drop_block(ptr)
+        sidx = self.stream(handle, device)
+        bid = self._insert_block(ptr, size)
+        self._emit([R.ALLOC, bid, ptr, size, sidx, stack])
+
+    def _drop_block(self, ptr: int) -> int:
+        bid = self._blocks.pop(ptr)[0]
+        i = bisect.bisect_left(self._bases, ptr)
+        del self._bases[i]
+        heapq.heappush(self._free_bids, bid)
+        return bid
+
+    def memory_freed(self, ptr: int, stack: Optional[int] = None) -> None:
+        if ptr not in self._blocks:
+            return  # allocated before recording began: nothing is known about it
+        bid = self._drop_block(ptr)
+        self._emit([R.FREE, bid, stack])
+
+    def set_block_size(self, ptr: int, size: int) -> None:
+        """Remember the size of a live block whose allocation did not say (no record)."""
+        entry = self._blocks.get(ptr)
+        if entry is not None and entry[1] is None:
+            entry[1] = size
+
+    def record_stream(self, ptr: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        bid, _ = self.block(ptr)
+        self._emit([R.RECORD_STREAM, bid, self.stream(handle, device), stack])
+
+    def erase_stream(self, ptr: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        bid, _ = self.block(ptr)
+        self._emit([R.ERASE_STREAM, bid, self.stream(handle, device), stack])
+
+    def _access(self, p: PointerAccess, write: bool):
+        if isinstance(p, int):
+            bid, _ = self.block(p)
+            return ~bid if write else bid
+        ptr, nbytes = p
+        bid, base = self.block(ptr)
+        a = ~bid if write else bid
+        size = self._blocks[base][1]
+        if ptr == base and size is not None and nbytes >= size:
+            return a
+        return [a, ptr - base, int(nbytes)]
+
+    def kernel(
+        self,
+        handle: int,
+        op: str,
+        reads: Iterable[PointerAccess] = (),
+        writes: Iterable[PointerAccess] = (),
+        device: int = 0,
+        stack: Optional[int] = None,
+    ) -> None:
+        """A kernel on a stream; reads/writes are pointers or ``(ptr, nbytes)`` pairs."""
+        rec = [R.KERNEL, self.stream(handle, device), self.string(op), stack]
+        rec.extend(self._access(p, False) for p in reads)
+        rec.extend(self._access(p, True) for p in writes)
+        self._emit(rec)
+
+    def kernel_blocks(self, sidx: int, op_sid: int, accesses: list, stack: Optional[int] = None) -> None:
+        """Fast path for producers that already hold stream indexes and encoded accesses."""
+        rec = [R.KERNEL, sidx, op_sid, stack]
+        rec.extend(accesses)
+        self._emit(rec)
+
+    def note(self, level: str, text: str) -> None:
+        self._emit([R.NOTE, level, text])
+
+    def end(self, stats: Optional[dict] = None) -> None:
+        self.sink([R.END, dict(stats or {})])

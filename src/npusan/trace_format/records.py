@@ -1,0 +1,152 @@
+"""The record vocabulary of trace format v1, in code.
+
+``docs/trace-format.md`` is the normative description; this module is its single source
+of truth inside the package. A trace is the 8-byte :data:`MAGIC`, one msgpack map (the
+header), then a stream of msgpack arrays (records) whose first element is the record type.
+
+Records are plain lists so that the writer, the reader and the live (online) path all
+share one representation and the analyzer's hot loop touches no objects.
+
+Layouts (``stack`` is a stack id or nil; ``sidx`` a stream index; ``bid`` a block id)::
+
+    [STR, sid, text]                      intern a string
+    [FRAME, fid, file_sid, lineno, func_sid]
+    [STACK, kid, [fid, ...]]              frames outermost first
+    [STREAM_DEF, sidx, device, handle]    intern a stream (device, raw handle)
+    [BLOCK_DEF, bid, ptr, size|nil]       intern a block seen without an allocation
+    [STREAM_CREATED, sidx, stack]
+    [EVENT_CREATED, event, stack]
+    [EVENT_DELETED, event, stack]
+    [EVENT_RECORD, event, sidx, stack]
+    [EVENT_WAIT, event, sidx, stack]
+    [EVENT_SYNC, event, stack]
+    [STREAM_SYNC, sidx, stack]
+    [DEVICE_SYNC, device|nil, stack]      nil: every device
+    [ALLOC, bid, ptr, size|nil, sidx, stack]
+    [FREE, bid, stack]
+    [RECORD_STREAM, bid, sidx, stack]
+    [ERASE_STREAM, bid, sidx, stack]
+    [KERNEL, sidx, op_sid, stack, access, ...]
+    [THREAD, tid, name]                   name of a host thread (informational)
+    [NOTE, level, text]                   a message from the writer (e.g. recording stopped)
+    [END, stats_map]                      clean end of the trace
+
+An access is an int ``a`` (the whole block) or a list ``[a, offset, nbytes]`` (a byte
+range of the block); ``a >= 0`` reads block ``a``, ``a < 0`` writes block ``~a`` (``-a-1``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MAGIC: Final = b"NPUSANv\x01"
+FORMAT_MAJOR: Final = 1
+FORMAT_MINOR: Final = 0
+
+STR: Final = 0
+FRAME: Final = 1
+STACK: Final = 2
+STREAM_DEF: Final = 3
+BLOCK_DEF: Final = 4
+STREAM_CREATED: Final = 5
+EVENT_CREATED: Final = 6
+EVENT_DELETED: Final = 7
+EVENT_RECORD: Final = 8
+EVENT_WAIT: Final = 9
+EVENT_SYNC: Final = 10
+STREAM_SYNC: Final = 11
+DEVICE_SYNC: Final = 12
+ALLOC: Final = 13
+FREE: Final = 14
+RECORD_STREAM: Final = 15
+ERASE_STREAM: Final = 16
+KERNEL: Final = 17
+THREAD: Final = 18
+NOTE: Final = 19
+END: Final = 20
+
+#: Human-readable names, used by ``npusan info`` and error messages.
+RECORD_NAMES: Final = {
+    STR: "string",
+    FRAME: "frame",
+    STACK: "stack",
+    STREAM_DEF: "stream-def",
+    BLOCK_DEF: "block-def",
+    STREAM_CREATED: "stream-created",
+    EVENT_CREATED: "event-created",
+    EVENT_DELETED: "event-deleted",
+    EVENT_RECORD: "event-record",
+    EVENT_WAIT: "event-wait",
+    EVENT_SYNC: "event-synchronize",
+    STREAM_SYNC: "stream-synchronize",
+    DEVICE_SYNC: "device-synchronize",
+    ALLOC: "allocation",
+    FREE: "free",
+    RECORD_STREAM: "record-stream",
+    ERASE_STREAM: "erase-stream",
+    KERNEL: "kernel",
+    THREAD: "thread",
+    NOTE: "note",
+    END: "end",
+}
+
+#: Minimum array length of each known record type (the reader rejects shorter ones).
+MIN_LENGTH: Final = {
+    STR: 3,
+    FRAME: 5,
+    STACK: 3,
+    STREAM_DEF: 4,
+    BLOCK_DEF: 4,
+    STREAM_CREATED: 3,
+    EVENT_CREATED: 3,
+    EVENT_DELETED: 3,
+    EVENT_RECORD: 4,
+    EVENT_WAIT: 4,
+    EVENT_SYNC: 3,
+    STREAM_SYNC: 3,
+    DEVICE_SYNC: 3,
+    ALLOC: 6,
+    FREE: 3,
+    RECORD_STREAM: 4,
+    ERASE_STREAM: 4,
+    KERNEL: 4,
+    THREAD: 3,
+    NOTE: 3,
+    END: 2,
+}
+
+#: Record types that only define interned names; the reader absorbs them into its symbol table.
+DEFINITIONS: Final = frozenset({STR, FRAME, STACK, STREAM_DEF, BLOCK_DEF, THREAD})
+
+#: Header keys (all present in files written by npusan; readers must tolerate missing ones
+#: except ``format``).
+HEADER_KEYS: Final = (
+    "format",  # [major, minor]
+    "writer",  # "npusan 0.1.0" or a third-party writer's name
+    "backend",  # "cuda", "npu", "sim", ...
+    "torch",  # torch version string or nil
+    "device_count",
+    "default_streams",  # {device: raw handle of the default stream}
+    "pid",
+    "rank",  # int or nil
+    "host",
+    "argv",  # list of str
+    "start_time",  # seconds since the epoch (float)
+    "metadata",  # free-form map from the writer's caller
+)
+
+
+def encode_access(bid: int, write: bool, offset: int | None = None, nbytes: int | None = None):
+    """Encode one access of a kernel record (see the module docstring)."""
+    a = ~bid if write else bid
+    if offset is None:
+        return a
+    return [a, offset, nbytes]
+
+
+def decode_access(a) -> tuple[int, bool, int | None, int | None]:
+    """Inverse of :func:`encode_access`: ``(bid, is_write, offset, nbytes)``."""
+    if isinstance(a, int):
+        return (~a, True, None, None) if a < 0 else (a, False, None, None)
+    x, off, n = a
+    return (~x, True, off, n) if x < 0 else (x, False, off, n)

@@ -1,0 +1,91 @@
+"""The interned names of one trace: strings, frames, stacks, streams, blocks, threads.
+
+Both the file reader and the live (online) path feed definition records through
+:meth:`SymbolTable.define`; the analyzer resolves ids through it only when it builds a
+report, so replay never touches strings.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import records as R
+from .errors import TraceFormatError
+
+#: Ceiling on entries in any one table, so a hostile trace cannot grow memory without bound
+#: faster than its own size (each entry costs a few bytes of file).
+MAX_TABLE = 1 << 24
+
+
+class SymbolTable:
+    def __init__(self) -> None:
+        self.strings: dict[int, str] = {}
+        self.frames: dict[int, tuple[int, int, int]] = {}  # fid -> (file sid, lineno, func sid)
+        self.stacks: dict[int, tuple[int, ...]] = {}  # kid -> fids, outermost first
+        self.streams: dict[int, tuple[int, int]] = {}  # sidx -> (device, handle)
+        self.blocks: dict[int, tuple[int, Optional[int]]] = {}  # bid -> (ptr, size) from BLOCK_DEF
+        self.threads: dict[int, str] = {}
+
+    def define(self, rec: list) -> None:
+        """Absorb one definition record; raise TraceFormatError if it is malformed."""
+        t = rec[0]
+        try:
+            if t == R.STR:
+                _, sid, text = rec[:3]
+                self._put(self.strings, sid, _text(text))
+            elif t == R.FRAME:
+                _, fid, f, line, fn = rec[:5]
+                if f not in self.strings or fn not in self.strings or not isinstance(line, int):
+                    raise TraceFormatError(f"frame {fid!r} refers to undefined strings")
+                self._put(self.frames, fid, (f, line, fn))
+            elif t == R.STACK:
+                _, kid, fids = rec[:3]
+                if not isinstance(fids, (list, tuple)) or any(f not in self.frames for f in fids):
+                    raise TraceFormatError(f"stack {kid!r} refers to undefined frames")
+                self._put(self.stacks, kid, tuple(fids))
+            elif t == R.STREAM_DEF:
+                _, sidx, device, handle = rec[:4]
+                if not (isinstance(device, int) and isinstance(handle, int)):
+                    raise TraceFormatError(f"stream {sidx!r} has a non-integer device or handle")
+                self._put(self.streams, sidx, (device, handle))
+            elif t == R.BLOCK_DEF:
+                _, bid, ptr, size = rec[:4]
+                if not isinstance(ptr, int) or not (size is None or isinstance(size, int)):
+                    raise TraceFormatError(f"block {bid!r} has a malformed pointer or size")
+                self._put(self.blocks, bid, (ptr, size), replace=True)
+            elif t == R.THREAD:
+                _, tid, name = rec[:3]
+                self._put(self.threads, tid, _text(name), replace=True)
+        except ValueError as e:  # unpacking a short record
+            raise TraceFormatError(f"malformed {R.RECORD_NAMES.get(t, t)} record") from e
+
+    @staticmethod
+    def _put(table: dict, key, value, replace: bool = False) -> None:
+        if not isinstance(key, int) or key < 0 or key >= MAX_TABLE:
+            raise TraceFormatError(f"id {key!r} out of range")
+        if key in table and not replace:
+            raise TraceFormatError(f"id {key} defined twice")
+        table[key] = value
+
+    # -- resolution (report time only) ---------------------------------------------------
+
+    def string(self, sid: Optional[int]) -> str:
+        return self.strings.get(sid, "?") if sid is not None else "?"
+
+    def frames_of(self, kid: Optional[int]) -> tuple[tuple[str, int, str], ...]:
+        """The frames ``(filename, lineno, function)`` of a stack id, outermost first."""
+        if kid is None:
+            return ()
+        out = []
+        for fid in self.stacks.get(kid, ()):
+            f, line, fn = self.frames[fid]
+            out.append((self.strings[f], line, self.strings[fn]))
+        return tuple(out)
+
+
+def _text(v) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    raise TraceFormatError(f"expected a string, got {type(v).__name__}")
