@@ -1,0 +1,26 @@
+"""The ``npusan`` command line: one module per verb, registered on one click group."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .analyze import analyze
+from .export import export
+from .info import info
+from .record import record
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="npusan")
+def cli() -> None:
+    """Find stream-synchronization bugs in PyTorch programs (CUDA and Ascend NPU)."""
+
+
+for _cmd in (record, analyze, info, export):
+    cli.add_command(_cmd)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="npusan")
