@@ -1,0 +1,35 @@
+# The two commands of the README. Both set up a project-local virtual environment (.venv)
+# on first use; torch is pinned to the CPU wheel that these machines keep on disk, so set-up
+# never pulls a multi-GB CUDA build.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_PIN ?= torch==2.13.0
+STAMP := $(VENV)/.npusan-installed
+
+.PHONY: example test bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
+	$(BIN)/python -m pip install -q -e ".[record,test]"
+	touch $(STAMP)
+
+## Record a small multi-stream PyTorch program on the simulated device, then analyze it.
+example: $(STAMP)
+	mkdir -p out
+	$(BIN)/npusan record -o out/example.npusan -- $(BIN)/python -m npusan.examples.multistream
+	$(BIN)/npusan analyze out/example.npusan; rc=$$?; test $$rc -le 1
+
+## Install what the tests need and run them (GPU tests skip without CUDA).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+## The CPU benchmarks (analyzer and recorder); numbers are recorded in docs/benchmarks.md.
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_analyzer.py
+	$(BIN)/python benchmarks/bench_recorder.py
+
+clean:
+	rm -rf $(VENV) out build *.egg-info src/*.egg-info
