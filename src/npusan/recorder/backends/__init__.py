@@ -1,0 +1,54 @@
+"""Device runtime adapters behind one interface (:class:`~.base.Backend`).
+
+Adapters are imported lazily by name so that ``import npusan.recorder.backends`` never
+imports a runtime: ``cuda`` -> :mod:`.cuda` ``CudaBackend``, ``npu`` -> :mod:`.npu`
+``NpuBackend``, ``sim`` -> :mod:`.sim` ``SimBackend``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Dict, Tuple, Type
+
+from .base import CALLBACK_NAMES, Backend, RecorderCallbacks
+
+__all__ = ["Backend", "RecorderCallbacks", "CALLBACK_NAMES", "BACKENDS", "backend_class", "select_backend"]
+
+#: name -> (module, class) of each adapter.
+BACKENDS: Dict[str, Tuple[str, str]] = {
+    "cuda": ("npusan.recorder.backends.cuda", "CudaBackend"),
+    "npu": ("npusan.recorder.backends.npu", "NpuBackend"),
+    "sim": ("npusan.recorder.backends.sim", "SimBackend"),
+}
+
+
+def backend_class(name: str) -> Type[Backend]:
+    """The adapter class registered under ``name`` (imports its module)."""
+    try:
+        mod, cls = BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r} (choose from auto, {', '.join(BACKENDS)})") from None
+    return getattr(importlib.import_module(mod), cls)
+
+
+def select_backend(name: str = "auto") -> Backend:
+    """An adapter instance for ``name``.
+
+    ``auto`` picks NPU when ``torch_npu`` is already imported and usable (npusan never
+    imports it on its own), else CUDA when available, else the simulated device.
+    """
+    if name != "auto":
+        return backend_class(name)()
+    order = []
+    if "torch_npu" in sys.modules:
+        order.append("npu")
+    order.append("cuda")
+    for cand in order:
+        try:
+            cls = backend_class(cand)
+            if cls.available():
+                return cls()
+        except Exception:  # a missing or broken adapter must not stop recording
+            continue
+    return backend_class("sim")()
