@@ -1,9 +1,210 @@
-"""`npusan analyze` (placeholder until its issue lands)."""
+"""`npusan analyze TRACE...`: replay traces, report what was found, exit 0/1/2.
+
+Everything that can make the run unusable (a bad suppression or baseline file, an unknown
+format, an output path that cannot be written) is checked before the traces are read, so
+a CI job fails in a second, with one line, instead of after an hour of replay.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from typing import Optional, Sequence
 
 import click
 
+from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
+
+FORMATS = ("text", "json", "sarif", "junit")
+#: Show a progress bar only once the analysis has taken this long (and stderr is a TTY).
+PROGRESS_AFTER_S = 0.5
+
+
+def warn(message: str) -> None:
+    click.echo(f"npusan: warning: {message}", err=True)
+
+
+def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
+    """``--fail-on data-race,reuse-race`` as a set of kind values (None: every kind)."""
+    from ..analyzer.findings import Kind
+
+    if value is None:
+        return None
+    known = {k.value for k in Kind}
+    kinds = [v.strip() for v in value.split(",") if v.strip()]
+    if not kinds:
+        raise UsageProblem("--fail-on needs at least one finding kind")
+    for k in kinds:
+        if k not in known:
+            raise UsageProblem(f"--fail-on: unknown finding kind '{k}' (expected {', '.join(sorted(known))})")
+    return frozenset(kinds)
+
+
+def check_writable(path: str) -> None:
+    """Fail now, before any analysis, if ``-o PATH`` cannot be written."""
+    if os.path.isdir(path):
+        raise UsageProblem(f"cannot write the report to {path}: it is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageProblem(f"cannot write the report to {path}: directory {parent} does not exist")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageProblem(f"cannot write the report to {path}: permission denied")
+    elif not os.access(parent, os.W_OK):
+        raise UsageProblem(f"cannot write the report to {path}: directory {parent} is not writable")
+
+
+def write_output(path: Optional[str], text: str) -> None:
+    if path is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageProblem(f"cannot write the report to {path}: {e.strerror or e}") from None
+
+
+class _Progress:
+    """A rich progress bar on stderr that appears only for analyses that take a moment."""
+
+    def __init__(self, paths: Sequence[str], enabled: bool) -> None:
+        self.paths = list(paths)
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.bar = None
+        self.task = None
+
+    def __call__(self, trace: int, done: int, total: Optional[int]) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.start < PROGRESS_AFTER_S:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]analyzing[/] {task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.bar.start()
+        name = os.path.basename(self.paths[trace]) if 0 <= trace < len(self.paths) else ""
+        if self.task is None:
+            self.task = self.bar.add_task(name, total=total)
+        self.bar.update(self.task, completed=done, total=total, description=name)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):
+    """The analyzer's ``analyze_traces`` with our progress callback (import kept lazy)."""
+    from ..analyzer.replay import analyze_traces
+
+    return analyze_traces(list(paths), check_leaks=check_leaks, progress=progress)
+
 
 @click.command()
-def analyze() -> None:
-    """Not implemented yet."""
-    raise click.UsageError("npusan analyze is not implemented yet")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+@click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
+              help="Report format: text, json, sarif or junit.")
+@click.option("-o", "--output", default=None, metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("--check-leaks", is_flag=True,
+              help="Also check blocks still alive when a trace ends for missing record_stream.")
+@click.option("--no-group", is_flag=True, help="List every occurrence instead of one entry per bug.")
+@click.option("--full-stacks", is_flag=True, help="Show torch/npusan/Python frames instead of folding them.")
+@click.option("--no-color", is_flag=True, help="Plain text even on a terminal.")
+@click.option("--suppress", "suppress_file", default=None, metavar="FILE",
+              help="TOML file of findings to silence (see docs/suppressions.md).")
+@click.option("--baseline", "baseline_file", default=None, metavar="FILE",
+              help="JSON report of an earlier run: report only findings that are not in it.")
+@click.option("--fail-on", default=None, metavar="KIND,...",
+              help="Exit 1 only for these kinds (data-race, missing-record-stream, reuse-race).")
+@click.option("--min-count", default=1, type=int, metavar="N", show_default=True,
+              help="Report (and fail on) only findings that occurred at least N times.")
+@one_line_errors
+def analyze(
+    traces: tuple,
+    fmt: str,
+    output: Optional[str],
+    check_leaks: bool,
+    no_group: bool,
+    full_stacks: bool,
+    no_color: bool,
+    suppress_file: Optional[str],
+    baseline_file: Optional[str],
+    fail_on: Optional[str],
+    min_count: int,
+) -> None:
+    """Analyze one or more traces and report stream-synchronization bugs.
+
+    Exit status: 0 no findings, 1 findings, 2 unusable input or usage error.
+    """
+    from ..analyzer.baseline import BaselineError, load_baseline
+    from ..analyzer.reporters import ReportOptions, build_report, get_reporter
+    from ..analyzer.suppressions import SuppressionError, load_suppressions
+
+    if fmt not in FORMATS:
+        raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")
+    if min_count < 1:
+        raise UsageProblem(f"--min-count must be at least 1 (got {min_count})")
+    fail_kinds = parse_kinds(fail_on)
+    if output is not None:
+        check_writable(output)
+    try:
+        suppressions = load_suppressions(suppress_file) if suppress_file else None
+        baseline = load_baseline(baseline_file) if baseline_file else None
+    except (SuppressionError, BaselineError) as e:
+        raise UsageProblem(str(e)) from None
+
+    progress = _Progress(traces, enabled=sys.stderr.isatty())
+    try:
+        result = run_analysis(traces, check_leaks=check_leaks, progress=progress)
+    finally:
+        progress.close()
+
+    for t in result.traces:
+        for w in t.warnings:
+            warn(f"{t.path}: {w}")
+        if t.truncated and not t.warnings:
+            warn(f"{t.path}: the trace ends without an end record; analyzed up to its last complete record")
+
+    report = build_report(
+        result,
+        group=not no_group,
+        suppressions=suppressions,
+        baseline=baseline,
+        min_count=min_count,
+        check_leaks=check_leaks,
+    )
+    if suppressions is not None:
+        for entry in suppressions.unused():
+            warn(f"suppression file {suppressions.path}: {entry.describe()} matched no finding")
+
+    color = (
+        fmt == "text"
+        and output is None
+        and not no_color
+        and "NO_COLOR" not in os.environ
+        and sys.stdout.isatty()
+    )
+    options = ReportOptions(
+        group=not no_group,
+        full_stacks=full_stacks,
+        color=color,
+        width=shutil.get_terminal_size((100, 24)).columns if color else 100,
+        check_leaks=check_leaks,
+        min_count=min_count,
+    )
+    write_output(output, get_reporter(fmt).render(report, options))
+
+    failing = [g for g in report.groups if fail_kinds is None or g.kind.value in fail_kinds]
+    sys.exit(EXIT_FINDINGS if failing else EXIT_CLEAN)

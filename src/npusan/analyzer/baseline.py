@@ -1,0 +1,88 @@
+"""Baselines for nightly runs: report only what is new since a known JSON report.
+
+A baseline is any JSON report written by ``npusan analyze --format json``. Findings are
+matched by fingerprint (kind plus the code locations of both accesses), so the same bug
+keeps its identity across runs even though pointers, stream handles and seqs change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+#: Baseline files are reports; refuse absurd sizes without reading them.
+MAX_FILE_BYTES = 256 << 20
+
+
+class BaselineError(ValueError):
+    """The baseline file cannot be used; the message is one sentence for the user."""
+
+
+@dataclass(frozen=True)
+class KnownFinding:
+    fingerprint: str
+    kind: str
+    title: str
+
+
+@dataclass
+class Baseline:
+    path: str
+    known: dict = field(default_factory=dict)  # fingerprint -> KnownFinding, in file order
+
+    def __contains__(self, fingerprint: str) -> bool:
+        return fingerprint in self.known
+
+    def gone(self, present: set) -> list[KnownFinding]:
+        """Known findings whose fingerprints are not in ``present`` (fixed, or not reached)."""
+        return [k for fp, k in self.known.items() if fp not in present]
+
+
+def parse_baseline(doc, path: str = "<baseline>") -> Baseline:
+    """Build a :class:`Baseline` from a decoded JSON report; raise :class:`BaselineError`."""
+    from .reporters.json_report import SCHEMA_MAJOR  # local: reporters import this module
+
+    if not isinstance(doc, dict) or "findings" not in doc:
+        raise BaselineError("is not an npusan JSON report (no 'findings')")
+    version = doc.get("schema_version")
+    if not isinstance(version, str) or not version.split(".")[0].isdigit():
+        raise BaselineError("has no valid 'schema_version' (write it with --format json)")
+    if int(version.split(".")[0]) != SCHEMA_MAJOR:
+        raise BaselineError(
+            f"has report schema {version}; this npusan reads schema {SCHEMA_MAJOR}.x"
+        )
+    findings = doc["findings"]
+    if not isinstance(findings, list):
+        raise BaselineError("'findings' is not a list")
+    out = Baseline(path)
+    for i, f in enumerate(findings, 1):
+        fp = f.get("fingerprint") if isinstance(f, dict) else None
+        if not isinstance(fp, str) or not fp:
+            raise BaselineError(f"finding {i} has no 'fingerprint'")
+        kind = f.get("kind")
+        title = f.get("title")
+        out.known.setdefault(
+            fp,
+            KnownFinding(fp, kind if isinstance(kind, str) else "?", title if isinstance(title, str) else ""),
+        )
+    return out
+
+
+def load_baseline(path: str) -> Baseline:
+    """Read and parse ``path``; every problem becomes a :class:`BaselineError`."""
+    try:
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            raise BaselineError(f"baseline {path}: larger than {MAX_FILE_BYTES >> 20} MiB")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise BaselineError(f"cannot read baseline {path}: {e.strerror or e}") from None
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise BaselineError(f"baseline {path}: not valid JSON ({e})") from None
+    try:
+        return parse_baseline(doc, path)
+    except BaselineError as e:
+        raise BaselineError(f"baseline {path}: {e}") from None

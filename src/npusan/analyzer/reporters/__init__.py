@@ -1,0 +1,11 @@
+"""Report renderers: one module per format behind :class:`~.base.Reporter`.
+
+Importing this package registers every built-in format (text, json, sarif, junit).
+"""
+
+from __future__ import annotations
+
+from . import text, json_report, sarif, junit  # noqa: F401,I001  (registration order)
+from .base import Report, ReportOptions, Reporter, build_report, format_names, get_reporter
+
+__all__ = ["Report", "ReportOptions", "Reporter", "build_report", "format_names", "get_reporter"]

@@ -1,0 +1,180 @@
+"""Words shared by every reporter: stream names, titles, sizes and the suggested fix.
+
+Kept apart from the renderers so that the terminal, JUnit and SARIF outputs say the same
+thing in the same words.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..findings import AccessInfo, Finding, Frame, Kind, StreamRef
+from ..sources import display_path, user_site
+
+KIND_TITLES = {
+    Kind.DATA_RACE: "data race",
+    Kind.MISSING_RECORD_STREAM: "missing record_stream",
+    Kind.REUSE_RACE: "allocator reuse race",
+}
+
+KIND_HELP = {
+    Kind.DATA_RACE: (
+        "Two kernels on different streams access overlapping memory, at least one writes, "
+        "and no event or stream wait orders them."
+    ),
+    Kind.MISSING_RECORD_STREAM: (
+        "A tensor was used on a stream other than its allocation stream and then freed "
+        "while the allocation stream had not waited for that use, without record_stream: "
+        "the caching allocator may hand the memory out again while the use still runs."
+    ),
+    Kind.REUSE_RACE: (
+        "A freed block was re-allocated and touched by a kernel that is not ordered after "
+        "an unsynchronized, unrecorded use of the old tensor on another stream."
+    ),
+}
+
+
+def device_label(header: dict, device: int) -> str:
+    """``cuda:0``, ``npu:1``, ``sim:0`` — the backend named in the trace header."""
+    backend = header.get("backend") if isinstance(header, dict) else None
+    if not isinstance(backend, str) or not backend:
+        backend = "device"
+    return f"{backend}:{device}"
+
+
+def torch_module(header: dict) -> str:
+    """The Python module a user calls for streams on this backend."""
+    return "torch.npu" if isinstance(header, dict) and header.get("backend") == "npu" else "torch.cuda"
+
+
+def frame_label(fr: Optional[Frame]) -> str:
+    if fr is None:
+        return "an unknown location"
+    return f"{display_path(fr.filename)}:{fr.lineno}"
+
+
+def stream_name(s: Optional[StreamRef], header: dict) -> str:
+    """"default stream (cuda:0)" or "stream #2 (cuda:0), created at train.py:41"."""
+    if s is None:
+        return "an unknown stream"
+    dev = device_label(header, s.device)
+    if s.is_default:
+        return f"default stream ({dev})"
+    name = f"stream #{s.index} ({dev})"
+    site = user_site(s.created_stack)
+    if site is not None:
+        name += f", created at {frame_label(site)}"
+    return name
+
+
+def stream_short(s: Optional[StreamRef], header: dict) -> str:
+    if s is None:
+        return "an unknown stream"
+    dev = device_label(header, s.device)
+    return f"the default stream ({dev})" if s.is_default else f"stream #{s.index} ({dev})"
+
+
+def stream_code(s: Optional[StreamRef], header: dict) -> str:
+    """How the fix refers to a stream in Python."""
+    if s is None:
+        return "<stream>"
+    if s.is_default:
+        return f"{torch_module(header)}.default_stream({s.device})"
+    return f"s{s.index}"
+
+
+def human_size(n: Optional[int]) -> str:
+    if n is None:
+        return "unknown-size"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def allocation_site(f: Finding) -> str:
+    site = user_site(f.block.stack)
+    if site is not None:
+        return f"allocated at {frame_label(site)}"
+    if f.block.stream is None:
+        return "allocated before recording began"
+    return "allocated at an unknown location"
+
+
+def title(f: Finding, header: dict) -> str:
+    """One line: the kind, the tensor size and where it was allocated."""
+    size = human_size(f.block.size)
+    tensor = f"{size} tensor {allocation_site(f)}"
+    kind = KIND_TITLES[f.kind]
+    if f.kind is Kind.DATA_RACE:
+        return (
+            f"{kind}: {f.access.type} on {stream_short(f.access.stream, header)} vs "
+            f"{f.previous.type} on {stream_short(f.previous.stream, header)} of a {tensor}"
+        )
+    if f.kind is Kind.MISSING_RECORD_STREAM:
+        return (
+            f"{kind}: {tensor} freed while {stream_short(f.previous.stream, header)} "
+            f"may still use it"
+        )
+    return (
+        f"{kind}: memory of a {tensor} reused while {stream_short(f.previous.stream, header)} "
+        f"may still use it"
+    )
+
+
+def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
+    if kind is Kind.MISSING_RECORD_STREAM and later:
+        return "free"
+    return a.type
+
+
+def fix(f: Finding, header: dict) -> list[str]:
+    """A concrete suggestion naming the line to change; the first line is the summary."""
+    mod = torch_module(header)
+    later, earlier = f.access, f.previous
+    at_later = user_site(later.stack)
+    at_earlier = user_site(earlier.stack)
+    notes = _stream_notes((later.stream, earlier.stream, f.block.stream), header)
+    if f.kind is Kind.DATA_RACE:
+        lines = [
+            f"order the {later.type} at {frame_label(at_later)} after the {earlier.type} "
+            f"at {frame_label(at_earlier)}: right before line {_line(at_later)} add",
+            f"    {mod}.current_stream().wait_stream({stream_code(earlier.stream, header)})",
+            f"or record an event on {stream_short(earlier.stream, header)} after line "
+            f"{_line(at_earlier)} and call {mod}.current_stream().wait_event(event) "
+            f"before line {_line(at_later)}",
+        ]
+    else:
+        use_stream = stream_code(earlier.stream, header)
+        alloc_stream = stream_code(f.block.stream, header)
+        tensor = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
+        lines = [
+            f"tell the allocator about the use at {frame_label(at_earlier)}: right after "
+            f"line {_line(at_earlier)} add",
+            f"    x.record_stream({mod}.current_stream())    # x: {tensor}",
+        ]
+        if f.kind is Kind.MISSING_RECORD_STREAM:
+            lines.append(
+                f"or, before the free at {frame_label(at_later)}, make the allocating stream "
+                f"wait for the use: {alloc_stream}.wait_stream({use_stream})"
+            )
+        else:
+            lines.append(
+                f"or make the allocating stream wait for the use before the old tensor is "
+                f"freed: {alloc_stream}.wait_stream({use_stream}); the memory was reused by "
+                f"{later.op} at {frame_label(at_later)}"
+            )
+    return lines + notes
+
+
+def _line(fr: Optional[Frame]) -> str:
+    return str(fr.lineno) if fr is not None else "?"
+
+
+def _stream_notes(streams: Sequence[Optional[StreamRef]], header: dict) -> list[str]:
+    seen = {}
+    for s in streams:
+        if s is not None and not s.is_default and s.index not in seen:
+            seen[s.index] = s
+    return [f"(s{i}: {stream_name(s, header)})" for i, s in sorted(seen.items())]

@@ -1,0 +1,143 @@
+"""The JSON report: DESIGN.md's public contract, versioned (``docs/report-schema.md``).
+
+Minor versions only add optional fields; a change that removes or redefines a field bumps
+the major version, and baselines from another major version are refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from ... import __version__
+from ..findings import AccessInfo, BlockInfo, Frame, StreamRef
+from ..grouping import Group
+from . import describe as D
+from .base import Report, ReportOptions, Reporter, register
+
+SCHEMA_MAJOR = 1
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.0"
+
+
+def frames_json(stack) -> list:
+    return [{"file": fr.filename, "line": fr.lineno, "function": fr.function} for fr in stack]
+
+
+def stream_json(s: Optional[StreamRef], header: dict) -> Optional[dict]:
+    if s is None:
+        return None
+    return {
+        "index": s.index,
+        "device": s.device,
+        "handle": s.handle,
+        "default": bool(s.is_default),
+        "name": D.stream_name(s, header),
+        "created_at": frames_json(s.created_stack),
+    }
+
+
+def access_json(a: AccessInfo, header: dict) -> dict:
+    return {
+        "stream": stream_json(a.stream, header),
+        "op": a.op,
+        "type": a.type,
+        "seq": a.seq,
+        "stack": frames_json(a.stack),
+        "offset": a.offset,
+        "nbytes": a.nbytes,
+    }
+
+
+def block_json(b: BlockInfo, header: dict) -> dict:
+    return {
+        "address": b.address,
+        "size": b.size,
+        "stream": stream_json(b.stream, header),
+        "stack": frames_json(b.stack),
+    }
+
+
+def group_json(report: Report, g: Group) -> dict:
+    f = g.finding
+    header = report.header(f.trace)
+    return {
+        "kind": f.kind.value,
+        "title": D.title(f, header),
+        "fingerprint": g.fingerprint,
+        "count": g.count,
+        "addresses": g.addresses,
+        "access": access_json(f.access, header),
+        "previous": access_json(f.previous, header),
+        "block": block_json(f.block, header),
+        "traces": g.traces,
+        "first": {"trace": g.first.trace, "seq": g.first.seq},
+        "last": {"trace": g.last.trace, "seq": g.last.seq},
+        "omitted": g.omitted,
+        "fix": D.fix(f, header),
+    }
+
+
+def jsonable(v: Any, depth: int = 0) -> Any:
+    """Header values as JSON: bytes decoded, map keys as strings, nesting bounded."""
+    if depth > 20:
+        return None
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, dict):
+        return {str(jsonable(k, depth + 1)): jsonable(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x, depth + 1) for x in v]
+    return str(v)
+
+
+def report_json(report: Report, options: ReportOptions) -> dict:
+    counts = report.counts_by_kind()
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "npusan", "version": __version__},
+        "grouped": report.grouped,
+        "findings": [group_json(report, g) for g in report.groups],
+        "summary": {
+            "findings": len(report.groups),
+            "occurrences": report.occurrences,
+            "by_kind": {k: {"findings": c[0], "occurrences": c[1]} for k, c in counts.items()},
+            "suppressed": len(report.suppressed),
+            "suppressed_occurrences": sum(g.count for g in report.suppressed),
+            "below_min_count": len(report.below_min_count),
+            "min_count": options.min_count,
+            "check_leaks": report.check_leaks,
+            "truncated": report.truncated,
+        },
+        "baseline": None,
+        "traces": [
+            {
+                "path": str(t.path),
+                "header": jsonable(t.header),
+                "events": t.events,
+                "kernels": t.kernels,
+                "truncated": bool(t.truncated),
+                "warnings": [str(w) for w in t.warnings],
+            }
+            for t in report.traces
+        ],
+    }
+    if report.baseline is not None:
+        doc["baseline"] = {
+            "path": report.baseline.path,
+            "known": [g.fingerprint for g in report.known],
+            "gone": [
+                {"fingerprint": k.fingerprint, "kind": k.kind, "title": k.title} for k in report.gone
+            ],
+        }
+    return doc
+
+
+@register
+class JsonReporter(Reporter):
+    name = "json"
+    extension = ".json"
+
+    def render(self, report: Report, options: ReportOptions) -> str:
+        return json.dumps(report_json(report, options), indent=2, ensure_ascii=False) + "\n"

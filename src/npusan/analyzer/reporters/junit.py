@@ -1,0 +1,68 @@
+"""JUnit XML for CI dashboards: one test case per finding group, a passing case when clean.
+
+Test case names are derived from the kind and the code location of the later access plus
+the fingerprint, so a dashboard tracks the same bug across nightly runs.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+from ..grouping import Group
+from ..sources import display_path, user_site
+from . import describe as D
+from .base import Report, ReportOptions, Reporter, register
+from .text import group_text
+
+#: Characters XML 1.0 cannot carry at all (control characters other than tab/newline/CR).
+_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _x(s: str) -> str:
+    return _XML_BAD.sub("\ufffd", s)
+
+
+def case_name(g: Group) -> str:
+    f = g.finding
+    site = user_site(f.access.stack)
+    where = f"{display_path(site.filename)}:{site.lineno}" if site else f.access.op
+    return f"{f.kind.value} at {where} [{g.fingerprint[:12]}]"
+
+
+@register
+class JunitReporter(Reporter):
+    name = "junit"
+    extension = ".xml"
+
+    def render(self, report: Report, options: ReportOptions) -> str:
+        plain = ReportOptions(**{**options.__dict__, "color": False})
+        n = max(1, len(report.groups))
+        failures = len(report.groups)
+        root = ET.Element("testsuites", name="npusan", tests=str(n), failures=str(failures), errors="0")
+        suite = ET.SubElement(
+            root, "testsuite", name="npusan", tests=str(n), failures=str(failures), errors="0", skipped="0"
+        )
+        props = ET.SubElement(suite, "properties")
+        for t in report.traces:
+            ET.SubElement(props, "property", name="trace", value=_x(str(t.path)))
+            if t.truncated:
+                ET.SubElement(props, "property", name="truncated", value=_x(str(t.path)))
+        ET.SubElement(props, "property", name="suppressed", value=str(len(report.suppressed)))
+        if not report.groups:
+            ET.SubElement(
+                suite, "testcase", classname="npusan", name="no stream-synchronization findings"
+            )
+        for i, g in enumerate(report.groups, 1):
+            f = g.finding
+            case = ET.SubElement(suite, "testcase", classname=f"npusan.{f.kind.value}", name=_x(case_name(g)))
+            site = user_site(f.access.stack)
+            if site is not None:
+                case.set("file", _x(display_path(site.filename)))
+                case.set("line", str(site.lineno))
+            failure = ET.SubElement(
+                case, "failure", type=f.kind.value, message=_x(D.title(f, report.header(f.trace)))
+            )
+            failure.text = _x(group_text(report, g, plain, i, len(report.groups)))
+        ET.indent(root)
+        return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

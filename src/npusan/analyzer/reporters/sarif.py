@@ -1,0 +1,165 @@
+"""SARIF 2.1.0 for code-scanning dashboards (GitHub, GitLab, Azure DevOps).
+
+One rule per finding kind; the later access is the primary location, the earlier access
+and the allocation are related locations, and ``partialFingerprints`` come from code
+locations only (``Finding.fingerprint()``), so a bug keeps its identity across runs.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pathlib import PureWindowsPath
+from typing import Optional
+from urllib.parse import quote
+
+from ... import __version__
+from ..findings import Frame, Kind
+from ..grouping import Group
+from ..sources import user_site
+from . import describe as D
+from .base import Report, ReportOptions, Reporter, register
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+FINGERPRINT_KEY = "npusanFingerprint/v1"
+RULES = list(Kind)
+
+
+def artifact_uri(filename: str) -> str:
+    """A URI reference for a file named in a stack (relative names stay relative)."""
+    name = filename.replace("\\", "/")
+    if PureWindowsPath(filename).drive:
+        return "file:///" + quote(name, safe="/:")
+    if name.startswith("/"):
+        return "file://" + quote(name, safe="/")
+    return quote(name, safe="/")
+
+
+def physical_location(fr: Optional[Frame]) -> Optional[dict]:
+    if fr is None or not fr.filename:
+        return None
+    loc: dict = {"artifactLocation": {"uri": artifact_uri(fr.filename)}}
+    if isinstance(fr.lineno, int) and fr.lineno >= 1:
+        loc["region"] = {"startLine": fr.lineno}
+    return loc
+
+
+def location(fr: Optional[Frame], message: str, id_: Optional[int] = None, logical: str = "") -> dict:
+    out: dict = {}
+    if id_ is not None:
+        out["id"] = id_
+    phys = physical_location(fr)
+    if phys is not None:
+        out["physicalLocation"] = phys
+    elif logical:
+        out["logicalLocations"] = [{"name": logical}]
+    out["message"] = {"text": message}
+    return out
+
+
+def sarif_stack(stack, message: str) -> dict:
+    """A SARIF stack: frames innermost first (SARIF's order; the trace stores outermost first)."""
+    frames = []
+    for fr in reversed(stack):
+        frames.append({"location": location(fr, fr.function)})
+    return {"message": {"text": message}, "frames": frames}
+
+
+def rule(kind: Kind) -> dict:
+    return {
+        "id": kind.value,
+        "name": "".join(w.capitalize() for w in kind.value.split("-")),
+        "shortDescription": {"text": D.KIND_TITLES[kind]},
+        "fullDescription": {"text": D.KIND_HELP[kind]},
+        "help": {"text": D.KIND_HELP[kind]},
+        "defaultConfiguration": {"level": "error"},
+    }
+
+
+def result(report: Report, g: Group) -> dict:
+    f = g.finding
+    header = report.header(f.trace)
+    later_label = "free" if f.kind is Kind.MISSING_RECORD_STREAM else f"{f.access.type} by {f.access.op}"
+    later = f"{later_label} on {D.stream_name(f.access.stream, header)}"
+    earlier = f"{f.previous.type} by {f.previous.op} on {D.stream_name(f.previous.stream, header)}"
+    alloc = f"allocation of the {D.human_size(f.block.size)} block"
+    if f.block.stream is not None:
+        alloc += f" on {D.stream_name(f.block.stream, header)}"
+    fix = D.fix(f, header)
+    text = f"{D.title(f, header)}. {later[0].upper() + later[1:]}; earlier: {earlier}. Fix: " + " ".join(
+        line.strip() for line in fix
+    )
+    related = [location(user_site(f.previous.stack), "earlier access: " + earlier, 1, f.previous.op)]
+    site = user_site(f.block.stack)
+    if site is not None or f.block.stream is not None:
+        related.append(location(site, alloc, 2, "allocation"))
+    stacks = [sarif_stack(f.access.stack, "later access: " + later)]
+    if f.previous.stack:
+        stacks.append(sarif_stack(f.previous.stack, "earlier access: " + earlier))
+    if f.block.stack:
+        stacks.append(sarif_stack(f.block.stack, alloc))
+    return {
+        "ruleId": f.kind.value,
+        "ruleIndex": RULES.index(f.kind),
+        "level": "error",
+        "message": {"text": text},
+        "locations": [location(user_site(f.access.stack), later, logical=f.access.op)],
+        "relatedLocations": related,
+        "stacks": stacks,
+        "partialFingerprints": {FINGERPRINT_KEY: g.fingerprint},
+        "properties": {
+            "count": g.count,
+            "traces": [report.trace_path(t) for t in g.traces],
+            "laterStream": D.stream_name(f.access.stream, header),
+            "earlierStream": D.stream_name(f.previous.stream, header),
+        },
+    }
+
+
+def sarif_doc(report: Report) -> dict:
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "npusan",
+                        "version": __version__,
+                        "rules": [rule(k) for k in RULES],
+                    }
+                },
+                "invocations": [
+                    {
+                        "executionSuccessful": True,
+                        "toolExecutionNotifications": [
+                            {"level": "warning", "message": {"text": f"{t.path}: {w}"}}
+                            for t in report.traces
+                            for w in t.warnings
+                        ],
+                    }
+                ],
+                "artifacts": [
+                    {"location": {"uri": artifact_uri(str(t.path))}, "roles": ["analysisTarget"]}
+                    for t in report.traces
+                ],
+                "results": [result(report, g) for g in report.groups],
+                "properties": {
+                    "suppressed": len(report.suppressed),
+                    "truncatedTraces": [str(t.path) for t in report.traces if t.truncated],
+                },
+            }
+        ],
+    }
+
+
+@register
+class SarifReporter(Reporter):
+    name = "sarif"
+    extension = ".sarif"
+
+    def render(self, report: Report, options: ReportOptions) -> str:
+        return json.dumps(sarif_doc(report), indent=2, ensure_ascii=False) + "\n"
+
+
+__all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "FINGERPRINT_KEY"]

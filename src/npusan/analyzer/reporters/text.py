@@ -1,0 +1,260 @@
+"""The terminal report: each finding reads like a good compiler error.
+
+Rendered through rich so that a TTY gets colors; with ``color=False`` the output is plain
+text that never wraps and carries nothing machine- or time-dependent beyond what the trace
+itself says, so golden tests can compare it byte for byte.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+from typing import Optional
+
+from rich.console import Console
+from rich.text import Text
+
+from ..findings import AccessInfo, Kind
+from ..grouping import Group
+from ..sources import Folded, SourceCache, display_path, fold, user_site
+from . import describe as D
+from .base import Report, ReportOptions, Reporter, register
+
+INDENT = "  "
+LABEL_WIDTH = 10  # "allocated:" fits
+
+
+@register
+class TextReporter(Reporter):
+    name = "text"
+    extension = ".txt"
+
+    def render(self, report: Report, options: ReportOptions) -> str:
+        out = Text()
+        w = _Writer(out, SourceCache(options.source_roots), options)
+        if report.groups:
+            for i, g in enumerate(report.groups, 1):
+                w.group(report, g, i, len(report.groups))
+                out.append("\n")
+        _summary(w, report, options)
+        return _console_text(out, options)
+
+
+def _console_text(out: Text, options: ReportOptions) -> str:
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        force_terminal=options.color,
+        color_system="standard" if options.color else None,
+        no_color=not options.color,
+        width=max(40, options.width),
+        soft_wrap=True,
+        highlight=False,
+        markup=False,
+        emoji=False,
+    )
+    console.print(out, end="")
+    return buf.getvalue()
+
+
+def group_text(report: Report, g: Group, options: ReportOptions, index: int = 1, total: int = 1) -> str:
+    """One finding as the terminal report shows it (plain unless ``options.color``)."""
+    out = Text()
+    _Writer(out, SourceCache(options.source_roots), options).group(report, g, index, total)
+    return _console_text(out, options)
+
+
+class _Writer:
+    def __init__(self, out: Text, sources: SourceCache, options: ReportOptions) -> None:
+        self.out = out
+        self.sources = sources
+        self.options = options
+
+    def line(self, *parts, indent: int = 0) -> None:
+        """Append one line; parts are strings or (string, style) pairs."""
+        self.out.append(INDENT * indent)
+        for p in parts:
+            if isinstance(p, tuple):
+                self.out.append(p[0], style=p[1])
+            else:
+                self.out.append(p)
+        self.out.append("\n")
+
+    def labelled(self, label: str, *parts, style: str = "bold") -> None:
+        self.line((f"{label}:".ljust(LABEL_WIDTH), style), " ", *parts, indent=1)
+
+    def stack(self, stack) -> None:
+        pad = " " * (LABEL_WIDTH + 1)
+        if not stack:
+            self.line(pad, ("(no stack recorded)", "dim"), indent=1)
+            return
+        for item in fold(stack, full=self.options.full_stacks):
+            if isinstance(item, Folded):
+                hint = "" if self.options.full_stacks else " (--full-stacks shows them)"
+                self.line(pad, (f"{item}{hint}", "dim"), indent=1)
+                continue
+            self.line(
+                pad,
+                (f"{display_path(item.filename)}:{item.lineno}", "cyan"),
+                f" in {item.function}",
+                indent=1,
+            )
+            src = self.sources.line(item.filename, item.lineno)
+            if src is not None:
+                self.line(pad, (f"{item.lineno:>6} | ", "dim"), (src, "bold"), indent=1)
+
+    def access(self, label: str, a: AccessInfo, kind: Kind, later: bool, header: dict) -> None:
+        verb = D.access_verb(a, kind, later)
+        parts = [(verb, "bold magenta" if verb != "read" else "bold blue")]
+        if verb != "free":
+            parts += [" by ", (a.op, "bold")]
+        parts += [" on ", D.stream_name(a.stream, header)]
+        if a.seq:
+            parts.append((f"  [kernel {a.seq}]", "dim"))
+        if a.offset is not None and a.nbytes is not None:
+            parts.append((f"  bytes {a.offset}..{a.offset + a.nbytes}", "dim"))
+        self.labelled(label, *parts)
+        self.stack(a.stack)
+
+    def group(self, report: Report, g: Group, i: int, n: int) -> None:
+        f = g.finding
+        header = report.header(f.trace)
+        self.line(
+            (f"error[{f.kind.value}]", "bold red"),
+            (f" ({i}/{n})", "dim"),
+            ": ",
+            (D.title(f, header), "bold"),
+        )
+        site = user_site(f.access.stack)
+        if site is not None:
+            self.line(("--> ", "blue"), f"{display_path(site.filename)}:{site.lineno}", indent=1)
+        later, earlier = ("later", "earlier")
+        if f.kind is Kind.MISSING_RECORD_STREAM:
+            later, earlier = ("freed", "used")
+        elif f.kind is Kind.REUSE_RACE:
+            later, earlier = ("reused", "old use")
+        self.access(later, f.access, f.kind, True, header)
+        self.access(earlier, f.previous, f.kind, False, header)
+        alloc = [f"block {f.block.address:#x} ({D.human_size(f.block.size)})"]
+        if f.block.stream is not None:
+            alloc.append(f" on {D.stream_name(f.block.stream, header)}")
+        self.labelled("allocated", *alloc)
+        if f.block.stack or f.block.stream is not None:
+            self.stack(f.block.stack)
+        advice = D.fix(f, header)
+        self.labelled("fix", (advice[0], "green"))
+        for extra in advice[1:]:
+            self.line(" " * (LABEL_WIDTH + 1), (extra, "green"), indent=1)
+        self.labelled("seen", _seen(report, g), style="dim")
+
+
+def _seen(report: Report, g: Group) -> str:
+    times = "once" if g.count == 1 else f"{g.count} times"
+    traces = ", ".join(report.trace_path(t) for t in g.traces)
+    first, last = g.first, g.last
+    if (first.trace, first.seq) == (last.trace, last.seq):
+        where = f"at kernel {first.seq}" if first.seq else ""
+    elif first.trace == last.trace:
+        where = f"kernels {first.seq} … {last.seq}"
+    else:
+        where = (
+            f"first at kernel {first.seq} of {report.trace_path(first.trace)}, "
+            f"last at kernel {last.seq} of {report.trace_path(last.trace)}"
+        )
+    text = f"{times} in {traces}"
+    if where:
+        text += f", {where}"
+    addrs = g.addresses
+    if len(addrs) > 1:
+        text += f"; blocks {', '.join(f'{a:#x}' for a in addrs[:4])}"
+        if len(addrs) > 4:
+            text += ", …"
+    if g.omitted:
+        text += f"; {g.omitted} further occurrences counted but not kept"
+    text += f"; fingerprint {g.fingerprint[:16]}"
+    return text
+
+
+def _plural(n: int, word: str, plural: Optional[str] = None) -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
+def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
+    n_traces = _plural(len(report.traces), "trace")
+    if not report.groups:
+        w.line(("npusan: no stream-synchronization problems found", "bold green"), f" in {n_traces}")
+    else:
+        counts = report.counts_by_kind()
+        kinds = ", ".join(
+            _plural(c[0], D.KIND_TITLES[Kind(k)], D.KIND_TITLES[Kind(k)] + "s")
+            for k, c in counts.items()
+            if c[0]
+        )
+        noun = "finding" if report.grouped else "occurrence"
+        w.line(
+            ("npusan: ", "bold"),
+            (_plural(len(report.groups), noun), "bold red"),
+            f" ({kinds}; {_plural(report.occurrences, 'occurrence')}) in {n_traces}",
+        )
+    if report.suppressions is not None:
+        occ = sum(g.count for g in report.suppressed)
+        w.line(
+            f"suppressed: {_plural(len(report.suppressed), 'finding')} "
+            f"({_plural(occ, 'occurrence')}) by {report.suppressions.path}",
+            indent=1,
+        )
+    if report.below_min_count:
+        w.line(
+            f"not shown: {_plural(len(report.below_min_count), 'finding')} seen fewer than "
+            f"--min-count {options.min_count} times",
+            indent=1,
+        )
+    if report.baseline is not None:
+        w.line(
+            f"baseline {report.baseline.path}: {_plural(len(report.known), 'known finding')} "
+            f"still present (not shown), {len(report.gone)} gone since the baseline"
+            + (":" if report.gone else ""),
+            indent=1,
+        )
+        for k in report.gone:
+            w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
+    for i, t in enumerate(report.traces):
+        _trace_lines(w, t)
+    if report.check_leaks:
+        w.line(("blocks still alive at the end were checked (--check-leaks)", "dim"), indent=1)
+
+
+def _trace_lines(w: _Writer, t) -> None:
+    h = t.header if isinstance(t.header, dict) else {}
+    bits = [str(h.get("backend") or "unknown backend")]
+    if isinstance(h.get("device_count"), int):
+        bits.append(_plural(h["device_count"], "device"))
+    if h.get("torch"):
+        bits.append(f"torch {h['torch']}")
+    if h.get("rank") is not None:
+        bits.append(f"rank {h['rank']}")
+    bits.append(_plural(t.events, "event"))
+    bits.append(_plural(t.kernels, "kernel"))
+    state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow") if t.truncated else ("ended cleanly", "green")
+    w.line(f"trace {t.path}: {', '.join(bits)}, ", state, indent=1)
+    rec = []
+    if h.get("writer"):
+        rec.append(f"by {h['writer']}")
+    if h.get("pid") is not None:
+        rec.append(f"pid {h['pid']}")
+    if h.get("host"):
+        rec.append(f"on {h['host']}")
+    start = h.get("start_time")
+    if isinstance(start, (int, float)) and not isinstance(start, bool):
+        try:
+            when = datetime.datetime.fromtimestamp(start, datetime.timezone.utc)
+            rec.append(f"at {when:%Y-%m-%d %H:%M:%S} UTC")
+        except (OverflowError, OSError, ValueError):
+            pass
+    argv = h.get("argv")
+    if isinstance(argv, list) and argv:
+        rec.append("argv: " + " ".join(str(a) for a in argv))
+    if rec:
+        w.line(("recorded " + " ".join(rec), "dim"), indent=2)
+    for warning in t.warnings:
+        w.line(("warning: ", "yellow"), str(warning), indent=2)
