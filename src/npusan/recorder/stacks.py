@@ -1,0 +1,128 @@
+"""Cheap Python stack capture with interning.
+
+Capturing a stack per op with ``traceback.StackSummary.extract`` costs ~30 us; walking
+``sys._getframe()`` and keeping ``(f_code, f_lasti)`` costs a few. :func:`StackCapture.key`
+does only the walk and returns a flat tuple ``(code, lasti, code, lasti, ...)`` (innermost
+first) that callers look up in a dict; file names, exact line numbers (from the
+instruction offset via ``co_positions``/``co_lines``) and function names are resolved only
+the first time a key is seen, by :func:`resolve`.
+
+Frames of torch itself and of npusan are "folded away" (skipped) by default so that stacks
+show the user's code; ``keep_internal=True`` keeps them. ``depth`` counts kept frames.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import CodeType
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+DEFAULT_DEPTH = 32
+
+_HERE = os.path.dirname(os.path.abspath(__file__))  # .../npusan/recorder
+_PKG = os.path.dirname(_HERE)  # .../npusan
+#: Path prefixes of frames folded away by default: torch, the recorder, the simulated
+#: device and the CLI (not npusan/examples: those are user code).
+_INTERNAL_DIRS = (
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+    _HERE + os.sep,
+    os.path.join(_PKG, "sim.py"),
+    os.path.join(_PKG, "cli") + os.sep,
+    os.path.join(_PKG, "auto.py"),
+    os.path.join(_PKG, "__init__.py"),
+)
+
+_lines_cache: Dict[CodeType, List[Optional[int]]] = {}
+
+
+def line_of(code: CodeType, lasti: int) -> int:
+    """Exact source line of the instruction at byte offset ``lasti`` in ``code``."""
+    table = _lines_cache.get(code)
+    if table is None:
+        table = _line_table(code)
+        _lines_cache[code] = table
+    i = lasti // 2
+    if 0 <= i < len(table) and table[i] is not None:
+        return table[i]  # type: ignore[return-value]
+    return code.co_firstlineno
+
+
+def _line_table(code: CodeType) -> List[Optional[int]]:
+    """Line per 2-byte code unit."""
+    n = len(code.co_code) // 2
+    table: List[Optional[int]] = [None] * n
+    positions = getattr(code, "co_positions", None)
+    if positions is not None:  # 3.11+: one entry per code unit
+        for i, pos in enumerate(positions()):
+            if i < n:
+                table[i] = pos[0]
+        return table
+    co_lines = getattr(code, "co_lines", None)
+    if co_lines is not None:  # 3.10
+        for start, end, line in co_lines():
+            for i in range(start // 2, min(end // 2, n)):
+                table[i] = line
+        return table
+    import dis  # 3.9
+
+    starts = sorted(dis.findlinestarts(code))
+    for j, (off, line) in enumerate(starts):
+        end = starts[j + 1][0] if j + 1 < len(starts) else n * 2
+        for i in range(off // 2, min(end // 2, n)):
+            table[i] = line
+    return table
+
+
+class StackCapture:
+    """Walks the calling thread's frames into a hashable key; resolves keys to frames."""
+
+    def __init__(self, depth: int = DEFAULT_DEPTH, keep_internal: bool = False) -> None:
+        self.depth = max(0, int(depth))
+        self.keep_internal = keep_internal
+        self._keep: Dict[CodeType, bool] = {}
+
+    def _classify(self, code: CodeType) -> bool:
+        keep = self.keep_internal or not os.path.abspath(code.co_filename).startswith(_INTERNAL_DIRS)
+        if code.co_filename.startswith("<frozen"):  # runpy/importlib plumbing
+            keep = self.keep_internal
+        self._keep[code] = keep
+        return keep
+
+    def key(self, skip: int = 1) -> Optional[tuple]:
+        """The current stack as ``(code, lasti, ...)``, innermost first; None if depth is 0."""
+        depth = self.depth
+        if depth == 0:
+            return None
+        try:
+            f = sys._getframe(skip + 1)
+        except ValueError:
+            return ()
+        keep = self._keep
+        out: list = []
+        n = 0
+        while f is not None:
+            c = f.f_code
+            k = keep.get(c)
+            if k is None:
+                k = self._classify(c)
+            if k:
+                out.append(c)
+                out.append(f.f_lasti)
+                n += 1
+                if n >= depth:
+                    break
+            f = f.f_back
+        return tuple(out)
+
+
+def resolve(key: Sequence) -> List[Tuple[str, int, str]]:
+    """``(filename, lineno, function)`` frames of a key, outermost first."""
+    frames = []
+    for i in range(len(key) - 2, -1, -2):
+        code, lasti = key[i], key[i + 1]
+        func = getattr(code, "co_qualname", code.co_name)
+        frames.append((code.co_filename, line_of(code, lasti), func))
+    return frames

@@ -1,0 +1,252 @@
+"""A simulated device: real PyTorch code on "streams" on a CPU-only machine.
+
+``npusan.sim`` mirrors the shape of ``torch.cuda``'s stream API -- :class:`Stream`,
+:class:`Event`, :func:`stream`, :func:`current_stream`, :func:`default_stream`,
+:func:`set_stream`, :func:`synchronize` -- but nothing runs asynchronously: every op runs
+on the CPU at once, so programs compute the same results as without streams. What the
+simulation provides is the *trace*: while a recorder is installed, each stream/event call
+fires a hook of :data:`trace` (a registry shaped like ``torch.cuda._gpu_trace``), and
+:class:`npusan.recorder.backends.sim.SimBackend` routes those hooks into the recorder
+exactly as the CUDA adapter routes ``_gpu_trace``. Tensors are ordinary CPU tensors;
+while the simulated backend is recording, every CPU tensor counts as device memory.
+
+``tensor.record_stream(s)`` works with a simulated stream: :class:`Stream` subclasses
+``torch.Stream`` (device type CPU, ``stream_id`` = its handle), and importing this module
+registers a no-op CPU kernel for ``aten::record_stream`` (CPU has none), so the call
+dispatches normally and the recorder's dispatch mode sees ``aten.record_stream.default``
+as it does on CUDA. :func:`record_stream` is the same call as a function.
+
+Differences from ``torch.cuda`` kept on purpose: the allocation hook passes
+``(ptr, size)`` (the simulated allocator knows the size), and device indexes other than 0
+are accepted but all map to device 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from typing import Callable, Dict, Iterator, List, Optional
+
+import torch
+
+__all__ = [
+    "Stream",
+    "Event",
+    "stream",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "synchronize",
+    "record_stream",
+    "trace",
+    "DEFAULT_HANDLE",
+]
+
+#: Handle of the default stream (like CUDA's legacy default stream, handle 0).
+DEFAULT_HANDLE = 0
+_CPU = 0  # c10::DeviceType::CPU
+
+# A CPU kernel for aten::record_stream so that ``t.record_stream(sim_stream)`` dispatches
+# (there is none for CPU in torch). It does nothing: the simulated allocator never reuses
+# memory early, so there is nothing to tell it.
+_lib: Optional[torch.library.Library] = None
+try:
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("aten::record_stream", "CPU"):
+        _lib = torch.library.Library("aten", "IMPL")
+        _lib.impl("record_stream", lambda self, s: None, "CPU")
+except Exception:  # pragma: no cover - an older torch without these hooks
+    _lib = None
+
+
+class _TraceRegistry:
+    """Hook lists shaped like ``torch.cuda._gpu_trace`` (``register_callback_for_*``).
+
+    Hooks fire only while at least one callback is registered; callbacks must not raise
+    (the recorder's never do) but a raising one is isolated from the program anyway.
+    """
+
+    HOOKS = (
+        "event_creation",  # (event)
+        "event_deletion",  # (event)
+        "event_record",  # (event, stream)
+        "event_wait",  # (event, stream)
+        "memory_allocation",  # (ptr, size)
+        "memory_deallocation",  # (ptr)
+        "stream_creation",  # (stream)
+        "device_synchronization",  # ()
+        "stream_synchronization",  # (stream)
+        "event_synchronization",  # (event)
+    )
+
+    def __init__(self) -> None:
+        self.callbacks: Dict[str, List[Callable]] = {h: [] for h in self.HOOKS}
+        for h in self.HOOKS:
+            setattr(self, f"register_callback_for_{h}", self._registrar(h))
+
+    def _registrar(self, hook: str) -> Callable[[Callable], None]:
+        def register(cb: Callable) -> None:
+            self.callbacks[hook].append(cb)
+
+        register.__name__ = f"register_callback_for_{hook}"
+        return register
+
+    def unregister_all(self) -> None:
+        for lst in self.callbacks.values():
+            lst.clear()
+
+    def fire(self, hook: str, *args) -> None:
+        for cb in self.callbacks[hook]:
+            try:
+                cb(*args)
+            except Exception:
+                pass
+
+
+#: The simulated device's hook registry.
+trace = _TraceRegistry()
+
+_stream_ids = itertools.count(1)
+_event_ids = itertools.count(0x5E0000001)  # look like handles, never collide with small ints
+
+
+class Stream(torch.Stream):
+    """A simulated stream; ``handle`` (== ``stream_id``) names it in traces."""
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        if "stream_id" in kwargs:  # internal construction of the default stream
+            handle = kwargs["stream_id"]
+        else:
+            handle = next(_stream_ids)
+        self = super().__new__(cls, stream_id=handle, device_index=0, device_type=_CPU)
+        return self
+
+    def __init__(self, device=None, priority: int = 0, **kwargs) -> None:
+        if "stream_id" not in kwargs:
+            trace.fire("stream_creation", self.stream_id)
+
+    @property
+    def handle(self) -> int:
+        return self.stream_id
+
+    def wait_event(self, event: "Event") -> None:
+        event.wait(self)
+
+    def wait_stream(self, other: "Stream") -> None:
+        """Like ``torch.cuda.Stream.wait_stream``: an event recorded on ``other``, waited here."""
+        self.wait_event(other.record_event())
+
+    def record_event(self, event: Optional["Event"] = None) -> "Event":
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def synchronize(self) -> None:
+        trace.fire("stream_synchronization", self.stream_id)
+
+    def query(self) -> bool:
+        return True
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, torch.Stream) and other.stream_id == self.stream_id and other.device_type == self.device_type
+
+    def __hash__(self) -> int:
+        return hash((self.stream_id, "npusan.sim"))
+
+    def __repr__(self) -> str:
+        return f"<npusan.sim.Stream handle={self.stream_id}>"
+
+
+_DEFAULT = Stream(stream_id=DEFAULT_HANDLE)
+
+
+class Event:
+    """A simulated event. Like CUDA's, it is created lazily at its first record."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.handle: Optional[int] = None
+
+    def record(self, stream: Optional[Stream] = None) -> None:
+        if stream is None:
+            stream = current_stream()
+        if self.handle is None:
+            self.handle = next(_event_ids)
+            trace.fire("event_creation", self.handle)
+        trace.fire("event_record", self.handle, stream.stream_id)
+
+    def wait(self, stream: Optional[Stream] = None) -> None:
+        if stream is None:
+            stream = current_stream()
+        if self.handle is not None:  # CUDA: waiting on a never-recorded event is a no-op
+            trace.fire("event_wait", self.handle, stream.stream_id)
+
+    def synchronize(self) -> None:
+        if self.handle is not None:
+            trace.fire("event_synchronization", self.handle)
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        return 0.0
+
+    def __del__(self) -> None:
+        h = getattr(self, "handle", None)
+        if h is not None:
+            try:
+                trace.fire("event_deletion", h)
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return f"<npusan.sim.Event handle={self.handle}>"
+
+
+_tls = threading.local()
+
+
+def current_stream(device=None) -> Stream:
+    """The calling thread's current stream (the default stream unless set)."""
+    return getattr(_tls, "stream", _DEFAULT)
+
+
+def default_stream(device=None) -> Stream:
+    return _DEFAULT
+
+
+def set_stream(s: Optional[Stream]) -> None:
+    if s is not None:
+        _tls.stream = s
+
+
+@contextlib.contextmanager
+def stream(s: Optional[Stream]) -> Iterator[None]:
+    """Make ``s`` the current stream of this thread inside the block (None: no change)."""
+    if s is None:
+        yield
+        return
+    prev = current_stream()
+    _tls.stream = s
+    try:
+        yield
+    finally:
+        _tls.stream = prev
+
+
+def synchronize(device=None) -> None:
+    """Block the host until every stream is done (a device synchronization)."""
+    trace.fire("device_synchronization")
+
+
+def record_stream(t: torch.Tensor, s: Stream) -> None:
+    """``t.record_stream(s)``: the same dispatched call, as a function."""
+    t.record_stream(s)
+
+
+def device_count() -> int:
+    return 1
+
+
+def current_device() -> int:
+    return 0
