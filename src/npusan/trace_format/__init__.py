@@ -4,5 +4,7 @@ The normative specification is ``docs/trace-format.md``.
 """
 
 from .errors import TraceFormatError, UnsupportedVersionError
+from .reader import TraceReader
+from .writer import FileSink, TraceWriter
 
-__all__ = ["TraceFormatError", "UnsupportedVersionError"]
+__all__ = ["FileSink", "TraceFormatError", "TraceReader", "TraceWriter", "UnsupportedVersionError"]

@@ -1,0 +1,405 @@
+"""Streaming trace reader: constant memory, any file size, untrusted input.
+
+:class:`TraceReader` checks the magic bytes and the header in its constructor, then
+:meth:`TraceReader.records` streams the records with one :class:`msgpack.Unpacker` whose
+buffer and length limits are bounded, so a corrupt length field cannot make it allocate
+gigabytes. Definitions (strings, frames, stacks, streams, blocks, threads) are absorbed
+into :attr:`TraceReader.symbols` before the first record that uses them is yielded.
+
+What the reader guarantees about yielded records: each is a list whose first element is a
+known record type (an int) and whose length is at least ``records.MIN_LENGTH`` of that type.
+It does not type-check the fields inside (that would cost more than the replay): consumers
+turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into a
+:class:`TraceFormatError`, naming :meth:`TraceReader.where` (record index, byte offset).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import IO, Any, Callable, Iterator, Optional, Union
+
+import msgpack
+
+from . import records as R
+from .errors import TraceFormatError
+from .header import format_version
+from .symbols import SymbolTable
+
+#: Limits on one msgpack object (a record, or the header). A record is a few dozen bytes;
+#: these only bound what a corrupt or hostile file can make the reader allocate.
+MAX_RECORD_BYTES = 64 << 20
+MAX_STR_LEN = 16 << 20
+MAX_BIN_LEN = 16 << 20
+MAX_ARRAY_LEN = 1 << 18
+MAX_MAP_LEN = 1 << 16
+MAX_EXT_LEN = 1 << 20
+READ_SIZE = 1 << 18
+
+_KNOWN = frozenset(R.MIN_LENGTH)
+_MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.StackError)
+
+Source = Union[str, "os.PathLike[str]", IO[bytes]]
+
+
+class TraceReader:
+    """Read one trace: ``header`` now, records on iteration (see the module docstring)."""
+
+    def __init__(self, source: Source, *, on_warning: Optional[Callable[[str], None]] = None) -> None:
+        self.on_warning = on_warning
+        self.warnings: list[str] = []
+        self.symbols = SymbolTable()
+        self.truncated = False
+        self.ended_cleanly = False
+        self.end_stats: Optional[dict] = None
+        self.records_read = 0  # every record consumed (definitions and skipped ones included)
+        self._unknown: dict[int, int] = {}  # unknown record type -> how many were skipped
+        self._done = False
+        self._gen: Any = None
+        if isinstance(source, (str, bytes, os.PathLike)):
+            self._file: Any = open(source, "rb")
+            self._owns = True
+            self.name: Optional[str] = os.fsdecode(source)
+        else:
+            if not hasattr(source, "read"):
+                raise TypeError(f"expected a path or a binary file object, got {type(source).__name__}")
+            self._file = source
+            self._owns = False
+            self.name = getattr(source, "name", None)
+        try:
+            self._base = self._tell()
+            self.size = self._size()
+            self._read_header()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- opening ---------------------------------------------------------------------
+
+    def _tell(self) -> int:
+        try:
+            return self._file.tell()
+        except (OSError, AttributeError, ValueError):
+            return 0
+
+    def _size(self) -> Optional[int]:
+        try:
+            return os.fstat(self._file.fileno()).st_size - self._base
+        except (OSError, AttributeError, ValueError, TypeError):
+            pass
+        try:  # in-memory files
+            end = self._file.seek(0, os.SEEK_END)
+            self._file.seek(self._base)
+            return end - self._base
+        except (OSError, AttributeError, ValueError):
+            return None
+
+    def _read_header(self) -> None:
+        magic = _read_exactly(self._file, len(R.MAGIC))
+        if not magic:
+            raise TraceFormatError("the file is empty: not an npusan trace")
+        if magic != R.MAGIC:
+            if R.MAGIC.startswith(magic):
+                raise TraceFormatError("the file ends inside the magic bytes: a trace cut before its header")
+            if magic[:7] == R.MAGIC[:7]:
+                raise TraceFormatError(
+                    f"the trace container version {magic[7]} is not supported (this npusan reads {R.MAGIC[7]})"
+                )
+            raise TraceFormatError("not an npusan trace (the file does not start with the magic bytes NPUSANv\\x01)")
+        self._unpacker = msgpack.Unpacker(
+            self._file,
+            raw=False,
+            strict_map_key=False,  # default_streams is keyed by device number
+            max_buffer_size=MAX_RECORD_BYTES,
+            max_str_len=MAX_STR_LEN,
+            max_bin_len=MAX_BIN_LEN,
+            max_array_len=MAX_ARRAY_LEN,
+            max_map_len=MAX_MAP_LEN,
+            max_ext_len=MAX_EXT_LEN,
+            read_size=READ_SIZE,
+        )
+        try:
+            header = self._unpacker.unpack()
+        except msgpack.exceptions.OutOfData:
+            problem = self._diagnose_tail()
+            if problem is not None:
+                raise TraceFormatError(f"the trace header is corrupt: {problem}") from None
+            raise TraceFormatError("the trace ends inside its header: the recording was cut before it began") from None
+        except msgpack.exceptions.BufferFull:
+            raise TraceFormatError(f"the trace header is larger than the {_mib(MAX_RECORD_BYTES)} limit") from None
+        except _MSGPACK_ERRORS as e:
+            raise TraceFormatError(f"the trace header is corrupt ({_reason(e)})") from None
+        if not isinstance(header, dict):
+            raise TraceFormatError(f"the trace header is not a map (got {type(header).__name__})")
+        self.version = format_version(header)
+        self.header: dict = header
+
+    # -- iteration -------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        """Bytes consumed so far (magic and header included), for progress bars."""
+        up = getattr(self, "_unpacker", None)
+        return len(R.MAGIC) + (up.tell() if up is not None else 0)
+
+    def where(self, rec: Any = None) -> str:
+        """Names the record read last for an error message: ``record N at byte offset X``.
+
+        Records are numbered from 1 (the first after the header); the offset is where the
+        record starts. Consumers that find a malformed field in a record they were just
+        given pass that record (its start is computed from its encoded length).
+        """
+        start = self.position - (_packed_len(rec) if rec is not None else 0)
+        return self._where(self._current_index(), start)
+
+    def _current_index(self) -> int:
+        # The generator keeps its count in a local (no per-record attribute store on the
+        # hot path); read it from the suspended frame.
+        gen = self._gen
+        frame = getattr(gen, "gi_frame", None) if gen is not None else None
+        if frame is not None:
+            n = frame.f_locals.get("n")
+            if type(n) is int:
+                return n
+        return self.records_read
+
+    @staticmethod
+    def _where(index: int, offset: int) -> str:
+        return f"record {index} at byte offset {offset}"
+
+    def __iter__(self) -> Iterator[list]:
+        return self.records()
+
+    def records(self) -> Iterator[list]:
+        """Yield every non-definition record in order; END is consumed, not yielded.
+
+        Ends cleanly at END (``ended_cleanly``) or at the end of the data (``truncated``,
+        with a warning); raises :class:`TraceFormatError` on corrupt data.
+        """
+        self._gen = self._records()
+        return self._gen
+
+    def _records(self) -> Iterator[list]:
+        if self._done:
+            return
+        unpacker = self._unpacker
+        KERNEL = R.KERNEL
+        list_ = list
+        n = self.records_read
+        try:
+            for rec in unpacker:
+                n += 1
+                # Fast path: the bulk of any trace is kernel records.
+                if rec.__class__ is list_ and len(rec) >= 4 and rec[0] == KERNEL:
+                    yield rec
+                    continue
+                self.records_read = n
+                t = self._check(rec)
+                if t in R.DEFINITIONS:
+                    self._define(rec)
+                elif t == R.END:
+                    self._end(rec)
+                    self._done = True
+                    return
+                elif t < 0:  # an unknown type, already warned about
+                    continue
+                else:
+                    yield rec
+        except _MSGPACK_ERRORS as e:
+            self.records_read = n
+            raise TraceFormatError(f"corrupt data at {self._where(n + 1, self.position)} ({_reason(e)})") from None
+        except msgpack.exceptions.BufferFull:
+            self.records_read = n
+            raise TraceFormatError(
+                f"{self._where(n + 1, self.position)} is larger than the {_mib(MAX_RECORD_BYTES)} limit on one record: "
+                "the trace is corrupt"
+            ) from None
+        finally:
+            self.records_read = n
+        # The data ended without an END record.
+        self._done = True
+        offset = self.position
+        problem = self._diagnose_tail()
+        if problem is not None:
+            raise TraceFormatError(f"corrupt data at {self._where(self.records_read + 1, offset)}: {problem}")
+        self.truncated = True
+        self._warn(
+            f"trace ends without an end record after {self.events} events: the recording was cut "
+            "(crash or kill); analyzed up to the last complete record"
+        )
+
+    @property
+    def events(self) -> int:
+        """Non-definition records read so far (kernels included; exact between records)."""
+        return self._current_index() - self._definitions - sum(self._unknown.values())
+
+    _definitions = 0
+
+    def _check(self, rec: Any) -> int:
+        """Validate a record that missed the fast path; return its type (-1: skip it)."""
+        if rec.__class__ is not list or not rec:
+            raise TraceFormatError(f"{self.where(rec)} is not a record (a {_typename(rec)}, expected an array)")
+        t = rec[0]
+        if type(t) is not int:
+            raise TraceFormatError(f"{self.where(rec)} has a record type that is not an integer ({_typename(t)})")
+        if t not in _KNOWN:
+            seen = self._unknown.get(t)
+            self._unknown[t] = (seen or 0) + 1
+            if seen is None:
+                self._warn(
+                    f"skipping records of unknown type {t} (the trace declares format "
+                    f"{self.version[0]}.{self.version[1]}; this npusan reads "
+                    f"{R.FORMAT_MAJOR}.{R.FORMAT_MINOR})"
+                )
+            return -1
+        if len(rec) < R.MIN_LENGTH[t]:
+            raise TraceFormatError(
+                f"{self.where(rec)} ({R.RECORD_NAMES[t]}) has {len(rec)} fields, fewer than the "
+                f"{R.MIN_LENGTH[t]} it needs: the trace is corrupt"
+            )
+        return t
+
+    def _define(self, rec: list) -> None:
+        self._definitions += 1
+        try:
+            self.symbols.define(rec)
+        except TraceFormatError as e:
+            raise TraceFormatError(f"{self.where(rec)}: {e}") from None
+        except (TypeError, ValueError, KeyError, IndexError) as e:  # unhashable ids and the like
+            raise TraceFormatError(f"{self.where(rec)}: malformed {R.RECORD_NAMES[rec[0]]} record ({e})") from None
+
+    def _end(self, rec: list) -> None:
+        stats = rec[1]
+        self.end_stats = stats if isinstance(stats, dict) else None
+        self.ended_cleanly = True
+        self._definitions += 1  # END is not an event either
+        try:
+            extra = self._unpacker.read_bytes(1)
+        except Exception:  # pragma: no cover - a failing file after a clean end
+            extra = b""
+        if extra:
+            self._warn("the trace has data after its end record; it was ignored")
+
+    def _warn(self, message: str) -> None:
+        self.warnings.append(message)
+        if self.on_warning is not None:
+            self.on_warning(message)
+
+    def _diagnose_tail(self) -> Optional[str]:
+        """Tell a cut record from a corrupt length field in the bytes after the last record.
+
+        A record cut by a crash is a prefix of a valid record; a length field claiming more
+        than the limits (4 GB, say) makes the tail corrupt, not truncated. Only a bounded
+        prefix of the tail is examined.
+        """
+        offset = self.position
+        try:
+            self._file.seek(self._base + offset)
+            tail = self._file.read(1 << 20)
+        except (OSError, AttributeError, ValueError):
+            return None  # unseekable: cannot look back; treat as a cut
+        if not tail:
+            return None
+        return _scan_prefix(tail)
+
+    # -- closing ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the file if the reader opened it."""
+        self._done = True
+        if self._owns and self._file is not None:
+            self._file.close()
+
+    def __enter__(self) -> "TraceReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def unknown_types(self) -> dict[int, int]:
+        """Records of unknown types skipped so far, by type."""
+        return dict(self._unknown)
+
+
+def _read_exactly(f: Any, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = f.read(n - len(out))
+        if not chunk:
+            break
+        out += chunk
+    return out
+
+
+def _packed_len(rec: Any) -> int:
+    try:
+        return len(msgpack.packb(rec, use_bin_type=True))
+    except Exception:  # pragma: no cover - whatever was unpacked can be packed again
+        return 0
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+def _typename(v: Any) -> str:
+    return {int: "integer", str: "string", bytes: "binary", dict: "map", list: "array", float: "float",
+            bool: "boolean", type(None): "nil"}.get(type(v), type(v).__name__)
+
+
+def _mib(n: int) -> str:
+    return f"{n >> 20} MiB"
+
+
+_LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}
+
+
+def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
+    """Walk msgpack headers in ``buf`` (an incomplete object); name the first over-limit length."""
+    i, need, steps, size = 0, 1, 0, len(buf)
+    while need > 0 and i < size and steps < max_steps:
+        steps += 1
+        need -= 1
+        b = buf[i]
+        i += 1
+        kind = None
+        length = 0
+        width = 0
+        if b <= 0x7F or b >= 0xE0 or b in (0xC0, 0xC2, 0xC3):
+            continue
+        if 0x80 <= b <= 0x8F:
+            need += 2 * (b & 0x0F)
+            continue
+        if 0x90 <= b <= 0x9F:
+            need += b & 0x0F
+            continue
+        if 0xA0 <= b <= 0xBF:
+            i += b & 0x1F
+            continue
+        if b == 0xC1:
+            return "byte 0xc1 is not valid msgpack"
+        fixed = {0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,
+                 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
+        if b in fixed:
+            i += fixed[b]
+            continue
+        kind, width = {0xC4: ("binary", 1), 0xC5: ("binary", 2), 0xC6: ("binary", 4), 0xC7: ("ext", 1),
+                       0xC8: ("ext", 2), 0xC9: ("ext", 4), 0xD9: ("string", 1), 0xDA: ("string", 2),
+                       0xDB: ("string", 4), 0xDC: ("array", 2), 0xDD: ("array", 4), 0xDE: ("map", 2),
+                       0xDF: ("map", 4)}[b]
+        if i + width > size:
+            return None
+        length = int.from_bytes(buf[i:i + width], "big")
+        i += width
+        if length > _LIMITS[kind]:
+            return (f"a length field declares {'an' if kind in ('array', 'ext') else 'a'} {kind} of {length} "
+                    f"{'elements' if kind in ('array', 'map') else 'bytes'}, over the reader's limit of "
+                    f"{_LIMITS[kind]}")
+        if kind == "array":
+            need += length
+        elif kind == "map":
+            need += 2 * length
+        else:
+            i += length + (1 if kind == "ext" else 0)
+    return None

@@ -1,0 +1,392 @@
+"""Writing trace files: :class:`FileSink` (bytes to a file) and :class:`TraceWriter` (the API).
+
+:class:`TraceWriter` is the public contract of DESIGN.md that third-party runtimes use to
+emit traces. npusan's own recorder reuses the same pieces on its fast path: it drives
+``writer.encoder`` (a :class:`~npusan.trace_format.encoder.RecordEncoder`) directly under its
+own lock and lets ``writer.sink`` (a :class:`FileSink`) pack and write the records.
+
+Write errors surface as :class:`OSError`, always: a failed ``write`` of the underlying file,
+or a file object that raises something else (``ValueError`` on a closed file...), is turned
+into an ``OSError`` by the sink. After the first failure the sink is *broken*: it refuses
+every later record (raising ``OSError`` again) and never writes another byte, so a partial
+record can only ever be the last thing in the file, and readers see a truncated trace, never
+a silently corrupt one.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+import time
+from typing import IO, Any, Iterable, Mapping, Optional, Sequence, Union
+
+import msgpack
+
+from . import records as R
+from .encoder import RecordEncoder
+from .header import build_header
+
+PathOrFile = Union[str, "os.PathLike[str]", IO[bytes]]
+StackArg = Optional[Sequence[Sequence]]  # [(filename, lineno, function), ...] outermost first
+
+#: Flush when this many bytes are buffered ...
+DEFAULT_FLUSH_BYTES = 1 << 20
+#: ... or when a record arrives this many seconds after the last flush.
+DEFAULT_FLUSH_INTERVAL = 1.0
+
+
+class FileSink:
+    """Packs records with msgpack into a buffer and writes it to a file now and then.
+
+    Calling the sink with one record (a list) appends it to the buffer; the buffer goes to
+    the file when it holds more than ``flush_bytes`` bytes or when ``flush_interval``
+    seconds have passed since the last flush (checked on each record, so a crash loses at
+    most that much), and on :meth:`flush` / :meth:`close`. Records are only ever written
+    whole. Not thread-safe: callers serialize (TraceWriter holds a lock).
+    """
+
+    def __init__(
+        self,
+        file: PathOrFile,
+        *,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    ) -> None:
+        if isinstance(file, (str, bytes, os.PathLike)):
+            # Unbuffered: this class buffers, so a flush really reaches the OS.
+            self._file: Any = open(file, "wb", buffering=0)
+            self._owns = True
+            self.name = os.fspath(file)
+        else:
+            if not hasattr(file, "write"):
+                raise TypeError(f"expected a path or a binary file object, got {type(file).__name__}")
+            self._file = file
+            self._owns = False
+            self.name = getattr(file, "name", None)
+        # "replace": an undecodable str (a surrogate-escaped path) must never stop recording,
+        # and the file must stay valid UTF-8.
+        self._pack = msgpack.Packer(use_bin_type=True, unicode_errors="replace").pack
+        self._buf = bytearray()
+        self.flush_bytes = int(flush_bytes)
+        self.flush_interval = float(flush_interval)
+        self._last_flush = time.monotonic()
+        self.bytes_written = 0
+        self.records = 0
+        self.closed = False
+        self.error: Optional[OSError] = None
+
+    def __call__(self, rec: list) -> None:
+        """Append one record; may flush (and then raise OSError on a failed write)."""
+        if self.error is not None or self.closed:
+            self._refuse()
+        self._buf += self._pack(rec)  # packs whole before touching the buffer: no partial record
+        self.records += 1
+        if len(self._buf) >= self.flush_bytes or time.monotonic() - self._last_flush >= self.flush_interval:
+            self.flush()
+
+    def write_bytes(self, data: bytes) -> None:
+        """Append raw bytes (the magic) to the buffer."""
+        if self.error is not None or self.closed:
+            self._refuse()
+        self._buf += data
+
+    def pending(self) -> int:
+        """Bytes buffered and not yet written."""
+        return len(self._buf)
+
+    def flush(self) -> None:
+        """Write the buffer to the file (and flush the file object if it buffers)."""
+        if self.error is not None:
+            self._refuse()
+        if self.closed:
+            return
+        self._last_flush = time.monotonic()
+        if not self._buf:
+            return
+        data = bytes(self._buf)
+        self._buf.clear()
+        try:
+            view = memoryview(data)
+            while view:
+                n = self._file.write(view)
+                if n is None:  # a non-blocking raw file that would block
+                    raise BlockingIOError("the trace file would block")
+                if n <= 0 and len(view):
+                    raise OSError("the trace file accepted no bytes")
+                self.bytes_written += n
+                view = view[n:]
+            if not self._owns:
+                fl = getattr(self._file, "flush", None)
+                if fl is not None:
+                    fl()
+        except OSError as e:
+            self.error = e
+            raise
+        except Exception as e:  # closed file objects raise ValueError; surface as OSError
+            err = OSError(f"cannot write the trace: {e}")
+            self.error = err
+            raise err from e
+
+    def _refuse(self) -> None:
+        if self.closed:
+            raise OSError("the trace file is closed")
+        raise OSError(f"the trace file could not be written earlier ({self.error}); no more records are written")
+
+    def close(self) -> None:
+        """Flush and close (the file is closed only if the sink opened it)."""
+        if self.closed:
+            return
+        try:
+            if self.error is None:
+                self.flush()
+        finally:
+            self.closed = True
+            if self._owns:
+                self._file.close()
+
+
+class TraceWriter:
+    """Emit an npusan trace from any runtime: the contract in DESIGN.md.
+
+    ``file`` is a path or a binary file object (left open on close). Streams, events and
+    pointers are ints; ``device=`` names the device of the stream (streams are identified
+    per device), ``stack=`` is a list of ``(filename, lineno, function)`` outermost first,
+    and ``thread=`` (an int id or a name) is noted once per thread for ``npusan info``
+    (records of format 1.0 carry no thread). Every method is thread-safe. Writing errors
+    raise :class:`OSError` (see the module docstring). ``header=`` overrides header keys
+    (the recorder passes ``device_count`` and ``default_streams``).
+    """
+
+    def __init__(
+        self,
+        file: PathOrFile,
+        *,
+        backend: str = "cuda",
+        metadata: Optional[Mapping] = None,
+        header: Optional[Mapping] = None,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    ) -> None:
+        self.sink = FileSink(file, flush_bytes=flush_bytes, flush_interval=flush_interval)
+        self.lock = threading.Lock()
+        self.encoder = RecordEncoder(self.sink)
+        self.header = build_header(backend, metadata, header)
+        self._threads: dict[Any, int] = {}
+        self.closed = False
+        try:
+            self.sink.write_bytes(R.MAGIC)
+            self.sink(self.header)
+            self.sink.flush()  # a crash right after this still leaves a readable (empty) trace
+        except BaseException:
+            self.sink.close()
+            raise
+
+    # -- context manager -------------------------------------------------------------
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and not self.closed and self.sink.error is None:
+            try:
+                self.note("warning", f"the traced code raised {exc_type.__name__}: {exc}")
+            except OSError:
+                pass
+        self.close()
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _stack(self, stack: StackArg) -> Optional[int]:
+        if stack is None:
+            return None
+        return self.encoder.stack([(str(f[0]), operator.index(f[1]), str(f[2])) for f in stack])
+
+    def _thread(self, thread: Any) -> None:
+        if thread is None or thread in self._threads:
+            return
+        if isinstance(thread, str):
+            tid = len(self._threads)
+            name = thread
+        else:
+            tid = operator.index(thread)
+            name = str(tid)
+        self._threads[thread] = tid
+        self.encoder.thread(tid, name)
+
+    def _check(self) -> None:
+        if self.closed:
+            raise OSError("the trace writer is closed")
+
+    # -- the contract ----------------------------------------------------------------
+
+    def stream_created(self, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.stream_created(_int(stream), _int(device), self._stack(stack))
+
+    def event_created(self, event: int, *, thread: Any = None, stack: StackArg = None) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.event_created(_int(event), self._stack(stack))
+
+    def event_deleted(self, event: int, *, thread: Any = None, stack: StackArg = None) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.event_deleted(_int(event), self._stack(stack))
+
+    def event_recorded(
+        self, event: int, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None
+    ) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.event_recorded(_int(event), _int(stream), _int(device), self._stack(stack))
+
+    def event_waited(
+        self, event: int, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None
+    ) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.event_waited(_int(event), _int(stream), _int(device), self._stack(stack))
+
+    def event_synchronized(self, event: int, *, thread: Any = None, stack: StackArg = None) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.event_synchronized(_int(event), self._stack(stack))
+
+    def stream_synchronized(self, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.stream_synchronized(_int(stream), _int(device), self._stack(stack))
+
+    def device_synchronized(
+        self, *, device: Optional[int] = None, thread: Any = None, stack: StackArg = None
+    ) -> None:
+        """A device-wide synchronize; ``device=None`` (the default) means every device."""
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.device_synchronized(None if device is None else _int(device), self._stack(stack))
+
+    def memory_allocated(
+        self,
+        ptr: int,
+        stream: int,
+        size: Optional[int] = None,
+        *,
+        device: int = 0,
+        thread: Any = None,
+        stack: StackArg = None,
+    ) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.memory_allocated(
+                _int(ptr), _int(stream), _int(device), None if size is None else _int(size), self._stack(stack)
+            )
+
+    def memory_freed(self, ptr: int, *, thread: Any = None, stack: StackArg = None) -> None:
+        """A free of the block based at ``ptr`` (a pointer never allocated in the trace is ignored)."""
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.memory_freed(_int(ptr), self._stack(stack))
+
+    def record_stream(
+        self, ptr: int, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None
+    ) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.record_stream(_int(ptr), _int(stream), _int(device), self._stack(stack))
+
+    def erase_stream(
+        self, ptr: int, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None
+    ) -> None:
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.erase_stream(_int(ptr), _int(stream), _int(device), self._stack(stack))
+
+    def kernel(
+        self,
+        stream: int,
+        op: str,
+        reads: Iterable = (),
+        writes: Iterable = (),
+        *,
+        device: int = 0,
+        thread: Any = None,
+        stack: StackArg = None,
+    ) -> None:
+        """A kernel on ``stream``: each read/write is a pointer (the whole block that contains
+        it) or a ``(ptr, nbytes)`` pair (that byte range)."""
+        r = [_access(p) for p in reads]
+        w = [_access(p) for p in writes]
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.kernel(_int(stream), str(op), r, w, _int(device), self._stack(stack))
+
+    def note(self, level: str, text: str) -> None:
+        """A message for whoever reads the trace (``level``: "info", "warning", "error")."""
+        with self.lock:
+            self._check()
+            self.encoder.note(str(level), str(text))
+
+    def flush(self) -> None:
+        """Write everything buffered so far to the file."""
+        with self.lock:
+            if not self.closed:
+                self.sink.flush()
+
+    def close(self) -> None:
+        """Write the END record (the clean-end marker) with statistics and close.
+
+        If an earlier write failed, no END is written: the trace reads as truncated.
+        """
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                if self.sink.error is None:
+                    self.encoder.end(self.stats())
+            finally:
+                self.sink.close()
+
+    def stats(self) -> dict:
+        """What the END record says: record counts by type name, end time."""
+        counts = {R.RECORD_NAMES.get(t, str(t)): n for t, n in sorted(self.encoder.counts.items())}
+        return {"events": sum(self.encoder.counts.values()), "counts": counts, "end_time": time.time()}
+
+
+def _int(v: Any) -> int:
+    """An int argument (numpy ints welcome); bools and floats are mistakes."""
+    if isinstance(v, bool):
+        raise TypeError("expected an integer, got a bool")
+    i = operator.index(v)
+    if not -(1 << 63) <= i < (1 << 64):
+        raise ValueError(f"{i} does not fit in 64 bits")
+    return i
+
+
+def _access(p: Any):
+    if isinstance(p, (tuple, list)):
+        if len(p) != 2:
+            raise ValueError(f"a range access is (ptr, nbytes), got {p!r}")
+        ptr, n = _int(p[0]), _int(p[1])
+        if ptr < 0 or n < 0:
+            raise ValueError(f"negative pointer or size in {p!r}")
+        return (ptr, n)
+    ptr = _int(p)
+    if ptr < 0:
+        raise ValueError(f"negative pointer {ptr}")
+    return ptr
