@@ -1,0 +1,260 @@
+"""CUDA adapter: ``torch.cuda._gpu_trace`` hooks routed to the recorder.
+
+What the hooks give (torch >= 2.4, checked against torch 2.13's ``torch/cuda/_gpu_trace.py``
+and the C++ callers in c10/cuda and the caching allocator): raw ints only -- an event
+(``cudaEvent_t``), a stream (``cudaStream_t``), a block pointer -- and never a device. Each
+C++ caller holds a device guard for the object's device while it fires (event record/wait,
+stream synchronize, pool-stream creation), and the allocator fires on the device it
+allocates on, so the calling thread's current device is the right one. The allocation
+hook passes neither the size nor the stream: the stream is the calling thread's current
+stream on that device (which is what the allocator used); the size is left unknown.
+
+The default stream's handle is 0 on every device (1 and 2 are the legacy and per-thread
+default streams), so streams are named ``(device, handle)``.
+
+``torch._C._activate_gpu_trace()`` cannot be undone and registries cannot be emptied, so
+the forwarding functions are registered once per process (they live on the registry
+module) and forward to whichever recorder is installed, or to nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from .base import Backend, RecorderCallbacks
+
+#: Attribute set on the registry module holding our forwarder (registered at most once).
+_HOOKS_ATTR = "_npusan_cuda_hooks"
+#: Handles shared by every device (default, legacy default, per-thread default stream).
+_SHARED_HANDLES = 2
+
+#: (registry function suffix, forwarder method) -- the ten hooks torch exposes.
+HOOK_NAMES: Tuple[Tuple[str, str], ...] = (
+    ("event_creation", "event_creation"),
+    ("event_deletion", "event_deletion"),
+    ("event_record", "event_record"),
+    ("event_wait", "event_wait"),
+    ("memory_allocation", "memory_allocation"),
+    ("memory_deallocation", "memory_deallocation"),
+    ("stream_creation", "stream_creation"),
+    ("device_synchronization", "device_synchronization"),
+    ("stream_synchronization", "stream_synchronization"),
+    ("event_synchronization", "event_synchronization"),
+)
+
+
+class _CudaHooks:
+    """The functions registered with ``torch.cuda._gpu_trace``; forward to ``target``.
+
+    Each one returns at once when no recorder is installed (tracing stays on for the rest
+    of the process) and swallows every error: torch's registry would log a traceback.
+    """
+
+    def __init__(self, get_device: Callable[[], int], get_stream: Callable[[int], int]) -> None:
+        self.target: Optional[RecorderCallbacks] = None
+        self.get_device = get_device
+        self.get_stream = get_stream
+        # Non-shared stream handle -> device, learned at creation; a lookup is cheaper
+        # than asking the runtime and stays right if a caller lacks a device guard.
+        self.dev_of: Dict[int, int] = {}
+
+    def _dev(self, handle: int) -> int:
+        if handle > _SHARED_HANDLES:
+            d = self.dev_of.get(handle)
+            if d is not None:
+                return d
+        return self.get_device()
+
+    def event_creation(self, ev: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_event_created(ev)
+            except Exception:
+                pass
+
+    def event_deletion(self, ev: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_event_deleted(ev)
+            except Exception:
+                pass
+
+    def event_record(self, ev: int, stream: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_event_record(ev, stream, self._dev(stream))
+            except Exception:
+                pass
+
+    def event_wait(self, ev: int, stream: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_event_wait(ev, stream, self._dev(stream))
+            except Exception:
+                pass
+
+    def memory_allocation(self, ptr: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                dev = self.get_device()
+                r.on_alloc(ptr, self.get_stream(dev), dev, None)
+            except Exception:
+                pass
+
+    def memory_deallocation(self, ptr: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_free(ptr)
+            except Exception:
+                pass
+
+    def stream_creation(self, stream: int) -> None:
+        try:
+            dev = self.get_device()
+            if stream > _SHARED_HANDLES:
+                self.dev_of[stream] = dev
+            r = self.target
+            if r is not None:
+                r.on_stream_created(stream, dev)
+        except Exception:
+            pass
+
+    def device_synchronization(self) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_device_sync(self.get_device())
+            except Exception:
+                pass
+
+    def stream_synchronization(self, stream: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_stream_sync(stream, self._dev(stream))
+            except Exception:
+                pass
+
+    def event_synchronization(self, ev: int) -> None:
+        r = self.target
+        if r is not None:
+            try:
+                r.on_event_sync(ev)
+            except Exception:
+                pass
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def hooks_for(trace_mod: Any, get_device: Callable[[], int], get_stream: Callable[[int], int]) -> _CudaHooks:
+    """The forwarder registered on ``trace_mod``, registering a new one the first time."""
+    hooks = getattr(trace_mod, _HOOKS_ATTR, None)
+    if hooks is None:
+        hooks = _CudaHooks(get_device, get_stream)
+        for suffix, method in HOOK_NAMES:
+            getattr(trace_mod, "register_callback_for_" + suffix)(getattr(hooks, method))
+        setattr(trace_mod, _HOOKS_ATTR, hooks)
+    else:
+        hooks.get_device, hooks.get_stream = get_device, get_stream
+    return hooks
+
+
+class CudaBackend(Backend):
+    """CUDA streams, events and caching-allocator blocks, via the GPU trace hooks.
+
+    There is no kernel-launch hook and no record_stream hook on CUDA: both come from the
+    recorder's dispatch mode (``aten.record_stream`` carries the tensor and the stream).
+    """
+
+    name = "cuda"
+    #: CUDA has no native record_stream hook: the dispatch mode must report it.
+    native_record_stream = False
+
+    def __init__(self) -> None:
+        torch = _torch()
+        self._torch = torch
+        C = torch._C
+        # Direct C accessors: torch.cuda.current_device() adds a lazy-init check per call.
+        self._get_device: Callable[[], int] = getattr(C, "_cuda_getDevice", None) or torch.cuda.current_device
+        raw = getattr(C, "_cuda_getCurrentRawStream", None)
+        if raw is None:  # very old torch: slower, but correct
+            raw = lambda d: torch.cuda.current_stream(d).cuda_stream  # noqa: E731
+        self._get_stream: Callable[[int], int] = raw
+        self._hooks: Optional[_CudaHooks] = None
+        self._handles: Dict[Tuple[int, int], int] = {}
+
+    @classmethod
+    def available(cls) -> bool:
+        try:
+            torch = _torch()
+            return bool(torch.cuda.is_available()) and hasattr(torch._C, "_activate_gpu_trace")
+        except Exception:
+            return False
+
+    def install(self, recorder: RecorderCallbacks) -> None:
+        trace_mod = importlib.import_module("torch.cuda._gpu_trace")
+        hooks = hooks_for(trace_mod, self._get_device, self._get_stream)
+        hooks.target = recorder
+        self._hooks = hooks
+        # Idempotent (the C++ side keeps the first interpreter); also fine when CSAN
+        # already activated it: our callbacks sit next to CSAN's.
+        self._torch._C._activate_gpu_trace()
+
+    def uninstall(self) -> None:
+        if self._hooks is not None:
+            self._hooks.target = None
+            self._hooks = None
+
+    def current_device(self) -> int:
+        return self._get_device()
+
+    def current_stream(self, device: int) -> int:
+        return self._get_stream(device)
+
+    def default_streams(self) -> Dict[int, int]:
+        return {d: 0 for d in range(self.device_count())}
+
+    def device_count(self) -> int:
+        try:
+            return int(self._torch.cuda.device_count())
+        except Exception:
+            return 0
+
+    def stream_key(self, stream_obj: Any) -> Tuple[int, int]:
+        """``(device, cudaStream_t)`` of a ``torch.cuda.Stream`` or a CUDA ``torch.Stream``.
+
+        ``aten.record_stream`` hands the dispatch mode a plain ``torch.Stream`` (stream id,
+        device index, device type) with no ``cuda_stream``; it is rebuilt as a
+        ``torch.cuda.Stream`` once per distinct stream and the handle cached (pool
+        streams live as long as the process).
+        """
+        dev = stream_obj.device_index
+        if dev is None or dev < 0:
+            dev = self._get_device()
+        handle = getattr(stream_obj, "cuda_stream", None)
+        if handle is None:
+            key = (dev, stream_obj.stream_id)
+            handle = self._handles.get(key)
+            if handle is None:
+                handle = self._torch.cuda.Stream(
+                    stream_id=stream_obj.stream_id, device_index=dev, device_type=stream_obj.device_type
+                ).cuda_stream
+                self._handles[key] = handle
+        return int(dev), int(handle)
+
+    def is_device_tensor(self, t: Any) -> bool:
+        return t.is_cuda
+
+    def tensor_device(self, t: Any) -> int:
+        return t.get_device()

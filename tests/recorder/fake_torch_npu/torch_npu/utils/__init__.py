@@ -1,0 +1,1 @@
+"""Stand-in for ``torch_npu.utils``."""
