@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any, List, NamedTuple, Optional, Tuple
 
+from torch import Tensor
+
 #: Ops that alias their input without saying so in the schema, or only change metadata.
 _NO_ACCESS_NAMES = frozenset({"_unsafe_view", "set_", "_reshape_alias", "_nested_view_from_buffer"})
 #: ``(op name, argument name)`` pairs that are mutated although the schema does not say so.
@@ -141,8 +143,9 @@ def span(t: Any) -> Optional[Tuple[int, int, int, int]]:
     return base, off, ext, st.nbytes()
 
 
-def tensor_accesses(info: OpInfo, args: tuple, kwargs: dict, out: Any, is_dev) -> List[Tuple[Any, bool]]:
-    """``[(tensor, is_write), ...]`` for one call (device tensors only, in schema order)."""
+def tensor_accesses(info: OpInfo, args: tuple, kwargs: dict, out: Any, is_dev) -> Tuple[List[Tuple[Any, bool]], int]:
+    """``([(tensor, is_write), ...], n)`` for one call: device tensors only, arguments in
+    schema order, then the fresh outputs (from index ``n`` on)."""
     res: List[Tuple[Any, bool]] = []
     nargs = len(args)
     for idx, nm, write, is_list in info.slots:
@@ -156,22 +159,23 @@ def tensor_accesses(info: OpInfo, args: tuple, kwargs: dict, out: Any, is_dev) -
             continue
         if is_list:
             for x in a:
-                if x is not None and is_dev(x):
+                if isinstance(x, Tensor) and is_dev(x):
                     res.append((x, write))
-        elif is_dev(a):
+        elif isinstance(a, Tensor) and is_dev(a):
             res.append((a, write))
+    n = len(res)
     rets = info.returns
-    if rets:
+    if rets and out is not None:
         if len(rets) == 1:
-            if rets[0] == RET_NEW and out is not None:
+            if rets[0] == RET_NEW:
                 if info.list_return:
                     for x in out:
-                        if x is not None and is_dev(x):
+                        if isinstance(x, Tensor) and is_dev(x):
                             res.append((x, True))
-                elif is_dev(out):
+                elif isinstance(out, Tensor) and is_dev(out):
                     res.append((out, True))
         else:
             for kind, x in zip(rets, out):
-                if kind == RET_NEW and x is not None and hasattr(x, "untyped_storage") and is_dev(x):
+                if kind == RET_NEW and isinstance(x, Tensor) and is_dev(x):
                     res.append((x, True))
-    return res
+    return res, n

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from types import CodeType
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -33,6 +34,7 @@ _INTERNAL_DIRS = (
     os.path.join(_PKG, "cli") + os.sep,
     os.path.join(_PKG, "auto.py"),
     os.path.join(_PKG, "__init__.py"),
+    os.path.abspath(threading.__file__),  # Thread._bootstrap / run plumbing
 )
 
 _lines_cache: Dict[CodeType, List[Optional[int]]] = {}

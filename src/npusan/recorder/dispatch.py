@@ -1,0 +1,135 @@
+"""Kernels from a ``TorchDispatchMode`` -- in every thread.
+
+A dispatch mode lives on a thread-local stack: entered in one thread, it does not see ops
+that other threads run (DESIGN.md; CSAN is blind to worker threads because of this). So
+:class:`ModeInstaller` enters a :class:`RecordingMode` in the thread that starts recording
+and wraps ``threading.Thread._bootstrap_inner`` (which every ``threading.Thread`` -- and
+so every ``ThreadPoolExecutor`` worker, DataLoader pin-memory thread... -- runs first) so
+that each thread started afterwards enters its own mode before running its target. The
+autograd engine copies the dispatch-mode stack into its worker threads by itself.
+
+Limitation: threads that were already running when recording started, and threads made
+with ``_thread.start_new_thread`` directly, are not seen (record from process start with
+``npusan record`` / ``NPUSAN_TRACE`` to avoid the first).
+
+The mode looks the recorder up at each op (``session._current``), so it is inert (one
+attribute check, then the op) once recording stops, and serves a later recorder too.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Optional
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from . import session
+from .access import op_info, tensor_accesses
+
+_tls = threading.local()
+
+
+class RecordingMode(TorchDispatchMode):
+    """Runs each op, then records it as a kernel on the calling thread's current stream."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        rec = session._current
+        if rec is None or not rec.active:
+            return out
+        try:
+            info = func.__dict__.get("_npusan_info")
+            if info is None:
+                info = op_info(func)
+            if not info.view:
+                if info.record_stream:
+                    if rec.backend.is_device_tensor(args[0]):
+                        rec.record_stream_op(args[0], args[1], rec.stacks.key(1))
+                else:
+                    _record(rec, info, args, kwargs, out)
+        except Exception as e:  # never into user code
+            rec._fail(e)
+        if rec._findings:
+            rec._report_findings()  # online mode: may raise RaceError (on purpose)
+        return out
+
+
+def _record(rec, info, args, kwargs, out) -> None:
+    be = rec.backend
+    acc, n_in = tensor_accesses(info, args, kwargs, out, be.is_device_tensor)
+    if not acc:
+        return
+    if be.observes_outputs:
+        for t, _ in acc[n_in:]:
+            be.observe_output(t)
+    device = be.tensor_device(acc[0][0])
+    rec.record_kernel(info, device, be.current_stream(device), acc, rec.stacks.key(2))
+
+
+def _enter_mode() -> Optional[RecordingMode]:
+    if getattr(_tls, "mode", None) is not None:
+        return None  # this thread already has one
+    mode = RecordingMode()
+    mode.__enter__()
+    _tls.mode = mode
+    return mode
+
+
+def _exit_mode(mode: RecordingMode) -> bool:
+    """Leave ``mode`` if it is on top of this thread's stack (else leave it, inert)."""
+    try:
+        if _get_current_dispatch_mode() is mode:
+            mode.__exit__(None, None, None)
+            if getattr(_tls, "mode", None) is mode:
+                _tls.mode = None
+            return True
+    except Exception:
+        pass
+    return False
+
+
+_orig_bootstrap_inner = None
+
+
+def _patch_threads() -> None:
+    global _orig_bootstrap_inner
+    if _orig_bootstrap_inner is not None:
+        return
+    _orig_bootstrap_inner = orig = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+
+    def _bootstrap_inner(self):  # runs in the new thread
+        mode = None
+        rec = session._current
+        if rec is not None and rec.active:
+            try:
+                mode = _enter_mode()
+            except Exception:
+                mode = None
+        try:
+            orig(self)
+        finally:
+            if mode is not None:
+                _exit_mode(mode)
+
+    threading.Thread._bootstrap_inner = _bootstrap_inner  # type: ignore[attr-defined]
+
+
+class ModeInstaller:
+    """Enters the mode in the starting thread and in every thread started later."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+        self._mode: Optional[RecordingMode] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> None:
+        _patch_threads()
+        self._thread = threading.current_thread()
+        self._mode = _enter_mode()
+
+    def stop(self) -> None:
+        """Pop the starting thread's mode when called from that thread and it is on top."""
+        if self._mode is not None and threading.current_thread() is self._thread:
+            if _exit_mode(self._mode):
+                self._mode = None

@@ -1,0 +1,433 @@
+"""The recorder core: backend callbacks and dispatched kernels -> one RecordEncoder.
+
+One :class:`Recorder` per process records at a time (:func:`current`). Everything that
+reaches it -- backend hooks (:class:`~.backends.base.RecorderCallbacks`) and kernels from
+the dispatch mode (:meth:`Recorder.record_kernel`) -- is serialized by one re-entrant
+lock. A hook that fires *while* the lock is held by the same thread (a tensor freed by the
+garbage collector in the middle of encoding a kernel) is queued and emitted right after,
+so the encoder is never re-entered and never deadlocks.
+
+Never harm the host program: every entry point catches everything; the first unexpected
+error (including ``OSError`` from a full disk or an unwritable path) prints one warning to
+stderr and stops recording. The program goes on and computes what it would have without
+npusan. The only exception that reaches user code on purpose is :class:`RaceError`, in
+online mode with ``mode="raise"``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Optional, Union
+
+from ..trace_format.encoder import RecordEncoder
+from .access import span
+from .backends import Backend, select_backend
+from .errors import RaceError, format_finding
+from .stacks import DEFAULT_DEPTH, StackCapture, resolve
+
+FLUSH_BYTES = 256 * 1024
+FLUSH_INTERVAL = 0.5
+
+_current: Optional["Recorder"] = None
+_current_lock = threading.Lock()
+
+
+def current() -> Optional["Recorder"]:
+    """The recorder active in this process, if any."""
+    return _current
+
+
+class _Tee:
+    def __init__(self, *sinks) -> None:
+        self.sinks = sinks
+
+    def __call__(self, rec: list) -> None:
+        for s in self.sinks:
+            s(rec)
+
+
+class Recorder:
+    """Records one process's device activity into a trace file and/or a live engine.
+
+    ``path``: a trace path or binary file object (None: no file, online only).
+    ``online``: None, ``"raise"`` or ``"warn"``: run the analyzer engine in process.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]", Any, None] = None,
+        *,
+        backend: Union[str, Backend] = "auto",
+        online: Optional[str] = None,
+        stack_depth: int = DEFAULT_DEPTH,
+        keep_internal_frames: bool = False,
+        metadata: Optional[dict] = None,
+        flush_interval: float = FLUSH_INTERVAL,
+        flush_bytes: int = FLUSH_BYTES,
+    ) -> None:
+        if path is None and online is None:
+            raise ValueError("nothing to record to: give a trace path or an online mode")
+        if online not in (None, "raise", "warn"):
+            raise ValueError(f"online mode must be 'raise' or 'warn', not {online!r}")
+        self.path = path
+        self.online = online
+        self.backend: Backend = select_backend(backend) if isinstance(backend, str) else backend
+        self.stacks = StackCapture(stack_depth, keep_internal_frames)
+        self.metadata = metadata
+        self.flush_interval = flush_interval
+        self.flush_bytes = flush_bytes
+        self.active = False
+        self.failed = False
+        self.writer = None
+        self.engine = None
+        self.enc: Optional[RecordEncoder] = None
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._busy = False
+        self._deferred: collections.deque = collections.deque()
+        self._stack_ids: dict = {}
+        self._op_sids: dict = {}
+        self._findings: list = []
+        self._reported: set = set()
+        self._flusher: Optional[threading.Thread] = None
+        self._stop_flusher = threading.Event()
+        self._mode_pushed = False
+        self._prev_sigterm = None
+        self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "Recorder":
+        global _current
+        with _current_lock:
+            if _current is not None and _current.active:
+                raise RuntimeError("npusan is already recording in this process")
+            be = self.backend
+            header = {"device_count": be.device_count(), "default_streams": dict(be.default_streams())}
+            sinks = []
+            if self.path is not None:
+                from ..trace_format.writer import TraceWriter
+
+                self.writer = TraceWriter(
+                    self.path,
+                    backend=be.name,
+                    metadata=self.metadata,
+                    header=header,
+                    flush_bytes=self.flush_bytes,
+                    flush_interval=self.flush_interval,
+                )
+                self.enc = self.writer.encoder
+                sinks.append(self.writer.sink)
+            if self.online is not None:
+                from ..analyzer.engine import Engine
+                from ..trace_format.header import build_header
+                from ..trace_format.symbols import SymbolTable
+
+                hdr = self.writer.header if self.writer else build_header(be.name, self.metadata, header)
+                self.engine = Engine(SymbolTable(), header=hdr, on_finding=self._on_finding)
+                sinks.append(self.engine.feed)
+            if self.enc is None:
+                self.enc = RecordEncoder(sinks[0])
+            elif len(sinks) > 1:
+                self.enc.sink = _Tee(*sinks)
+            self._pid = os.getpid()
+            self.active = True
+            _current = self
+        be.install(self)
+        from .dispatch import ModeInstaller
+
+        self.dispatch = ModeInstaller(self)
+        self.dispatch.start()
+        _install_process_hooks()
+        if self.writer is not None:
+            self._flusher = threading.Thread(target=self._flush_loop, name="npusan-flush", daemon=True)
+            self._flusher.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop recording: write the END record and close the trace (idempotent)."""
+        global _current
+        if os.getpid() != self._pid:
+            self.active = False
+            return
+        was_active = self.active
+        self.active = False
+        self._stop_flusher.set()
+        try:
+            if self.dispatch is not None:
+                self.dispatch.stop()
+            self.backend.uninstall()
+        except Exception:
+            pass
+        try:
+            with self._lock:
+                if was_active and not self.failed:
+                    self._drain()
+                if self.engine is not None and not self.failed:
+                    self.engine.finish()
+                if self.writer is not None and not self.failed:
+                    self.writer.close()
+        except Exception as e:
+            self._fail(e)
+        with _current_lock:
+            if _current is self:
+                _current = None
+        if self.online is not None and self._findings:
+            self._report_findings(allow_raise=False)
+
+    def __enter__(self) -> "Recorder":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def flush(self) -> None:
+        """Write buffered records to the file now."""
+        self._run(self._flush)
+
+    def _flush(self) -> None:
+        if self.writer is not None:
+            self.writer.sink.flush()
+
+    def _flush_loop(self) -> None:
+        while not self._stop_flusher.wait(self.flush_interval):
+            if not self.active or os.getpid() != self._pid:
+                return
+            if self.writer is not None and self.writer.sink.pending():
+                self._run(self._flush)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child never writes into the parent's trace: drop everything."""
+        self.active = False
+        self.writer = None
+        self.engine = None
+        self._lock = threading.RLock()
+        self._busy = False
+        self._deferred.clear()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _fail(self, e: BaseException) -> None:
+        """Stop recording after an unexpected error; warn once; never raise."""
+        if self.failed:
+            return
+        self.failed = True
+        self.active = False
+        self._stop_flusher.set()
+        try:
+            where = f" ({self.writer.sink.name})" if self.writer is not None and self.writer.sink.name else ""
+            sys.stderr.write(f"npusan: warning: recording stopped{where}: {type(e).__name__}: {e}\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
+        try:
+            if self.writer is not None:
+                self.writer.sink.close()
+        except Exception:
+            pass
+
+    def _run(self, fn, *args) -> None:
+        """Run ``fn(*args)`` under the lock; queue it if this thread is already inside."""
+        if not self.active:
+            return
+        try:
+            with self._lock:
+                if self._busy:
+                    self._deferred.append((fn, args))
+                    return
+                self._busy = True
+                try:
+                    if self._deferred:
+                        self._drain()
+                    if self.active:
+                        fn(*args)
+                    if self._deferred:
+                        self._drain()
+                finally:
+                    self._busy = False
+        except Exception as e:
+            self._fail(e)
+
+    def _drain(self) -> None:
+        d = self._deferred
+        while d and self.active:
+            fn, args = d.popleft()
+            fn(*args)
+
+    def _stack(self, key) -> Optional[int]:
+        if key is None:
+            return None
+        sid = self._stack_ids.get(key)
+        if sid is None:
+            sid = self._stack_ids[key] = self.enc.stack(resolve(key))
+        return sid
+
+    # ------------------------------------------------------------------ kernels
+
+    def record_kernel(self, info, device: int, handle: int, accesses: list, key) -> None:
+        """Called by the dispatch mode (outside the lock) with ``[(tensor, write), ...]``."""
+        spans = [(span(t), w) for t, w in accesses]
+        self._run(self._kernel, info.name, device, handle, spans, key)
+
+    def _kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
+        enc = self.enc
+        op = self._op_sids.get(name)
+        if op is None:
+            op = self._op_sids[name] = enc.string(name)
+        acc = []
+        block = enc.block
+        for sp, w in spans:
+            if sp is None:
+                continue
+            base, off, ext, total = sp
+            bid, b0 = block(base)
+            a = ~bid if w else bid
+            if b0 == base and off == 0 and ext >= total:
+                acc.append(a)
+            else:
+                acc.append([a, off + (base - b0), ext])
+        enc.kernel_blocks(enc.stream(handle, device), op, acc, self._stack(key))
+
+    def record_stream_op(self, t, stream_obj, key) -> None:
+        """``aten.record_stream`` seen by the dispatch mode."""
+        try:
+            device, handle = self.backend.stream_key(stream_obj)
+            ptr = t.untyped_storage().data_ptr()
+        except Exception as e:
+            self._fail(e)
+            return
+        if ptr:
+            self._run(self._emit, "record_stream", (ptr, handle, device), key)
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _emit(self, meth: str, args: tuple, key) -> None:
+        getattr(self.enc, meth)(*args, stack=self._stack(key))
+
+    def _cb(self, meth: str, *args) -> None:
+        if not self.active:
+            return
+        try:
+            key = self.stacks.key(2)
+        except Exception:
+            key = None
+        self._run(self._emit, meth, args, key)
+
+    def on_stream_created(self, handle: int, device: int) -> None:
+        self._cb("stream_created", handle, device)
+
+    def on_event_created(self, ev: int) -> None:
+        self._cb("event_created", ev)
+
+    def on_event_deleted(self, ev: int) -> None:
+        self._cb("event_deleted", ev)
+
+    def on_event_record(self, ev: int, handle: int, device: int) -> None:
+        self._cb("event_recorded", ev, handle, device)
+
+    def on_event_wait(self, ev: int, handle: int, device: int) -> None:
+        self._cb("event_waited", ev, handle, device)
+
+    def on_event_sync(self, ev: int) -> None:
+        self._cb("event_synchronized", ev)
+
+    def on_stream_sync(self, handle: int, device: int) -> None:
+        self._cb("stream_synchronized", handle, device)
+
+    def on_device_sync(self, device: Optional[int]) -> None:
+        self._cb("device_synchronized", device)
+
+    def on_alloc(self, ptr: int, handle: int, device: int, size: Optional[int]) -> None:
+        self._cb("memory_allocated", ptr, handle, device, size)
+
+    def on_free(self, ptr: int) -> None:
+        self._cb("memory_freed", ptr)
+
+    def on_record_stream(self, ptr: int, handle: int, device: int) -> None:
+        self._cb("record_stream", ptr, handle, device)
+
+    def on_erase_stream(self, ptr: int, handle: int, device: int) -> None:
+        self._cb("erase_stream", ptr, handle, device)
+
+    # ------------------------------------------------------------------ online mode
+
+    def _on_finding(self, finding) -> None:
+        self._findings.append(finding)
+
+    def pending_findings(self) -> bool:
+        return bool(self._findings)
+
+    def _report_findings(self, allow_raise: bool = True) -> None:
+        """Raise (mode "raise") or warn about findings the engine reported since last time."""
+        found, self._findings = self._findings, []
+        for f in found:
+            fp = f.fingerprint()
+            if fp in self._reported:
+                continue
+            self._reported.add(fp)
+            msg = format_finding(f)
+            if self.online == "raise" and allow_raise:
+                raise RaceError(msg, f)
+            try:
+                sys.stderr.write(f"npusan: warning: {msg}\n")
+            except Exception:
+                pass
+
+
+# ---------------------------------------------------------------------- process hooks
+
+_hooks_installed = False
+
+
+def _install_process_hooks() -> None:
+    """atexit, SIGTERM and fork handling, once per process."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    _hooks_installed = True
+    atexit.register(_at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+    try:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+            signal.SIG_DFL,
+            None,
+        ):
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except Exception:
+        pass
+
+
+def _at_exit() -> None:
+    rec = _current
+    if rec is not None:
+        rec.stop()
+
+
+def _after_fork_in_child() -> None:
+    global _current
+    rec = _current
+    if rec is not None:
+        rec.after_fork_in_child()
+    _current = None
+
+
+def _on_sigterm(signum, frame) -> None:
+    """Flush and mark a clean end, then die of SIGTERM as the program would have."""
+    rec = _current
+    if rec is not None:
+        try:
+            rec.stop()
+        except Exception:
+            pass
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except Exception:
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
