@@ -1,0 +1,777 @@
+"""The replay engine: the sync-state matrix of DESIGN.md and the three detectors.
+
+One :class:`Engine` replays one trace (a file through :meth:`Engine.run`, or live records
+through :meth:`Engine.feed` in online mode). Its hot loop handles kernel records inline:
+per-block state sits in a list indexed by block id, each access of a kernel that only
+touches blocks its own stream owns is a couple of list/dict stores, and nothing is
+allocated per access. Everything slower (cross-stream checks, byte ranges, reuse ghosts,
+malformed input) is in the ``_slow_*`` methods.
+
+Per-block state (a list, indexes ``_OWN`` .. ``_UNDEF``):
+
+* whole-block mode: ``W`` is the last write as a kernel tuple ``k = (seq, sidx, rec)`` or
+  None, ``R`` maps a stream to its latest read since that write (a kernel tuple);
+* range mode (after the first ``[a, offset, nbytes]`` access): ``SEGS`` is a sorted list of
+  segments ``[lo, hi, writes, reads]`` covering ``[0, inf)``, where ``writes`` is a tuple of
+  ``(k, access)`` pairs (normally one) and ``reads`` maps a stream to ``(k, access)``. At
+  most :data:`MAX_SEGMENTS` segments are kept; beyond that neighbours are merged
+  conservatively: the merged segment keeps every write (latest per stream) both as writes
+  and as reads, so a later access is checked against everything either half had (this can
+  only add reports, never lose one);
+* ``OWN`` is the stream for which an access needs no check at all (every piece of state
+  is that stream's own, whole-block mode, no reuse ghosts), else -1: the fast path.
+
+Cross-stream uses for the missing-record_stream check are not written on every access:
+an access stays visible in ``W``/``R`` until another stream's write drops it, and only then
+is it folded into ``USES`` (latest per stream). At free the check merges ``USES`` with what
+is still in ``W``/``R``/segments.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Iterable, Optional
+
+from ..trace_format import records as R
+from ..trace_format.errors import TraceFormatError
+from ..trace_format.symbols import MAX_TABLE, SymbolTable
+from .findings import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
+
+#: Distinct byte-range segments kept per block before neighbours are merged (see module doc).
+MAX_SEGMENTS = 32
+#: Distinct findings kept per trace; later distinct ones are only counted (``dropped``).
+MAX_FINDINGS = 10_000
+#: Occurrences ``(seq, previous_seq, address)`` kept per finding.
+MAX_OCCURRENCES = 1000
+#: Distinct block addresses kept per finding.
+MAX_ADDRESSES = 16
+#: Freed-block uses remembered for reuse-race detection (oldest evicted first).
+MAX_GHOSTS = 256
+#: Ghost uses attached to one re-allocated block.
+MAX_BLOCK_GHOSTS = 32
+
+INF = float("inf")
+
+# Block state layout.
+_OWN, _W, _R, _SEGS, _GHOSTS, _USES, _RECORDED, _PTR, _SIZE, _ASTREAM, _ASTACK, _BID, _DEF = range(13)
+
+_DATA_RACE = Kind.DATA_RACE
+_MISSING = Kind.MISSING_RECORD_STREAM
+_REUSE = Kind.REUSE_RACE
+
+
+class _CallbackError(Exception):
+    """Carries an exception raised by ``on_finding`` through the malformed-input handler."""
+
+
+class _Occurrences:
+    """Everything kept for one distinct finding key while replaying."""
+
+    __slots__ = ("kind", "access", "previous", "block", "count", "first", "last", "addresses",
+                 "occurrences", "finding")
+
+    def __init__(self, kind, access, previous, block, seq, pseq, addr):
+        self.kind = kind
+        self.access = access  # (k, acc): k = (seq, sidx, rec); acc the encoded access
+        self.previous = previous
+        self.block = block  # (ptr, size, alloc sidx, alloc stack)
+        self.count = 1
+        self.first = self.last = seq
+        self.addresses = [addr]
+        self.occurrences = [(seq, pseq, addr)]
+        self.finding: Optional[Finding] = None
+
+
+class Engine:
+    """Replays the records of one trace; see the module docstring and DESIGN.md."""
+
+    def __init__(
+        self,
+        symbols: SymbolTable,
+        *,
+        header: Optional[dict] = None,
+        check_leaks: bool = False,
+        on_finding: Optional[Callable[[Finding], None]] = None,
+        trace_index: int = 0,
+    ) -> None:
+        self.symbols = symbols
+        self.header = header or {}
+        self.check_leaks = check_leaks
+        self.on_finding = on_finding
+        self.trace_index = trace_index
+        self.seq = 0
+        self.events = 0  # non-definition records processed, kernels included
+        self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
+        self._cur: dict[int, dict[int, int]] = {}  # current[S] = {P: seq}
+        self._host: dict[int, int] = {}
+        self._events: dict[int, dict[int, int]] = {}  # recorded[E]
+        self._created_stack: dict[int, Optional[int]] = {}
+        self._blocks: list = []  # bid -> state list or None
+        self._live_ptr: dict[int, int] = {}  # base pointer -> bid of the live block
+        self._stale_defs: dict[int, tuple] = {}  # bid -> BLOCK_DEF value already freed
+        self._ghosts: deque = deque()
+        self._occ: dict[tuple, _Occurrences] = {}
+        self._leaks_checked = False
+        self._default_streams = self._parse_default_streams(self.header.get("default_streams"))
+        self._handlers = {
+            R.STREAM_CREATED: self._on_stream_created,
+            R.EVENT_CREATED: self._on_event_created,
+            R.EVENT_DELETED: self._on_event_deleted,
+            R.EVENT_RECORD: self._on_event_record,
+            R.EVENT_WAIT: self._on_event_wait,
+            R.EVENT_SYNC: self._on_event_sync,
+            R.STREAM_SYNC: self._on_stream_sync,
+            R.DEVICE_SYNC: self._on_device_sync,
+            R.ALLOC: self._on_alloc,
+            R.FREE: self._on_free,
+            R.RECORD_STREAM: self._on_record_stream,
+            R.ERASE_STREAM: self._on_erase_stream,
+        }
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def kernels(self) -> int:
+        return self.seq
+
+    def feed(self, rec: list) -> None:
+        """Online mode: route one record (definition or not) from a RecordEncoder."""
+        t = rec[0]
+        if t in R.DEFINITIONS:
+            self.symbols.define(rec)
+            if t == R.BLOCK_DEF:
+                self._forget_block(rec[1])
+        else:
+            self.run((rec,))
+
+    def process(self, rec: list) -> None:
+        """Handle one non-definition record."""
+        self.run((rec,))
+
+    def run(self, records: Iterable[list]) -> None:
+        """The fast replay loop over non-definition records (definitions are tolerated)."""
+        K = R.KERNEL
+        cur = self._cur
+        blocks = self._blocks
+        handlers = self._handlers
+        slow = self._slow_access
+        seq = seq0 = self.seq
+        other = 0
+        rec = None
+        lastS = None
+        vec = None
+        _int = int
+        try:
+            for rec in records:
+                if rec[0] == K:
+                    S = rec[1]
+                    seq += 1
+                    if S != lastS:
+                        vec = cur.get(S)
+                        if vec is None:
+                            vec = self._stream(S)
+                        lastS = S
+                    vec[S] = seq
+                    k = (seq, S, rec)
+                    for a in rec[4:]:
+                        if a.__class__ is _int:
+                            try:
+                                if a >= 0:
+                                    b = blocks[a]
+                                    if b[0] == S:
+                                        b[2][S] = k
+                                        continue
+                                else:
+                                    b = blocks[~a]
+                                    if b[0] == S:
+                                        b[1] = k
+                                        if b[2]:
+                                            b[2] = {}
+                                        continue
+                            except (IndexError, TypeError):
+                                pass
+                        self.seq = seq
+                        slow(S, vec, k, a)
+                else:
+                    other += 1
+                    h = handlers.get(rec[0])
+                    if h is not None:
+                        self.seq = seq
+                        h(rec)
+                        lastS = None  # the handler may have replaced stream vectors
+                        vec = None
+                    elif rec[0] in R.DEFINITIONS:
+                        other -= 1
+                        self.symbols.define(rec)
+                        if rec[0] == R.BLOCK_DEF:
+                            self._forget_block(rec[1])
+                    elif rec[0].__class__ is not _int or rec.__class__ is not list:
+                        raise TypeError("a record is an array whose first element is an integer type")
+                    # else: a record type from a newer minor version (or NOTE/END): skipped
+        except _CallbackError as e:
+            raise e.__cause__ from None
+        except TraceFormatError:
+            raise
+        except (TypeError, KeyError, IndexError, ValueError, AttributeError, OverflowError) as e:
+            raise TraceFormatError(self._describe_bad(rec, e)) from None
+        finally:
+            self.seq = seq
+            self.events += other + (seq - seq0)
+
+    def finish(self) -> list:
+        """End of trace: the leak check (once, if ``check_leaks``), then the resolved findings.
+
+        Findings come sorted by first occurrence. Calling it again (e.g. online mode at
+        exit after an earlier look) returns the findings so far; the leak check is not
+        repeated.
+        """
+        if self.check_leaks and not self._leaks_checked:
+            self._leaks_checked = True
+            for b in self._blocks:
+                if b is not None and b[_ASTREAM] is not None:
+                    self._check_free(b, None, ghost=False)
+        out = []
+        for occ in self._occ.values():
+            f = occ.finding or self._build(occ)
+            occ.finding = f
+            f.count = occ.count
+            f.first_seq = occ.first
+            f.last_seq = occ.last
+            f.addresses = list(occ.addresses)
+            f.occurrences = list(occ.occurrences)
+            out.append(f)
+        out.sort(key=lambda f: (f.first_seq, f.kind.value))
+        return out
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    @staticmethod
+    def _parse_default_streams(ds) -> set:
+        out = set()
+        if isinstance(ds, dict):
+            for dev, handle in ds.items():
+                try:
+                    out.add((int(dev), int(handle)))
+                except (TypeError, ValueError):
+                    continue
+        return out
+
+    def _describe_bad(self, rec, e: Exception) -> str:
+        t = rec[0] if isinstance(rec, list) and rec else None
+        name = R.RECORD_NAMES.get(t, "?") if isinstance(t, int) else "?"
+        return f"malformed {name} record after kernel {self.seq}: {_short(rec)} ({type(e).__name__}: {e})"
+
+    # ------------------------------------------------------------------ streams & events
+
+    def _stream(self, S) -> dict:
+        """The sync vector of stream S, creating it (backfill) if first seen."""
+        vec = self._cur.get(S)
+        if vec is None:
+            if S not in self.symbols.streams:
+                raise TraceFormatError(f"record refers to stream index {S!r}, which is not defined")
+            self._host[S] = 0
+            vec = self._cur[S] = dict(self._host)
+        return vec
+
+    def _on_stream_created(self, rec):
+        S = rec[1]
+        if S in self._cur:
+            return  # PyTorch creates each (pool) stream once: a second creation is ignored
+        self._stream(S)
+        self._created_stack[S] = rec[2]
+
+    def _on_event_created(self, rec):
+        self._events[_event_id(rec[1])] = {}
+
+    def _on_event_deleted(self, rec):
+        self._events.pop(_event_id(rec[1]), None)
+
+    def _on_event_record(self, rec):
+        self._events[_event_id(rec[1])] = dict(self._stream(rec[2]))
+
+    def _on_event_wait(self, rec):
+        vec = self._stream(rec[2])
+        snap = self._events.get(_event_id(rec[1]))
+        if snap:
+            _merge(vec, snap)
+
+    def _on_event_sync(self, rec):
+        snap = self._events.get(_event_id(rec[1]))
+        if snap:
+            for vec in self._cur.values():
+                _merge(vec, snap)
+            _merge(self._host, snap)
+
+    def _on_stream_sync(self, rec):
+        src = dict(self._stream(rec[1]))
+        for vec in self._cur.values():
+            _merge(vec, src)
+        _merge(self._host, src)
+
+    def _on_device_sync(self, rec):
+        dev = rec[1]
+        if dev is not None and not isinstance(dev, int):
+            raise TraceFormatError(f"device synchronize names device {dev!r}, not an integer")
+        host = self._host
+        streams = self.symbols.streams
+        for S, vec in self._cur.items():
+            if dev is None or streams[S][0] == dev:
+                host[S] = max(host.get(S, -1), vec[S])
+        for vec in self._cur.values():
+            _merge(vec, host)
+
+    # ------------------------------------------------------------------ blocks
+
+    def _new_block(self, bid, ptr, size, astream, astack, defn=None) -> list:
+        if not isinstance(bid, int) or not 0 <= bid < MAX_TABLE:
+            raise TraceFormatError(f"block id {bid!r} out of range")
+        if not isinstance(ptr, int) or not (size is None or (isinstance(size, int) and size >= 0)):
+            raise TraceFormatError(f"block {bid} has a malformed pointer or size")
+        blocks = self._blocks
+        if bid >= len(blocks):
+            blocks.extend([None] * (bid + 1 - len(blocks)))
+        old = blocks[bid]
+        if old is not None:  # allocation of a live block: its free was not recorded
+            self._drop_block(old)
+        other = self._live_ptr.get(ptr)
+        if other is not None and blocks[other] is not None:
+            self._drop_block(blocks[other])
+        b = [None, None, {}, None, None, None, None, ptr, size, astream, astack, bid, defn]
+        blocks[bid] = b
+        self._live_ptr[ptr] = bid
+        return b
+
+    def _drop_block(self, b) -> None:
+        bid = b[_BID]
+        self._blocks[bid] = None
+        if self._live_ptr.get(b[_PTR]) == bid:
+            del self._live_ptr[b[_PTR]]
+        if b[_DEF] is not None:
+            self._stale_defs[bid] = b[_DEF]
+
+    def _forget_block(self, bid) -> None:
+        """A BLOCK_DEF arrived through :meth:`feed`: any live state under that id is stale."""
+        if isinstance(bid, int) and 0 <= bid < len(self._blocks) and self._blocks[bid] is not None:
+            self._drop_block(self._blocks[bid])
+        self._stale_defs.pop(bid, None)
+
+    def _block(self, bid) -> list:
+        """Live state of block ``bid``; a block known only from BLOCK_DEF is materialized."""
+        if isinstance(bid, int) and 0 <= bid < len(self._blocks):
+            b = self._blocks[bid]
+            if b is not None:
+                return b
+        defn = self.symbols.blocks.get(bid) if isinstance(bid, int) else None
+        if defn is None or self._stale_defs.get(bid) is defn:
+            raise TraceFormatError(f"record refers to block id {bid!r}, which is not defined or was freed")
+        return self._new_block(bid, defn[0], defn[1], None, None, defn)
+
+    def _on_alloc(self, rec):
+        _, bid, ptr, size, S, stack = rec[:6]
+        self._stream(S)
+        b = self._new_block(bid, ptr, size, S, stack)
+        if self._ghosts:
+            self._attach_ghosts(b)
+
+    def _on_free(self, rec):
+        b = self._block(rec[1])
+        if b[_ASTREAM] is not None:
+            self._check_free(b, rec, ghost=True)
+        self._drop_block(b)
+
+    def _on_record_stream(self, rec):
+        b = self._block(rec[1])
+        self._stream(rec[2])
+        if b[_RECORDED] is None:
+            b[_RECORDED] = set()
+        b[_RECORDED].add(rec[2])
+
+    def _on_erase_stream(self, rec):
+        b = self._block(rec[1])
+        self._stream(rec[2])
+        if b[_RECORDED]:
+            b[_RECORDED].discard(rec[2])
+
+    # ------------------------------------------------------------------ accesses (slow path)
+
+    def _slow_access(self, S, vec, k, a) -> None:
+        """Any access the inline fast path did not take (see the module docstring)."""
+        if a.__class__ is int:
+            write = a < 0
+            bid = ~a if write else a
+            lo = hi = None
+        else:
+            if not isinstance(a, list) or len(a) != 3:
+                raise TraceFormatError(f"kernel access {a!r} is neither an int nor [block, offset, nbytes]")
+            x, off, n = a
+            if not (isinstance(x, int) and isinstance(off, int) and isinstance(n, int)) or off < 0 or n < 0:
+                raise TraceFormatError(f"kernel access {a!r} has a malformed block, offset or size")
+            write = x < 0
+            bid = ~x if write else x
+            lo, hi = off, off + n
+        b = self._block(bid)
+        if lo is not None and lo == hi:
+            return  # an empty range touches nothing
+        if b[_GHOSTS]:
+            self._check_ghosts(b, S, vec, k, a)
+        if lo is None and b[_SEGS] is None:
+            self._whole(b, S, vec, k, a, write)
+        else:
+            self._ranged(b, S, vec, k, a, write, 0 if lo is None else lo, INF if hi is None else hi)
+        # Fast-path eligibility: everything in the block is S's own.
+        if b[_SEGS] is None and not b[_GHOSTS]:
+            w = b[_W]
+            rd = b[_R]
+            if (w is None or w[1] == S) and (not rd or (len(rd) == 1 and S in rd)):
+                b[_OWN] = S
+                return
+        b[_OWN] = -1
+
+    def _whole(self, b, S, vec, k, a, write) -> None:
+        w = b[_W]
+        rd = b[_R]
+        bid = b[_BID]
+        if not write:
+            if w is not None and w[1] != S and vec.get(w[1], -1) < w[0]:
+                self._report(_DATA_RACE, k, a, w, ~bid, b)
+            rd[S] = k
+            return
+        if rd:
+            for P, pk in rd.items():
+                if P != S:
+                    if vec.get(P, -1) < pk[0]:
+                        self._report(_DATA_RACE, k, a, pk, bid, b)
+                    self._fold_use(b, pk, bid)
+        elif w is not None and w[1] != S and vec.get(w[1], -1) < w[0]:
+            self._report(_DATA_RACE, k, a, w, ~bid, b)
+        if w is not None and w[1] != S:
+            self._fold_use(b, w, ~bid)
+        b[_W] = k
+        b[_R] = {}
+
+    def _fold_use(self, b, pk, pacc) -> None:
+        """An access of another stream is dropped from the state: keep it as a use."""
+        P = pk[1]
+        if b[_ASTREAM] is None or P == b[_ASTREAM]:
+            return
+        uses = b[_USES]
+        if uses is None:
+            b[_USES] = {P: (pk, pacc)}
+            return
+        u = uses.get(P)
+        if u is None or u[0][0] < pk[0]:
+            uses[P] = (pk, pacc)
+
+    def _to_segments(self, b) -> list:
+        bid = b[_BID]
+        w = b[_W]
+        segs = [[0, INF, ((w, ~bid),) if w is not None else (), {P: (pk, bid) for P, pk in b[_R].items()}]]
+        b[_SEGS] = segs
+        b[_W] = None
+        b[_R] = {}
+        return segs
+
+    def _ranged(self, b, S, vec, k, a, write, lo, hi) -> None:
+        segs = b[_SEGS] or self._to_segments(b)
+        # Split so that segment boundaries fall on lo and hi.
+        i = 0
+        while segs[i][1] <= lo:
+            i += 1
+        s = segs[i]
+        if s[0] < lo:
+            segs.insert(i + 1, [lo, s[1], s[2], dict(s[3])])
+            s[1] = lo
+            i += 1
+        j = i
+        while segs[j][1] < hi:
+            j += 1
+        s = segs[j]
+        if s[1] > hi:
+            segs.insert(j + 1, [hi, s[1], s[2], dict(s[3])])
+            s[1] = hi
+        j += 1
+        reported = set()
+        if not write:
+            entry = (k, a)
+            for s in segs[i:j]:
+                for wk, wacc in s[2]:
+                    if wk[1] != S and vec.get(wk[1], -1) < wk[0] and id(wk) not in reported:
+                        reported.add(id(wk))
+                        self._report(_DATA_RACE, k, a, wk, wacc, b)
+                s[3][S] = entry
+        else:
+            wt = ((k, a),)
+            for s in segs[i:j]:
+                rd = s[3]
+                if rd:
+                    for P, (pk, pacc) in rd.items():
+                        if P != S:
+                            if vec.get(P, -1) < pk[0] and id(pk) not in reported:
+                                reported.add(id(pk))
+                                self._report(_DATA_RACE, k, a, pk, pacc, b)
+                            self._fold_use(b, pk, pacc)
+                else:
+                    for wk, wacc in s[2]:
+                        if wk[1] != S and vec.get(wk[1], -1) < wk[0] and id(wk) not in reported:
+                            reported.add(id(wk))
+                            self._report(_DATA_RACE, k, a, wk, wacc, b)
+                for wk, wacc in s[2]:
+                    if wk[1] != S:
+                        self._fold_use(b, wk, wacc)
+                s[2] = wt
+                s[3] = {}
+            if i == 0 and j == len(segs):  # the whole block was written: back to whole mode
+                b[_SEGS] = None
+                b[_W] = k
+                b[_R] = {}
+                return
+        self._coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
+
+    @staticmethod
+    def _same_state(s, t) -> bool:
+        if len(s[2]) != len(t[2]) or any(x[0] is not y[0] or x[1] is not y[1] for x, y in zip(s[2], t[2])):
+            return False
+        r1, r2 = s[3], t[3]
+        if len(r1) != len(r2):
+            return False
+        for P, e in r1.items():
+            f = r2.get(P)
+            if f is None or f[0] is not e[0] or f[1] is not e[1]:
+                return False
+        return True
+
+    def _coalesce(self, segs, i, j) -> None:
+        n = i
+        while n < j - 1 and n < len(segs) - 1:
+            if self._same_state(segs[n], segs[n + 1]):
+                segs[n][1] = segs[n + 1][1]
+                del segs[n + 1]
+                j -= 1
+            else:
+                n += 1
+        while len(segs) > MAX_SEGMENTS:
+            # Merge the narrowest adjacent pair (conservatively, see the module docstring).
+            best = min(range(len(segs) - 1), key=lambda m: segs[m + 1][1] - segs[m][0])
+            s, t = segs[best], segs[best + 1]
+            writes: dict = {}
+            reads: dict = {}
+            for wk, wacc in s[2] + t[2]:
+                cur = writes.get(wk[1])
+                if cur is None or cur[0][0] < wk[0]:
+                    writes[wk[1]] = (wk, wacc)
+            for src in (s[3], t[3], writes):
+                for P, e in src.items():
+                    cur = reads.get(P)
+                    if cur is None or cur[0][0] < e[0][0]:
+                        reads[P] = e
+            s[1] = t[1]
+            s[2] = tuple(writes.values())
+            s[3] = reads
+            del segs[best + 1]
+
+    # ------------------------------------------------------------------ record_stream & reuse
+
+    def _uses(self, b) -> dict:
+        """Latest use per stream other than the allocation stream: ``{P: (k, acc)}``."""
+        A = b[_ASTREAM]
+        bid = b[_BID]
+        out = dict(b[_USES] or ())
+
+        def put(pk, pacc):
+            P = pk[1]
+            if P != A:
+                u = out.get(P)
+                if u is None or u[0][0] < pk[0]:
+                    out[P] = (pk, pacc)
+
+        if b[_SEGS] is None:
+            if b[_W] is not None:
+                put(b[_W], ~bid)
+            for pk in b[_R].values():
+                put(pk, bid)
+        else:
+            for s in b[_SEGS]:
+                for wk, wacc in s[2]:
+                    put(wk, wacc)
+                for pk, pacc in s[3].values():
+                    put(pk, pacc)
+        return out
+
+    def _check_free(self, b, rec, ghost: bool) -> None:
+        A = b[_ASTREAM]
+        avec = self._cur.get(A, {})
+        recorded = b[_RECORDED] or ()
+        free_k = (self.seq, A, rec if rec is not None else [R.END, None])
+        for P, (pk, pacc) in self._uses(b).items():
+            if P in recorded or avec.get(P, -1) >= pk[0]:
+                continue
+            self._report(_MISSING, free_k, ~b[_BID], pk, pacc, b)
+            if ghost:
+                self._add_ghost(b, pk, pacc)
+
+    def _add_ghost(self, b, pk, pacc) -> None:
+        ghosts = self._ghosts
+        if len(ghosts) >= MAX_GHOSTS:
+            self._prune_ghosts()
+            if len(ghosts) >= MAX_GHOSTS:
+                ghosts.popleft()
+        ghosts.append((b[_PTR], b[_SIZE], pk, pacc))
+
+    def _ordered_everywhere(self, pk) -> bool:
+        P, p = pk[1], pk[0]
+        return all(vec.get(P, -1) >= p for vec in self._cur.values())
+
+    def _prune_ghosts(self) -> None:
+        keep = [g for g in self._ghosts if not self._ordered_everywhere(g[2])]
+        self._ghosts.clear()
+        self._ghosts.extend(keep)
+
+    def _attach_ghosts(self, b) -> None:
+        ptr, size = b[_PTR], b[_SIZE]
+        found = []
+        stale = False
+        for g in self._ghosts:
+            gptr, gsize = g[0], g[1]
+            if gsize is None and size is None:
+                hit = gptr == ptr
+            elif gsize is None:
+                hit = ptr <= gptr < ptr + size
+            elif size is None:
+                hit = gptr <= ptr < gptr + gsize
+            else:
+                hit = gptr < ptr + size and ptr < gptr + gsize
+            if hit:
+                if self._ordered_everywhere(g[2]):
+                    stale = True
+                    continue
+                found.append(g)
+        if stale:
+            self._prune_ghosts()
+        if found:
+            b[_GHOSTS] = found[-MAX_BLOCK_GHOSTS:]
+            b[_OWN] = -1
+
+    def _check_ghosts(self, b, S, vec, k, a) -> None:
+        keep = []
+        for g in b[_GHOSTS]:
+            pk = g[2]
+            if pk[1] != S and vec.get(pk[1], -1) < pk[0]:
+                self._report(_REUSE, k, a, pk, g[3], b)
+                continue  # reported once per re-allocated block
+            if not self._ordered_everywhere(pk):
+                keep.append(g)
+        b[_GHOSTS] = keep or None
+
+    # ------------------------------------------------------------------ findings
+
+    def _report(self, kind, k, acc, pk, pacc, b) -> None:
+        rec, prec = k[2], pk[2]
+        key = (kind, k[1], _op(rec), _stack(rec), acc < 0 if acc.__class__ is int else acc[0] < 0,
+               pk[1], _op(prec), _stack(prec), pacc < 0 if pacc.__class__ is int else pacc[0] < 0)
+        addr = b[_PTR]
+        occ = self._occ.get(key)
+        if occ is not None:
+            occ.count += 1
+            occ.last = k[0]
+            if len(occ.addresses) < MAX_ADDRESSES and addr not in occ.addresses:
+                occ.addresses.append(addr)
+            if len(occ.occurrences) < MAX_OCCURRENCES:
+                occ.occurrences.append((k[0], pk[0], addr))
+            return
+        if len(self._occ) >= MAX_FINDINGS:
+            self.dropped += 1
+            return
+        occ = self._occ[key] = _Occurrences(
+            kind, (k, acc), (pk, pacc), (addr, b[_SIZE], b[_ASTREAM], b[_ASTACK]), k[0], pk[0], addr
+        )
+        if self.on_finding is not None:
+            occ.finding = self._build(occ)
+            try:
+                self.on_finding(occ.finding)
+            except Exception as e:
+                raise _CallbackError() from e
+
+    def _stream_ref(self, S) -> StreamRef:
+        dev, handle = self.symbols.streams.get(S, (-1, -1))
+        return StreamRef(
+            device=dev,
+            handle=handle,
+            index=S,
+            is_default=(dev, handle) in self._default_streams,
+            created_stack=self._frames(self._created_stack.get(S)),
+            trace=self.trace_index,
+        )
+
+    def _frames(self, kid) -> tuple:
+        try:
+            return tuple(Frame(f, line, fn) for f, line, fn in self.symbols.frames_of(kid))
+        except (KeyError, TypeError, ValueError):
+            return ()
+
+    def _access_info(self, k, acc) -> AccessInfo:
+        seq, S, rec = k
+        if rec[0] == R.KERNEL:
+            op = self.symbols.string(rec[2])
+            stack = rec[3]
+        elif rec[0] == R.FREE:  # a host-side event: seq 0 by convention
+            op = "free"
+            stack = rec[2]
+            seq = 0
+        else:  # the end-of-trace leak check (check_leaks): the block was never freed
+            op = "end of trace (never freed)"
+            stack = None
+            seq = 0
+        if acc.__class__ is int:
+            typ = "write" if acc < 0 else "read"
+            off = n = None
+        else:
+            typ = "write" if acc[0] < 0 else "read"
+            off, n = acc[1], acc[2]
+        return AccessInfo(self._stream_ref(S), op, typ, seq, self._frames(stack), off, n)
+
+    def _build(self, occ: _Occurrences) -> Finding:
+        ptr, size, A, astack = occ.block
+        block = BlockInfo(ptr, size, self._stream_ref(A) if A is not None else None, self._frames(astack))
+        return Finding(
+            kind=occ.kind,
+            access=self._access_info(*occ.access),
+            previous=self._access_info(*occ.previous),
+            block=block,
+            count=occ.count,
+            addresses=list(occ.addresses),
+            first_seq=occ.first,
+            last_seq=occ.last,
+            trace=self.trace_index,
+            traces=[self.trace_index],
+            occurrences=list(occ.occurrences),
+        )
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _merge(dst: dict, src: dict) -> None:
+    for P, v in src.items():
+        if dst.get(P, -1) < v:
+            dst[P] = v
+
+
+def _event_id(e):
+    if e.__class__ is not int:
+        raise TraceFormatError(f"event id {e!r} is not an integer")
+    return e
+
+
+def _op(rec):
+    t = rec[0]
+    return rec[2] if t == R.KERNEL else -1 if t == R.FREE else -2
+
+
+def _stack(rec):
+    t = rec[0]
+    return rec[3] if t == R.KERNEL else rec[2] if t == R.FREE else None
+
+
+def _short(rec, limit: int = 80) -> str:
+    text = repr(rec)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
