@@ -1,9 +1,166 @@
-"""`npusan info` (placeholder until its issue lands)."""
+"""`npusan info TRACE`: what a trace holds (metadata, counts, streams, memory), no analysis.
+
+Exit 0 for a readable trace, truncated ones included (the truncation is reported); exit 2
+with one line for unusable input.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shlex
+from typing import Any
 
 import click
 
+from .errors import one_line_errors
+
 
 @click.command()
-def info() -> None:
-    """Not implemented yet."""
-    raise click.UsageError("npusan info is not implemented yet")
+@click.argument("trace", type=click.Path(dir_okay=False, allow_dash=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--no-color", is_flag=True, help="Plain text output.")
+@one_line_errors
+def info(trace: str, as_json: bool, no_color: bool) -> None:
+    """Describe TRACE: header, event counts by type, streams, memory, clean end or cut."""
+    from ..trace_format.info import info_dict, summarize
+
+    summary = summarize(trace)
+    if as_json:
+        click.echo(json.dumps(info_dict(summary), indent=2, sort_keys=False))
+        return
+    _render(summary, no_color)
+
+
+def _render(s, no_color: bool) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..trace_format.info import display_path
+
+    console = Console(no_color=no_color, highlight=False, soft_wrap=False)
+    h = s.header
+
+    title = f"[bold]{display_path(s.path)}[/bold]"
+    if s.size is not None:
+        title += f"  ({_bytes(s.size)})"
+    console.print(title)
+
+    meta = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
+    meta.add_column(style="dim")
+    meta.add_column()
+    meta.add_row("format", f"{s.version[0]}.{s.version[1]}")
+    for key, label in (("writer", "writer"), ("backend", "backend"), ("torch", "torch")):
+        if h.get(key) is not None:
+            meta.add_row(label, _text(h[key]))
+    if h.get("device_count") is not None:
+        meta.add_row("devices", _text(h["device_count"]))
+    if h.get("host") is not None or h.get("pid") is not None:
+        meta.add_row("process", f"pid {_text(h.get('pid', '?'))} on {_text(h.get('host', '?'))}")
+    if h.get("rank") is not None:
+        meta.add_row("rank", _text(h["rank"]))
+    if isinstance(h.get("argv"), list) and h["argv"]:
+        meta.add_row("command", _escape(shlex.join(str(a) for a in h["argv"])))
+    started = _time(h.get("start_time"))
+    if started:
+        meta.add_row("started", started)
+    ended = _time((s.end_stats or {}).get("end_time"))
+    if ended:
+        meta.add_row("ended", ended)
+    if isinstance(h.get("metadata"), dict) and h["metadata"]:
+        for k, v in h["metadata"].items():
+            meta.add_row(f"metadata.{_text(k)}", _text(v))
+    console.print(meta)
+    console.print()
+
+    if s.ended_cleanly:
+        console.print("[green]ended cleanly[/green] (the trace has its end record)")
+    else:
+        console.print(
+            "[bold yellow]truncated[/bold yellow]: no end record, the recording was cut "
+            "(crash or kill); everything up to the last complete record is usable"
+        )
+    console.print()
+
+    counts = Table(title="Records", box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
+    counts.add_column("type")
+    counts.add_column("count", justify="right")
+    for name, n in s.counts.items():
+        counts.add_row(name, f"{n:,}")
+    for t, n in s.unknown_types.items():
+        counts.add_row(f"unknown type {t} (skipped)", f"{n:,}")
+    counts.add_row("[bold]events[/bold]", f"[bold]{s.events:,}[/bold]")
+    console.print(counts)
+
+    if s.streams:
+        st = Table(title="Streams", box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
+        st.add_column("#", justify="right")
+        st.add_column("device", justify="right")
+        st.add_column("handle")
+        st.add_column("default")
+        st.add_column("created in trace")
+        st.add_column("kernels", justify="right")
+        for x in s.streams:
+            st.add_row(
+                str(x.index),
+                str(x.device),
+                hex(x.handle) if x.handle >= 0 else str(x.handle),
+                "yes" if x.default else "",
+                "yes" if x.created else "no (first seen in use)",
+                f"{x.kernels:,}",
+            )
+        console.print(st)
+
+    m = s.memory
+    mem = Table(title="Memory blocks", box=box.SIMPLE_HEAD, title_justify="left", title_style="bold",
+                show_header=False)
+    mem.add_column()
+    mem.add_column(justify="right")
+    mem.add_row("allocations", f"{m.allocations:,}")
+    mem.add_row("frees", f"{m.frees:,}")
+    mem.add_row("allocated", _bytes(m.allocated_bytes)
+                + (f" (+{m.unknown_size_allocations:,} of unknown size)" if m.unknown_size_allocations else ""))
+    mem.add_row("peak live blocks", f"{m.peak_live_blocks:,}")
+    mem.add_row("peak live bytes", _bytes(m.peak_live_bytes))
+    mem.add_row("live at end", f"{m.live_at_end:,}")
+    mem.add_row("used without allocation", f"{m.unallocated_blocks:,}")
+    console.print(mem)
+
+    if s.threads:
+        console.print("[bold]Threads[/bold]: " + ", ".join(f"{_escape(n)} ({t})" for t, n in sorted(s.threads.items())))
+    for w in s.warnings:
+        console.print(f"[yellow]warning[/yellow]: {_escape(w)}")
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    return _escape(v if isinstance(v, str) else repr(v))
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _time(value: Any) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return ""
+    try:
+        return datetime.datetime.fromtimestamp(value, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return ""
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    return str(n)  # pragma: no cover
+
+

@@ -55,6 +55,7 @@ class TraceReader:
         self._unknown: dict[int, int] = {}  # unknown record type -> how many were skipped
         self._done = False
         self._gen: Any = None
+        self._def_counts: dict[int, int] = {}
         if isinstance(source, (str, bytes, os.PathLike)):
             self._file: Any = open(source, "rb")
             self._owns = True
@@ -260,6 +261,8 @@ class TraceReader:
 
     def _define(self, rec: list) -> None:
         self._definitions += 1
+        t = rec[0]
+        self._def_counts[t] = self._def_counts.get(t, 0) + 1
         try:
             self.symbols.define(rec)
         except TraceFormatError as e:
@@ -314,6 +317,11 @@ class TraceReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @property
+    def definition_counts(self) -> dict[int, int]:
+        """Definition records absorbed so far, by record type."""
+        return dict(self._def_counts)
 
     @property
     def unknown_types(self) -> dict[int, int]:

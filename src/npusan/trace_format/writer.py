@@ -35,6 +35,8 @@ DEFAULT_FLUSH_BYTES = 1 << 20
 #: ... or when a record arrives this many seconds after the last flush.
 DEFAULT_FLUSH_INTERVAL = 1.0
 
+_monotonic = time.monotonic
+
 
 class FileSink:
     """Packs records with msgpack into a buffer and writes it to a file now and then.
@@ -82,7 +84,7 @@ class FileSink:
             self._refuse()
         self._buf += self._pack(rec)  # packs whole before touching the buffer: no partial record
         self.records += 1
-        if len(self._buf) >= self.flush_bytes or time.monotonic() - self._last_flush >= self.flush_interval:
+        if len(self._buf) >= self.flush_bytes or _monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
 
     def write_bytes(self, data: bytes) -> None:

@@ -1,0 +1,192 @@
+"""What is in a trace, without analyzing it: the data behind ``npusan info``.
+
+One streaming pass over the records (constant memory apart from the live-block table)
+collects the header, record counts by type, the streams, memory statistics, and whether
+the trace ended cleanly. :func:`jsonable` turns the result into plain JSON types.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+from . import records as R
+from .header import is_default_stream
+from .reader import Source, TraceReader
+
+
+@dataclass
+class StreamSummary:
+    index: int
+    device: int
+    handle: int
+    default: bool
+    created: bool  # a stream-created record was seen (False: first seen in use)
+    kernels: int = 0
+
+
+@dataclass
+class MemorySummary:
+    allocations: int = 0
+    frees: int = 0
+    #: Blocks referenced without an allocation in the trace (allocated before recording).
+    unallocated_blocks: int = 0
+    allocated_bytes: int = 0  # sum of the sizes the allocations gave
+    unknown_size_allocations: int = 0
+    peak_live_blocks: int = 0
+    peak_live_bytes: int = 0  # of blocks whose size is known
+    live_at_end: int = 0
+
+
+@dataclass
+class TraceInfo:
+    path: Optional[str]
+    size: Optional[int]
+    header: dict
+    version: tuple
+    ended_cleanly: bool
+    truncated: bool
+    warnings: list
+    end_stats: Optional[dict]
+    events: int
+    kernels: int
+    counts: dict  # record name -> count (events, then definitions)
+    streams: list  # StreamSummary
+    memory: MemorySummary
+    threads: dict  # tid -> name
+    unknown_types: dict = field(default_factory=dict)  # record type -> records skipped
+
+
+def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = None) -> TraceInfo:
+    """Read ``source`` once and describe it; raises TraceFormatError on unusable input."""
+    with TraceReader(source, on_warning=on_warning) as reader:
+        counts: dict[int, int] = {}
+        per_stream: dict[Any, int] = {}
+        created: set = set()
+        live: dict[Any, Optional[int]] = {}  # bid -> size
+        mem = MemorySummary()
+        live_bytes = 0
+        for rec in reader.records():
+            t = rec[0]
+            counts[t] = counts.get(t, 0) + 1
+            if t == R.KERNEL:
+                s = rec[1]
+                per_stream[s] = per_stream.get(s, 0) + 1
+            elif t == R.ALLOC:
+                bid, size = rec[1], rec[3]
+                if bid in live:  # an allocation over a live block: its free was not recorded
+                    live_bytes -= live.pop(bid) or 0
+                size = size if type(size) is int and size >= 0 else None
+                live[bid] = size
+                mem.allocations += 1
+                if size is None:
+                    mem.unknown_size_allocations += 1
+                else:
+                    mem.allocated_bytes += size
+                    live_bytes += size
+                mem.peak_live_blocks = max(mem.peak_live_blocks, len(live))
+                mem.peak_live_bytes = max(mem.peak_live_bytes, live_bytes)
+            elif t == R.FREE:
+                mem.frees += 1
+                if rec[1] in live:
+                    live_bytes -= live.pop(rec[1]) or 0
+            elif t == R.STREAM_CREATED:
+                created.add(rec[1])
+        mem.live_at_end = len(live)
+        sym = reader.symbols
+        mem.unallocated_blocks = _count_block_defs(reader)
+        streams = [
+            StreamSummary(
+                index=sidx,
+                device=dev,
+                handle=handle,
+                default=is_default_stream(reader.header, dev, handle),
+                created=sidx in created,
+                kernels=per_stream.get(sidx, 0),
+            )
+            for sidx, (dev, handle) in sorted(sym.streams.items())
+        ]
+        named = {R.RECORD_NAMES[t]: n for t, n in sorted(counts.items())}
+        defs = {
+            R.RECORD_NAMES[R.STR]: len(sym.strings),
+            R.RECORD_NAMES[R.FRAME]: len(sym.frames),
+            R.RECORD_NAMES[R.STACK]: len(sym.stacks),
+            R.RECORD_NAMES[R.STREAM_DEF]: len(sym.streams),
+            R.RECORD_NAMES[R.BLOCK_DEF]: mem.unallocated_blocks,
+            R.RECORD_NAMES[R.THREAD]: len(sym.threads),
+        }
+        named.update({k: v for k, v in defs.items() if v})
+        return TraceInfo(
+            path=reader.name,
+            size=reader.size,
+            header=reader.header,
+            version=tuple(reader.version),
+            ended_cleanly=reader.ended_cleanly,
+            truncated=reader.truncated,
+            warnings=list(reader.warnings),
+            end_stats=reader.end_stats,
+            events=reader.events,
+            kernels=counts.get(R.KERNEL, 0),
+            counts=named,
+            streams=streams,
+            memory=mem,
+            threads=dict(sym.threads),
+            unknown_types=reader.unknown_types,
+        )
+
+
+def _count_block_defs(reader: TraceReader) -> int:
+    # BLOCK_DEF ids may be reused after a free (the symbol table keeps the latest), so
+    # the table size is a lower bound; the reader counts the records themselves.
+    return reader.definition_counts.get(R.BLOCK_DEF, len(reader.symbols.blocks))
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types: map keys as strings, bytes as base64, tuples as lists."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    return str(value)
+
+
+def info_dict(info: TraceInfo) -> dict:
+    """The ``npusan info --json`` object (documented in docs/trace-format.md)."""
+    return jsonable(
+        {
+            "info_version": 1,
+            "path": info.path,
+            "size": info.size,
+            "format": list(info.version),
+            "header": info.header,
+            "ended_cleanly": info.ended_cleanly,
+            "truncated": info.truncated,
+            "warnings": info.warnings,
+            "end_stats": info.end_stats,
+            "events": info.events,
+            "kernels": info.kernels,
+            "counts": info.counts,
+            "streams": [asdict(s) for s in info.streams],
+            "memory": asdict(info.memory),
+            "threads": info.threads,
+            "unknown_record_types": info.unknown_types,
+        }
+    )
+
+
+def display_path(path: Optional[str]) -> str:
+    if path is None:
+        return "<stream>"
+    try:
+        rel = os.path.relpath(path)
+        return rel if not rel.startswith("..") else path
+    except ValueError:
+        return path
