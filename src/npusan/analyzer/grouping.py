@@ -118,7 +118,12 @@ def ungrouped(findings: Iterable[Finding]) -> list[Group]:
             seq, prev_seq, address = (list(item) + [None, None, None])[:3]
             g = dataclasses.replace(
                 f,
-                access=dataclasses.replace(f.access, seq=seq if seq is not None else f.access.seq),
+                # A free is a host-side event (seq 0); its occurrence seq is where it happened.
+                access=(
+                    f.access
+                    if not f.access.seq or seq is None
+                    else dataclasses.replace(f.access, seq=seq)
+                ),
                 previous=dataclasses.replace(
                     f.previous, seq=prev_seq if prev_seq is not None else f.previous.seq
                 ),

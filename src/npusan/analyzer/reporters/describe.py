@@ -17,6 +17,12 @@ KIND_TITLES = {
     Kind.REUSE_RACE: "allocator reuse race",
 }
 
+KIND_PLURALS = {
+    Kind.DATA_RACE: "data races",
+    Kind.MISSING_RECORD_STREAM: "missing record_stream",
+    Kind.REUSE_RACE: "allocator reuse races",
+}
+
 KIND_HELP = {
     Kind.DATA_RACE: (
         "Two kernels on different streams access overlapping memory, at least one writes, "
@@ -117,9 +123,11 @@ def title(f: Finding, header: dict) -> str:
             f"{kind}: {tensor} freed while {stream_short(f.previous.stream, header)} "
             f"may still use it"
         )
+    site = user_site(f.block.stack)
+    where = f" at {frame_label(site)}" if site is not None else ""
     return (
-        f"{kind}: memory of a {tensor} reused while {stream_short(f.previous.stream, header)} "
-        f"may still use it"
+        f"{kind}: {size} block re-allocated{where} and touched while "
+        f"{stream_short(f.previous.stream, header)} may still use the freed tensor"
     )
 
 
@@ -148,7 +156,10 @@ def fix(f: Finding, header: dict) -> list[str]:
     else:
         use_stream = stream_code(earlier.stream, header)
         alloc_stream = stream_code(f.block.stream, header)
-        tensor = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
+        if f.kind is Kind.MISSING_RECORD_STREAM:
+            tensor = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
+        else:  # the block describes the new allocation; x is the old tensor
+            tensor = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
         lines = [
             f"tell the allocator about the use at {frame_label(at_earlier)}: right after "
             f"line {_line(at_earlier)} add",

@@ -105,10 +105,12 @@ class _Writer:
 
     def access(self, label: str, a: AccessInfo, kind: Kind, later: bool, header: dict) -> None:
         verb = D.access_verb(a, kind, later)
-        parts = [(verb, "bold magenta" if verb != "read" else "bold blue")]
-        if verb != "free":
-            parts += [" by ", (a.op, "bold")]
-        parts += [" on ", D.stream_name(a.stream, header)]
+        if verb == "free":
+            what = "never freed (checked at the end of the trace)" if a.op != "free" else "returned to the allocator"
+            parts = [(what, "bold magenta"), " (allocation stream: ", D.stream_name(a.stream, header), ")"]
+        else:
+            parts = [(verb, "bold magenta" if verb != "read" else "bold blue"), " by ", (a.op, "bold")]
+            parts += [" on ", D.stream_name(a.stream, header)]
         if a.seq:
             parts.append((f"  [kernel {a.seq}]", "dim"))
         if a.offset is not None and a.nbytes is not None:
@@ -153,7 +155,8 @@ def _seen(report: Report, g: Group) -> str:
     traces = ", ".join(report.trace_path(t) for t in g.traces)
     first, last = g.first, g.last
     if (first.trace, first.seq) == (last.trace, last.seq):
-        where = f"at kernel {first.seq}" if first.seq else ""
+        at = "after" if g.finding.access.seq == 0 else "at"
+        where = f"{at} kernel {first.seq}" if first.seq else ""
     elif first.trace == last.trace:
         where = f"kernels {first.seq} … {last.seq}"
     else:
@@ -186,7 +189,7 @@ def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
     else:
         counts = report.counts_by_kind()
         kinds = ", ".join(
-            _plural(c[0], D.KIND_TITLES[Kind(k)], D.KIND_TITLES[Kind(k)] + "s")
+            _plural(c[0], D.KIND_TITLES[Kind(k)], D.KIND_PLURALS[Kind(k)])
             for k, c in counts.items()
             if c[0]
         )
@@ -237,7 +240,7 @@ def _trace_lines(w: _Writer, t) -> None:
     bits.append(_plural(t.kernels, "kernel"))
     state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow") if t.truncated else ("ended cleanly", "green")
     w.line(f"trace {t.path}: {', '.join(bits)}, ", state, indent=1)
-    rec = []
+    rec: list[str] = []
     if h.get("writer"):
         rec.append(f"by {h['writer']}")
     if h.get("pid") is not None:
@@ -255,6 +258,6 @@ def _trace_lines(w: _Writer, t) -> None:
     if isinstance(argv, list) and argv:
         rec.append("argv: " + " ".join(str(a) for a in argv))
     if rec:
-        w.line(("recorded " + " ".join(rec), "dim"), indent=2)
+        w.line(("recorded " + ", ".join(rec), "dim"), indent=2)
     for warning in t.warnings:
         w.line(("warning: ", "yellow"), str(warning), indent=2)
