@@ -1,9 +1,115 @@
-"""`npusan record` (placeholder until its issue lands)."""
+"""`npusan record [-o PATH] -- CMD...`: run a Python command line with recording on.
+
+Every Python process the command starts records (a ``sitecustomize`` start-up hook on
+``PYTHONPATH`` plus ``NPUSAN_TRACE``; see :mod:`npusan.recorder.activate` for how traces
+are named per process). ``CMD`` may be ``script.py ARGS`` or ``-m module ARGS`` (run with
+this Python), or any program (``python ...``, ``torchrun ...``). The exit status is the
+command's.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import click
 
+from .errors import fail, one_line_errors
 
-@click.command()
-def record() -> None:
-    """Not implemented yet."""
-    raise click.UsageError("npusan record is not implemented yet")
+
+def _argv(cmd: tuple) -> list:
+    first = cmd[0]
+    if first in ("-m", "-c") or first.endswith(".py"):
+        return [sys.executable, *cmd]
+    return list(cmd)
+
+
+def _outputs(path: str, since: float) -> list:
+    if "{" in path:
+        pattern = path.replace("{pid}", "*").replace("{rank}", "*")
+        cands = glob.glob(pattern)
+    else:
+        d, name = os.path.split(path)
+        stem, dot, suffix = name.rpartition(".")
+        cands = [path] + glob.glob(
+            os.path.join(d, f"{stem}.rank*.{suffix}" if dot and stem else f"{name}.rank*")
+        ) + glob.glob(os.path.join(d, f"{stem}.pid*.{suffix}" if dot and stem else f"{name}.pid*"))
+    out = []
+    for p in cands:
+        try:
+            if os.path.getmtime(p) >= since - 1:
+                out.append(p)
+        except OSError:
+            pass
+    return sorted(set(out))
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", default="trace.npusan", show_default=True, metavar="PATH",
+              help="Trace path; {pid} and {rank} are expanded per process.")
+@click.option("--backend", type=click.Choice(["auto", "cuda", "npu", "sim"]), default="auto", show_default=True)
+@click.option("--online", "online", is_flag=True, help="Also analyze live and warn at each race.")
+@click.option("--online-raise", "online_raise", is_flag=True,
+              help="Analyze live and stop the program (npusan.RaceError) at the first race.")
+@click.option("--stack-depth", type=click.IntRange(0, 1000), default=32, show_default=True)
+@click.option("--keep-internal-frames", is_flag=True, help="Keep torch's and npusan's own frames in stacks.")
+@click.option("--print-env", is_flag=True, help="Print the environment that makes a Python process record, and exit.")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+@one_line_errors
+def record(output, backend, online, online_raise, stack_depth, keep_internal_frames, print_env, cmd) -> None:
+    """Run CMD (a Python command line) and record a trace of each Python process it starts."""
+    from ..recorder.activate import child_env
+
+    mode = "raise" if online_raise else ("warn" if online else None)
+    env = child_env(output, online=mode, backend=backend, stack_depth=stack_depth,
+                    keep_internal_frames=keep_internal_frames, base={})
+    if print_env:
+        for k in sorted(env):
+            v = env[k]
+            if k == "PYTHONPATH" and os.environ.get("PYTHONPATH"):
+                v = v.split(os.pathsep, 1)[0] + os.pathsep + "$PYTHONPATH"
+                click.echo(f'export {k}="{v}"')
+            else:
+                click.echo(f"export {k}={shlex.quote(v)}")
+        return
+    if not cmd:
+        fail("nothing to run: give a command after --, e.g. npusan record -- python train.py")
+    env = child_env(output, online=mode, backend=backend, stack_depth=stack_depth,
+                    keep_internal_frames=keep_internal_frames)
+    parent = os.path.dirname(os.path.abspath(output)) if "{" not in output else None
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+        if os.path.exists(output):
+            os.remove(output)
+    argv = _argv(cmd)
+    start = time.time()
+    try:
+        proc = subprocess.Popen(argv, env=env)
+    except FileNotFoundError:
+        fail(f"command not found: {argv[0]}")
+    except PermissionError:
+        fail(f"cannot execute: {argv[0]}")
+
+    def forward(signum, frame):
+        try:
+            proc.send_signal(signum)
+        except Exception:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        rc = proc.wait()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    traces = _outputs(output, start)
+    if traces:
+        click.echo(f"npusan: trace{'s' if len(traces) > 1 else ''} written: {', '.join(traces)}", err=True)
+    elif mode is None:
+        click.echo("npusan: no trace was written (did the command import torch?)", err=True)
+    sys.exit(rc if rc >= 0 else 128 - rc)

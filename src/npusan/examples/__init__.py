@@ -1,0 +1,1 @@
+"""Small example programs (run with ``python -m npusan.examples.<name>``)."""

@@ -1,0 +1,166 @@
+"""Turning recording on: from the environment, in every Python process, one trace each.
+
+``npusan record -- CMD`` (and anyone else) sets ``NPUSAN_TRACE=PATH`` and prepends
+:data:`BOOT_DIR` to ``PYTHONPATH``; that directory holds a ``sitecustomize`` module which
+every Python process started underneath imports at start-up. It calls :func:`autostart`,
+which starts a :class:`~.session.Recorder` as soon as the process imports torch (a process
+that never imports torch -- ``pip``, a shell helper -- pays nothing and writes nothing).
+Without the wrapper, ``import npusan.auto`` at the top of a program does the same.
+
+Environment: ``NPUSAN_TRACE`` (trace path template), ``NPUSAN_ONLINE`` (``raise``/``warn``:
+run the analyzer in process; alone it records to no file), ``NPUSAN_BACKEND``
+(``auto``/``cuda``/``npu``/``sim``), ``NPUSAN_STACK_DEPTH`` (default 32, 0 = no stacks),
+``NPUSAN_KEEP_INTERNAL_FRAMES`` (``1``: keep torch's and npusan's frames).
+
+One trace per process (:func:`trace_path_for_process`): ``{pid}`` and ``{rank}`` in the
+path are expanded (rank: ``RANK``, else ``LOCAL_RANK``, else 0). Without them, a process
+launched with ``RANK`` set (``torchrun`` workers) writes ``STEM.rank<R>SUFFIX``; the first
+process that records writes ``PATH`` itself and notes its pid in ``NPUSAN_TRACE_OWNER``,
+so any Python process it starts later writes ``STEM.pid<PID>SUFFIX`` instead of clobbering
+it. Forked children (DataLoader workers) stop recording and write nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from typing import Optional
+
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+OWNER_ENV = "NPUSAN_TRACE_OWNER"
+
+
+def _rank() -> Optional[str]:
+    for var in ("RANK", "LOCAL_RANK"):
+        v = os.environ.get(var)
+        if v is not None and v.strip().lstrip("-").isdigit():
+            return v.strip()
+    return None
+
+
+def _insert(path: str, tag: str) -> str:
+    d, name = os.path.split(path)
+    stem, dot, suffix = name.rpartition(".")
+    if not dot or not stem:  # no suffix: append
+        return os.path.join(d, f"{name}.{tag}")
+    return os.path.join(d, f"{stem}.{tag}.{suffix}")
+
+
+def trace_path_for_process(template: str, *, claim: bool = True) -> str:
+    """The trace path this process should write (see the module docstring)."""
+    pid = os.getpid()
+    rank = _rank()
+    if "{pid}" in template or "{rank}" in template:
+        return template.replace("{pid}", str(pid)).replace("{rank}", rank if rank is not None else "0")
+    if os.environ.get("RANK") is not None and rank is not None:
+        return _insert(template, f"rank{rank}")
+    owner = os.environ.get(OWNER_ENV)
+    if owner and owner != str(pid):
+        return _insert(template, f"pid{pid}")
+    if claim:
+        os.environ[OWNER_ENV] = str(pid)
+    return template
+
+
+def config_from_env() -> Optional[dict]:
+    """Recorder keyword arguments from the environment; None when nothing asks to record."""
+    path = os.environ.get("NPUSAN_TRACE") or None
+    online = (os.environ.get("NPUSAN_ONLINE") or "").strip().lower() or None
+    if online in ("0", "off", "no", "false"):
+        online = None
+    if online is not None and online not in ("raise", "warn"):
+        sys.stderr.write(f"npusan: warning: NPUSAN_ONLINE={online!r} is not 'raise' or 'warn'; using 'warn'\n")
+        online = "warn"
+    if path is None and online is None:
+        return None
+    try:
+        depth = int(os.environ.get("NPUSAN_STACK_DEPTH", "32"))
+    except ValueError:
+        depth = 32
+    return {
+        "path": path,
+        "online": online,
+        "backend": os.environ.get("NPUSAN_BACKEND", "auto") or "auto",
+        "stack_depth": depth,
+        "keep_internal_frames": os.environ.get("NPUSAN_KEEP_INTERNAL_FRAMES", "") not in ("", "0"),
+    }
+
+
+def start_from_env() -> None:
+    """Start a recorder as the environment says (never raises)."""
+    try:
+        cfg = config_from_env()
+        if cfg is None:
+            return
+        from . import session
+
+        if session.current() is not None:
+            return
+        path = cfg.pop("path")
+        if path is not None:
+            path = trace_path_for_process(path)
+            parent = os.path.dirname(os.path.abspath(path))
+            os.makedirs(parent, exist_ok=True)
+        session.Recorder(path, **cfg).start()
+    except Exception as e:  # never stop the program from starting
+        try:
+            sys.stderr.write(f"npusan: warning: recording not started: {type(e).__name__}: {e}\n")
+        except Exception:
+            pass
+
+
+class _TorchWatcher(importlib.abc.MetaPathFinder):
+    """Starts recording right after ``torch`` finishes importing."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        orig = spec.loader.exec_module
+
+        def exec_module(module):
+            orig(module)
+            start_from_env()
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def autostart() -> None:
+    """Start recording now if torch is imported, else as soon as it is."""
+    if config_from_env() is None:
+        return
+    if "torch" in sys.modules:
+        start_from_env()
+    elif not any(isinstance(f, _TorchWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchWatcher())
+
+
+def child_env(path: Optional[str], *, online: Optional[str] = None, backend: str = "auto",
+              stack_depth: Optional[int] = None, keep_internal_frames: bool = False,
+              base: Optional[dict] = None) -> dict:
+    """The environment that makes every Python process started with it record."""
+    env = dict(os.environ if base is None else base)
+    env.pop(OWNER_ENV, None)
+    pp = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + pp if pp else "")
+    if path is not None:
+        env["NPUSAN_TRACE"] = os.path.abspath(path) if "{" not in path else path
+    else:
+        env.pop("NPUSAN_TRACE", None)
+    if online:
+        env["NPUSAN_ONLINE"] = online
+    env["NPUSAN_BACKEND"] = backend
+    if stack_depth is not None:
+        env["NPUSAN_STACK_DEPTH"] = str(stack_depth)
+    if keep_internal_frames:
+        env["NPUSAN_KEEP_INTERNAL_FRAMES"] = "1"
+    return env
