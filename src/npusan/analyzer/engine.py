@@ -60,6 +60,13 @@ _MISSING = Kind.MISSING_RECORD_STREAM
 _REUSE = Kind.REUSE_RACE
 
 
+class RecordError(TraceFormatError):
+    """A record that the reader passed is malformed in a way only the engine notices.
+
+    Callers that know where the record came from (``TraceReader.where``) prefix that.
+    """
+
+
 class _CallbackError(Exception):
     """Carries an exception raised by ``on_finding`` through the malformed-input handler."""
 
@@ -213,7 +220,7 @@ class Engine:
         except TraceFormatError:
             raise
         except (TypeError, KeyError, IndexError, ValueError, AttributeError, OverflowError) as e:
-            raise TraceFormatError(self._describe_bad(rec, e)) from None
+            raise RecordError(self._describe_bad(rec, e)) from None
         finally:
             self.seq = seq
             self.events += other + (seq - seq0)
@@ -268,7 +275,7 @@ class Engine:
         vec = self._cur.get(S)
         if vec is None:
             if S not in self.symbols.streams:
-                raise TraceFormatError(f"record refers to stream index {S!r}, which is not defined")
+                raise RecordError(f"record refers to stream index {S!r}, which is not defined")
             self._host[S] = 0
             vec = self._cur[S] = dict(self._host)
         return vec
@@ -311,7 +318,7 @@ class Engine:
     def _on_device_sync(self, rec):
         dev = rec[1]
         if dev is not None and not isinstance(dev, int):
-            raise TraceFormatError(f"device synchronize names device {dev!r}, not an integer")
+            raise RecordError(f"device synchronize names device {dev!r}, not an integer")
         host = self._host
         streams = self.symbols.streams
         for S, vec in self._cur.items():
@@ -324,9 +331,9 @@ class Engine:
 
     def _new_block(self, bid, ptr, size, astream, astack, defn=None) -> list:
         if not isinstance(bid, int) or not 0 <= bid < MAX_TABLE:
-            raise TraceFormatError(f"block id {bid!r} out of range")
+            raise RecordError(f"block id {bid!r} out of range")
         if not isinstance(ptr, int) or not (size is None or (isinstance(size, int) and size >= 0)):
-            raise TraceFormatError(f"block {bid} has a malformed pointer or size")
+            raise RecordError(f"block {bid} has a malformed pointer or size")
         blocks = self._blocks
         if bid >= len(blocks):
             blocks.extend([None] * (bid + 1 - len(blocks)))
@@ -363,7 +370,7 @@ class Engine:
                 return b
         defn = self.symbols.blocks.get(bid) if isinstance(bid, int) else None
         if defn is None or self._stale_defs.get(bid) is defn:
-            raise TraceFormatError(f"record refers to block id {bid!r}, which is not defined or was freed")
+            raise RecordError(f"record refers to block id {bid!r}, which is not defined or was freed")
         return self._new_block(bid, defn[0], defn[1], None, None, defn)
 
     def _on_alloc(self, rec):
@@ -402,10 +409,10 @@ class Engine:
             lo = hi = None
         else:
             if not isinstance(a, list) or len(a) != 3:
-                raise TraceFormatError(f"kernel access {a!r} is neither an int nor [block, offset, nbytes]")
+                raise RecordError(f"kernel access {a!r} is neither an int nor [block, offset, nbytes]")
             x, off, n = a
             if not (isinstance(x, int) and isinstance(off, int) and isinstance(n, int)) or off < 0 or n < 0:
-                raise TraceFormatError(f"kernel access {a!r} has a malformed block, offset or size")
+                raise RecordError(f"kernel access {a!r} has a malformed block, offset or size")
             write = x < 0
             bid = ~x if write else x
             lo, hi = off, off + n
@@ -758,7 +765,7 @@ def _merge(dst: dict, src: dict) -> None:
 
 def _event_id(e):
     if e.__class__ is not int:
-        raise TraceFormatError(f"event id {e!r} is not an integer")
+        raise RecordError(f"event id {e!r} is not an integer")
     return e
 
 

@@ -1,0 +1,111 @@
+"""Replay trace files through the engine: what ``npusan analyze`` runs.
+
+Each trace is read with :class:`~npusan.trace_format.reader.TraceReader` and replayed by
+its own :class:`~npusan.analyzer.engine.Engine` (streams, events and blocks are per
+process, so traces never share state). Findings are not grouped across traces here; that
+is the reporters' job (:mod:`npusan.analyzer.grouping`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import os
+from typing import Callable, Optional, Sequence
+
+from ..trace_format.errors import TraceFormatError
+from ..trace_format.reader import TraceReader
+from .engine import Engine, RecordError
+from .findings import AnalysisResult, TraceSummary
+
+#: Records replayed between two progress callbacks.
+PROGRESS_EVERY = 1 << 16
+
+
+def analyze_traces(
+    paths: Sequence,
+    *,
+    check_leaks: bool = False,
+    progress: Optional[Callable] = None,
+) -> AnalysisResult:
+    """Analyze each trace in ``paths``; return every finding (``trace`` set) and summaries.
+
+    ``progress``, if given, is called about every 64k records with
+    ``(trace_index, bytes_done, bytes_total)`` (``bytes_total`` may be None), or with
+    ``(bytes_done, bytes_total)`` if it takes two arguments. Unusable input raises
+    :class:`TraceFormatError` naming the file.
+    """
+    report = _progress_adapter(progress)
+    findings: list = []
+    summaries: list = []
+    for i, path in enumerate(paths):
+        name = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else getattr(path, "name", str(path))
+        try:
+            reader = TraceReader(path)
+        except OSError as e:
+            raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
+        except TraceFormatError as e:
+            raise type(e)(f"{name}: {e}") from None
+        with reader:
+            engine = Engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
+            try:
+                _replay(engine, reader, i, report)
+            except RecordError as e:
+                raise RecordError(f"{name}: {reader.where()}: {e}") from None
+            except TraceFormatError as e:
+                raise type(e)(f"{name}: {e}") from None
+            except OSError as e:
+                raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
+            found = engine.finish()
+            warnings = list(reader.warnings)
+            if engine.dropped:
+                warnings.append(
+                    f"{engine.dropped} occurrences of further distinct findings were not kept "
+                    "(too many distinct findings in one trace)"
+                )
+            summaries.append(
+                TraceSummary(
+                    path=name,
+                    header=reader.header,
+                    events=engine.events,
+                    kernels=engine.seq,
+                    truncated=reader.truncated,
+                    warnings=warnings,
+                )
+            )
+        findings.extend(found)
+    return AnalysisResult(findings=findings, traces=summaries)
+
+
+def _replay(engine: Engine, reader: TraceReader, index: int, report) -> None:
+    records = reader.records()
+    if report is None:
+        engine.run(records)
+        return
+    total = reader.size
+    report(index, reader.position, total)
+    while True:
+        before = engine.events
+        engine.run(itertools.islice(records, PROGRESS_EVERY))
+        report(index, reader.position, total)
+        if engine.events - before < PROGRESS_EVERY:  # the reader is exhausted
+            return
+
+
+def _progress_adapter(progress):
+    if progress is None:
+        return None
+    try:
+        params = [
+            p
+            for p in inspect.signature(progress).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        two = len(params) == 2 and not any(
+            p.kind is p.VAR_POSITIONAL for p in inspect.signature(progress).parameters.values()
+        )
+    except (TypeError, ValueError):
+        two = False
+    if two:
+        return lambda index, done, total: progress(done, total)
+    return progress
