@@ -107,28 +107,9 @@ class _Progress:
 
 def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):
     """The analyzer's ``analyze_traces`` with our progress callback (import kept lazy)."""
-    try:
-        from ..analyzer.replay import analyze_traces
-    except ImportError:  # TEMPORARY until analyzer/replay.py lands
-        analyze_traces = _analyze_traces_fallback
+    from ..analyzer.replay import analyze_traces
+
     return analyze_traces(list(paths), check_leaks=check_leaks, progress=progress)
-
-
-def _analyze_traces_fallback(paths, *, check_leaks=False, progress=None):
-    from ..analyzer.engine import Engine
-    from ..analyzer.findings import AnalysisResult, TraceSummary
-    from ..trace_format.reader import TraceReader
-
-    findings, summaries = [], []
-    for i, path in enumerate(paths):
-        with TraceReader(path) as reader:
-            engine = Engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
-            engine.run(reader.records())
-            found = engine.finish()
-            summaries.append(TraceSummary(str(path), reader.header, engine.events, engine.seq,
-                                          reader.truncated, list(reader.warnings)))
-        findings.extend(found)
-    return AnalysisResult(findings, summaries)
 
 
 @click.command()

@@ -8,6 +8,7 @@ from typing import Optional
 import click
 
 from .analyze import check_writable, write_output
+from ..trace_format.errors import TraceFormatError
 from .errors import UsageProblem, one_line_errors
 
 FORMATS = ("chrome",)
@@ -32,5 +33,10 @@ def export(trace: str, fmt: str, output: Optional[str], around_findings: Optiona
         raise UsageProblem(f"--around-findings must be 0 or more (got {around_findings})")
     if output is not None:
         check_writable(output)
-    doc = export_chrome(trace, around_findings=around_findings, check_leaks=check_leaks)
+    try:
+        doc = export_chrome(trace, around_findings=around_findings, check_leaks=check_leaks)
+    except OSError as e:
+        raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
+    except TraceFormatError as e:
+        raise type(e)(f"{trace}: {e}") from None
     write_output(output, json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import re
 from typing import Optional
 
 from rich.console import Console
@@ -21,6 +22,7 @@ from . import describe as D
 from .base import Report, ReportOptions, Reporter, register
 
 INDENT = "  "
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 LABEL_WIDTH = 10  # "allocated:" fits
 
 
@@ -71,13 +73,17 @@ class _Writer:
         self.options = options
 
     def line(self, *parts, indent: int = 0) -> None:
-        """Append one line; parts are strings or (string, style) pairs."""
+        """Append one line; parts are strings or (string, style) pairs.
+
+        Control characters are replaced: a trace is untrusted, and an op name must not be
+        able to move the cursor or recolor the terminal.
+        """
         self.out.append(INDENT * indent)
         for p in parts:
             if isinstance(p, tuple):
-                self.out.append(p[0], style=p[1])
+                self.out.append(_CONTROL.sub("\ufffd", p[0]), style=p[1])
             else:
-                self.out.append(p)
+                self.out.append(_CONTROL.sub("\ufffd", p))
         self.out.append("\n")
 
     def labelled(self, label: str, *parts, style: str = "bold") -> None:

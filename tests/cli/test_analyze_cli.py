@@ -1,0 +1,238 @@
+"""`npusan analyze`: exit status, formats, options CI needs, and one-line errors."""
+
+import json
+import os
+import xml.etree.ElementTree as ET
+
+import jsonschema
+import pytest
+from npusan_scenarios import DATA, truncate
+
+from npusan.analyzer.reporters.schema import REPORT_SCHEMA
+
+SARIF_SCHEMA = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
+
+
+def one_error_line(result, *needles):
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("npusan: error: ")
+    for n in needles:
+        assert n in lines[0]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "name, code, kinds",
+    [
+        ("seed_example", 1, ["missing-record-stream"]),
+        ("data_race", 1, ["data-race"]),
+        ("view_race", 1, ["data-race"]),
+        ("reuse_race", 1, ["missing-record-stream", "reuse-race"]),
+        ("correct", 0, []),
+    ],
+)
+def test_exit_status_and_kinds(scenario, run, name, code, kinds):
+    r = run("analyze", scenario(name), "--format", "json")
+    assert r.exit_code == code
+    doc = json.loads(r.stdout)
+    jsonschema.validate(doc, REPORT_SCHEMA)
+    assert sorted(f["kind"] for f in doc["findings"]) == kinds
+    assert r.stderr == ""
+
+
+def test_text_report_to_stdout_has_no_color_when_not_a_tty(scenario, run):
+    r = run("analyze", scenario("data_race"))
+    assert r.exit_code == 1
+    assert r.stdout.startswith("error[data-race]") and "\x1b[" not in r.stdout
+
+
+def test_output_file_and_every_format(scenario, run, workdir):
+    trace = scenario("reuse_race")
+    for fmt, check in [
+        ("text", lambda s: "error[reuse-race]" in s),
+        ("json", lambda s: jsonschema.validate(json.loads(s), REPORT_SCHEMA) is None),
+        ("sarif", lambda s: jsonschema.validate(json.loads(s), SARIF_SCHEMA) is None),
+        ("junit", lambda s: len(ET.fromstring(s).findall("testsuite/testcase/failure")) == 2),
+    ]:
+        out = workdir / f"report.{fmt}"
+        r = run("analyze", trace, "--format", fmt, "-o", out)
+        assert r.exit_code == 1 and r.stdout == ""
+        assert check(out.read_text()), fmt
+
+
+def test_several_traces_give_one_report_grouped_across_them(scenario, run):
+    a = scenario("seed_example", "rank0.bin")
+    b = scenario("seed_example", "rank1.bin", base=0x7E0000000000, side=0x1234)
+    c = scenario("data_race", "rank2.bin")
+    r = run("analyze", a, b, c, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [t["path"] for t in doc["traces"]] == ["rank0.bin", "rank1.bin", "rank2.bin"]
+    by_kind = {f["kind"]: f for f in doc["findings"]}
+    assert by_kind["missing-record-stream"]["traces"] == [0, 1]
+    assert by_kind["missing-record-stream"]["count"] == 2
+    assert sorted(by_kind["missing-record-stream"]["addresses"]) == [0x7E0000000000, 0x7F0000000000]
+    assert by_kind["data-race"]["traces"] == [2]
+    text = run("analyze", a, b, c).stdout
+    assert "twice" in text or "2 times in rank0.bin, rank1.bin" in text
+
+
+def test_no_group_lists_each_occurrence(scenario, run):
+    trace = scenario("seed_example", steps=3)
+    # The default stream never waits for the side stream: every step misses a
+    # record_stream, and from the second step on the block is reused under the old use.
+    grouped = json.loads(run("analyze", trace, "--format", "json").stdout)
+    missing = [f for f in grouped["findings"] if f["kind"] == "missing-record-stream"]
+    assert [f["count"] for f in missing] == [3]
+    flat = json.loads(run("analyze", trace, "--format", "json", "--no-group").stdout)
+    flat_missing = [f for f in flat["findings"] if f["kind"] == "missing-record-stream"]
+    assert [f["count"] for f in flat_missing] == [1, 1, 1]
+    assert len({f["first"]["seq"] for f in flat_missing}) == 3
+    assert {f["fingerprint"] for f in flat_missing} == {missing[0]["fingerprint"]}
+    assert len(flat["findings"]) == sum(f["count"] for f in grouped["findings"])
+
+
+def test_fail_on_and_min_count(scenario, run):
+    race = scenario("data_race")
+    assert run("analyze", race, "--fail-on", "missing-record-stream").exit_code == 0
+    assert run("analyze", race, "--fail-on", "data-race,reuse-race").exit_code == 1
+    r = run("analyze", race, "--fail-on", "missing-record-stream", "--format", "json")
+    assert len(json.loads(r.stdout)["findings"]) == 1  # still reported, just not failing
+    seed = scenario("seed_example", steps=3)
+    assert run("analyze", seed, "--min-count", "3").exit_code == 1
+    r = run("analyze", seed, "--min-count", "4")
+    assert r.exit_code == 0
+    assert "not shown: 2 findings seen fewer than --min-count 4 times" in r.stdout
+
+
+def test_suppressions_silence_count_and_warn_about_unused(scenario, run, workdir):
+    trace = scenario("reuse_race")
+    (workdir / "s.toml").write_text(
+        '[[suppress]]\nkind = "reuse-race"\nreason = "tracked in #12"\n'
+        '[[suppress]]\nframe = "train.py:40"\nop = "free"\nreason = "freed on purpose"\n'
+        '[[suppress]]\nop = "aten::never*"\nreason = "stale"\n'
+    )
+    r = run("analyze", trace, "--suppress", "s.toml")
+    assert r.exit_code == 0
+    assert "suppressed: 2 findings (2 occurrences) by s.toml" in r.stdout
+    warnings = r.stderr.strip().splitlines()
+    assert warnings == ["npusan: warning: suppression file s.toml: entry 3 (op=aten::never*; reason: stale) "
+                        "matched no finding"]
+    doc = json.loads(run("analyze", trace, "--suppress", "s.toml", "--format", "json").stdout)
+    assert doc["summary"]["suppressed"] == 2 and doc["findings"] == []
+
+
+def test_baseline_reports_only_new_findings_and_what_disappeared(scenario, run, workdir):
+    old = scenario("reuse_race", "old.bin")
+    r = run("analyze", old, "--format", "json", "-o", "known.json")
+    assert r.exit_code == 1
+    # Same bugs, other pointers: nothing new.
+    same = scenario("reuse_race", "same.bin", base=0x7A0000000000, side=0x4444)
+    r = run("analyze", same, "--baseline", "known.json")
+    assert r.exit_code == 0
+    assert "baseline known.json: 2 known findings still present (not shown), 0 gone" in r.stdout
+    # Tonight: the reuse bug is fixed, a data race is new.
+    new = scenario("data_race", "new.bin")
+    r = run("analyze", new, "--baseline", "known.json", "--format", "json")
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert [f["kind"] for f in doc["findings"]] == ["data-race"]
+    assert sorted(g["kind"] for g in doc["baseline"]["gone"]) == ["missing-record-stream", "reuse-race"]
+    text = run("analyze", new, "--baseline", "known.json").stdout
+    assert "2 gone since the baseline:" in text and "[reuse-race] allocator reuse race" in text
+
+
+def test_truncated_trace_is_analyzed_with_a_warning(scenario, run, workdir):
+    trace = scenario("seed_example", steps=20)
+    truncate(workdir / trace, 0.6)
+    r = run("analyze", trace, "--format", "json")
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["truncated"] is True and doc["traces"][0]["truncated"] is True
+    assert doc["findings"][0]["kind"] == "missing-record-stream"
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("npusan: warning: ") and trace in lines[0]
+    assert "TRUNCATED" in run("analyze", trace).stdout
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--format", "xml"], ["unknown report format 'xml'", "text, json, sarif, junit"]),
+        (["--fail-on", "races"], ["unknown finding kind 'races'"]),
+        (["--fail-on", ","], ["--fail-on needs at least one"]),
+        (["--min-count", "0"], ["--min-count must be at least 1"]),
+        (["--suppress", "missing.toml"], ["cannot read suppression file missing.toml"]),
+        (["--baseline", "missing.json"], ["cannot read baseline missing.json"]),
+        (["-o", "no/such/dir/out.txt"], ["cannot write the report", "does not exist"]),
+        (["-o", "."], ["is a directory"]),
+        (["-o", "data_race.bin/out.txt"], ["cannot write the report", "does not exist"]),
+    ],
+)
+def test_usage_problems_are_one_line(scenario, run, args, needles):
+    trace = scenario("data_race")
+    one_error_line(run("analyze", trace, *args), *needles)
+
+
+def test_malformed_suppression_and_baseline_files(scenario, run, workdir):
+    trace = scenario("data_race")
+    (workdir / "bad.toml").write_text('[[suppress]]\nkind = "data-race"\n')
+    one_error_line(run("analyze", trace, "--suppress", "bad.toml"), "bad.toml", "reason")
+    (workdir / "bad.json").write_text("{]")
+    one_error_line(run("analyze", trace, "--baseline", "bad.json"), "bad.json", "not valid JSON")
+    (workdir / "other.json").write_text('{"findings": []}')
+    one_error_line(run("analyze", trace, "--baseline", "other.json"), "schema_version")
+
+
+def test_unusable_traces_are_one_line(run, workdir):
+    (workdir / "empty.bin").write_bytes(b"")
+    (workdir / "text.bin").write_text("hello, not a trace\n")
+    one_error_line(run("analyze", "missing.bin"), "missing.bin")
+    one_error_line(run("analyze", "empty.bin"), "empty.bin")
+    one_error_line(run("analyze", "text.bin"), "text.bin")
+
+
+def test_unwritable_output_file(scenario, run, workdir):
+    if os.geteuid() == 0:
+        pytest.skip("root ignores file permissions")
+    trace = scenario("data_race")
+    out = workdir / "ro.txt"
+    out.write_text("old")
+    out.chmod(0o444)
+    one_error_line(run("analyze", trace, "-o", out), "permission denied")
+    assert out.read_text() == "old"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_write_failure_after_analysis_is_one_line(scenario, run):
+    one_error_line(run("analyze", scenario("data_race"), "-o", "/dev/full"), "cannot write the report to /dev/full")
+
+
+def test_click_usage_errors_exit_2(run):
+    r = run("analyze")
+    assert r.exit_code == 2
+    r = run("analyze", "x.bin", "--min-count", "many")
+    assert r.exit_code == 2
+    r = run("analyze", "x.bin", "--bogus")
+    assert r.exit_code == 2
+
+
+def test_check_leaks_reports_blocks_never_freed(run, workdir):
+    from npusan_scenarios import DEFAULT, SIDE, stack, writer
+
+    with writer(workdir / "leak.bin") as w:
+        w.stream_created(SIDE, stack=stack("seed_example", "side = torch.cuda.Stream()"))
+        w.memory_allocated(0x1000, DEFAULT, 256, stack=stack("seed_example", "x = torch.empty"))
+        w.kernel(SIDE, "aten::mul.Tensor", reads=[0x1000], stack=stack("seed_example", "y = x * 2"))
+    r = run("analyze", "leak.bin", "--format", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["findings"] == []  # never freed: never reused
+    r = run("analyze", "leak.bin", "--check-leaks", "--format", "json")
+    assert r.exit_code == 1
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["check_leaks"] is True
+    (f,) = doc["findings"]
+    assert f["kind"] == "missing-record-stream" and f["access"]["seq"] == 0
+    text = run("analyze", "leak.bin", "--check-leaks").stdout
+    assert "never freed (checked at the end of the trace)" in text
+    assert "blocks still alive at the end were checked (--check-leaks)" in text
