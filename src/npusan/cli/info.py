@@ -17,7 +17,7 @@ from .errors import one_line_errors
 
 
 @click.command()
-@click.argument("trace", type=click.Path(dir_okay=False, allow_dash=False))
+@click.argument("trace", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--no-color", is_flag=True, help="Plain text output.")
 @one_line_errors

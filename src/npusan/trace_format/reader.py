@@ -33,7 +33,7 @@ MAX_BIN_LEN = 16 << 20
 MAX_ARRAY_LEN = 1 << 18
 MAX_MAP_LEN = 1 << 16
 MAX_EXT_LEN = 1 << 20
-READ_SIZE = 1 << 18
+READ_SIZE = 1 << 16
 
 _KNOWN = frozenset(R.MIN_LENGTH)
 _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.StackError)
@@ -56,6 +56,9 @@ class TraceReader:
         self._done = False
         self._gen: Any = None
         self._def_counts: dict[int, int] = {}
+        # (records read, byte offset) just after the last record that took the slow path:
+        # where error paths restart a scan to find the exact offset of a later record.
+        self._mark = (0, len(R.MAGIC))
         if isinstance(source, (str, bytes, os.PathLike)):
             self._file: Any = open(source, "rb")
             self._owns = True
@@ -121,7 +124,7 @@ class TraceReader:
         try:
             header = self._unpacker.unpack()
         except msgpack.exceptions.OutOfData:
-            problem = self._diagnose_tail()
+            problem = self._diagnose_tail(len(R.MAGIC))
             if problem is not None:
                 raise TraceFormatError(f"the trace header is corrupt: {problem}") from None
             raise TraceFormatError("the trace ends inside its header: the recording was cut before it began") from None
@@ -133,6 +136,7 @@ class TraceReader:
             raise TraceFormatError(f"the trace header is not a map (got {type(header).__name__})")
         self.version = format_version(header)
         self.header: dict = header
+        self._mark = (0, self.position)
 
     # -- iteration -------------------------------------------------------------------
 
@@ -164,7 +168,9 @@ class TraceReader:
         return self.records_read
 
     @staticmethod
-    def _where(index: int, offset: int) -> str:
+    def _where(index: int, offset: Optional[int]) -> str:
+        if offset is None:
+            return f"record {index}"
         return f"record {index} at byte offset {offset}"
 
     def __iter__(self) -> Iterator[list]:
@@ -195,6 +201,7 @@ class TraceReader:
                     continue
                 self.records_read = n
                 t = self._check(rec)
+                self._mark = (n, len(R.MAGIC) + unpacker.tell())
                 if t in R.DEFINITIONS:
                     self._define(rec)
                 elif t == R.END:
@@ -207,21 +214,21 @@ class TraceReader:
                     yield rec
         except _MSGPACK_ERRORS as e:
             self.records_read = n
-            raise TraceFormatError(f"corrupt data at {self._where(n + 1, self.position)} ({_reason(e)})") from None
+            raise TraceFormatError(f"corrupt data at {self._where(n + 1, self._start_of(n + 1))} ({_reason(e)})") from None
         except msgpack.exceptions.BufferFull:
             self.records_read = n
             raise TraceFormatError(
-                f"{self._where(n + 1, self.position)} is larger than the {_mib(MAX_RECORD_BYTES)} limit on one record: "
-                "the trace is corrupt"
+                f"{self._where(n + 1, self._start_of(n + 1))} is larger than the {_mib(MAX_RECORD_BYTES)} "
+                "limit on one record: the trace is corrupt"
             ) from None
         finally:
             self.records_read = n
         # The data ended without an END record.
         self._done = True
-        offset = self.position
-        problem = self._diagnose_tail()
+        offset = self._start_of(n + 1)
+        problem = self._diagnose_tail(offset)
         if problem is not None:
-            raise TraceFormatError(f"corrupt data at {self._where(self.records_read + 1, offset)}: {problem}")
+            raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
@@ -287,14 +294,33 @@ class TraceReader:
         if self.on_warning is not None:
             self.on_warning(message)
 
-    def _diagnose_tail(self) -> Optional[str]:
-        """Tell a cut record from a corrupt length field in the bytes after the last record.
+    def _start_of(self, k: int) -> Optional[int]:
+        """Byte offset where record ``k`` starts (error paths only: rescans from the mark).
+
+        The unpacker's own offset is unreliable here, since it has consumed part of the
+        record it failed on. None if the source cannot seek back.
+        """
+        n0, off = self._mark
+        try:
+            self._file.seek(self._base + off)
+            up = msgpack.Unpacker(self._file, max_buffer_size=MAX_RECORD_BYTES, max_str_len=MAX_STR_LEN,
+                                  max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN,
+                                  max_ext_len=MAX_EXT_LEN, read_size=READ_SIZE)
+            for _ in range(k - 1 - n0):
+                up.skip()
+            return off + up.tell()
+        except Exception:  # unseekable, or the data changed under us: no exact offset
+            return None
+
+    def _diagnose_tail(self, offset: Optional[int]) -> Optional[str]:
+        """Tell a cut record from a corrupt length field in the bytes from ``offset`` on.
 
         A record cut by a crash is a prefix of a valid record; a length field claiming more
         than the limits (4 GB, say) makes the tail corrupt, not truncated. Only a bounded
         prefix of the tail is examined.
         """
-        offset = self.position
+        if offset is None:
+            return None
         try:
             self._file.seek(self._base + offset)
             tail = self._file.read(1 << 20)

@@ -1,0 +1,131 @@
+"""`npusan info`: content, --json, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import msgpack
+import pytest
+from click.testing import CliRunner
+from conftest import handmade, write_small_trace
+
+from npusan.cli import cli
+from npusan.trace_format import TraceWriter
+from npusan.trace_format import records as R
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["info", *map(str, args)])
+
+
+@pytest.fixture
+def trace(tmp_path):
+    p = tmp_path / "run.npusan"
+    write_small_trace(p, header={"device_count": 1, "default_streams": {0: 0}})
+    return p
+
+
+def test_info_text(trace):
+    res = run(trace, "--no-color")
+    assert res.exit_code == 0, res.output
+    out = res.output
+    for needle in ("format", "1.0", "cuda", "metadata.job", "unit", "ended cleanly", "kernel", "stream-created",
+                   "Streams", "0xa0", "Memory blocks", "allocations", "prefetch"):
+        assert needle in out, needle
+    # counts by type: 2 kernels, 14 events
+    assert any(line.split()[:2] == ["kernel", "2"] for line in out.splitlines())
+    assert any(line.split()[:2] == ["events", "14"] for line in out.splitlines())
+    assert "truncated" not in out
+
+
+def test_info_json(trace):
+    res = run(trace, "--json")
+    assert res.exit_code == 0
+    d = json.loads(res.output)
+    assert d["format"] == [1, 0] and d["ended_cleanly"] is True and d["truncated"] is False
+    assert d["header"]["backend"] == "cuda" and d["header"]["default_streams"] == {"0": 0}
+    assert d["counts"]["kernel"] == 2 and d["events"] == 14 and d["kernels"] == 2
+    streams = {(s["device"], s["handle"]): s for s in d["streams"]}
+    assert streams[(0, 0)]["default"] is True and streams[(0, 0)]["created"] is False
+    assert streams[(0, 0xA0)]["default"] is False and streams[(0, 0xA0)]["created"] is True
+    assert streams[(0, 0)]["kernels"] == 1 and streams[(0, 0xA0)]["kernels"] == 1
+    m = d["memory"]
+    assert m["allocations"] == 1 and m["frees"] == 1 and m["allocated_bytes"] == 256 and m["live_at_end"] == 0
+    assert m["peak_live_blocks"] == 1
+    assert d["threads"] == {"0": "prefetch"}
+    assert d["end_stats"]["events"] == 14
+
+
+def test_info_memory_and_unallocated_blocks(tmp_path):
+    p = tmp_path / "m.npusan"
+    with TraceWriter(p, backend="npu", header={"default_streams": {0: 0x55}}) as w:
+        w.memory_allocated(0x1000, 0x55, 100)
+        w.memory_allocated(0x2000, 0x55, 50)
+        w.memory_allocated(0x3000, 0x55)
+        w.memory_freed(0x1000)
+        w.kernel(0x55, "k", reads=[0x9000, 0xA000])
+    d = json.loads(run(p, "--json").output)
+    m = d["memory"]
+    assert m["allocations"] == 3 and m["frees"] == 1 and m["allocated_bytes"] == 150
+    assert m["unknown_size_allocations"] == 1 and m["peak_live_blocks"] == 3 and m["peak_live_bytes"] == 150
+    assert m["live_at_end"] == 2 and m["unallocated_blocks"] == 2
+    assert d["streams"][0]["default"] is True and d["streams"][0]["handle"] == 0x55
+
+
+def test_info_truncated_trace_is_exit_0_with_warning(trace, tmp_path):
+    cut = tmp_path / "cut.npusan"
+    cut.write_bytes(trace.read_bytes()[:-7])
+    res = run(cut, "--no-color")
+    assert res.exit_code == 0
+    assert "truncated" in res.output and "recording was cut" in res.output
+    d = json.loads(run(cut, "--json").output)
+    assert d["truncated"] is True and d["ended_cleanly"] is False and d["warnings"]
+
+
+def test_info_unknown_types(tmp_path):
+    p = tmp_path / "future.npusan"
+    p.write_bytes(handmade({"format": [1, 7]}, [[77, 1], [77, 2], [R.END, {}]]))
+    d = json.loads(run(p, "--json").output)
+    assert d["unknown_record_types"] == {"77": 2} and len(d["warnings"]) == 1
+    assert "unknown type 77" in run(p, "--no-color").output
+
+
+def test_info_odd_header_values_do_not_crash(tmp_path):
+    p = tmp_path / "odd.npusan"
+    header = {"format": [1, 0], "argv": "not a list", "start_time": "yesterday", "metadata": {1: b"\xff", "[red]x": 2},
+              "default_streams": [1, 2], "host": None}
+    p.write_bytes(handmade(header, [[R.STREAM_DEF, 0, 0, 5], [R.STREAM_SYNC, 0, None], [R.END, None]]))
+    res = run(p, "--no-color")
+    assert res.exit_code == 0, res.output
+    assert "[red]x" in res.output
+    assert json.loads(run(p, "--json").output)["header"]["metadata"]["1"] == "/w=="
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"", "empty"),
+        (b"this is not a trace at all", "not an npusan trace"),
+        (handmade({"format": [3, 0]}, []), "newer"),
+        (handmade({"format": [1, 0]}, [[R.KERNEL, 0]]), "record 1"),
+        (handmade({"format": [1, 0]}, []) + b"\x91\xdb\xff\xff\xff\xff", "limit"),
+        (R.MAGIC + msgpack.packb([1, 0]), "not a map"),
+    ],
+)
+def test_info_bad_input_is_exit_2_one_line(tmp_path, content, needle):
+    p = tmp_path / "bad.npusan"
+    p.write_bytes(content)
+    res = run(p)
+    assert res.exit_code == 2
+    err = res.stderr
+    assert err.startswith("npusan: error: ") and err.count("\n") == 1, err
+    assert needle in err
+    assert "Traceback" not in res.output + err
+    assert res.stdout == ""
+
+
+def test_info_missing_file_and_directory(tmp_path):
+    for target in (tmp_path / "nope.npusan", tmp_path):
+        res = run(target)
+        assert res.exit_code == 2
+        assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
