@@ -1,0 +1,125 @@
+"""Timeline export: tracks per stream, kernels in launch order, sync flows, finding markers."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+
+import npusan_scenarios as S  # noqa: E402
+
+from npusan.analyzer.timeline import export_chrome  # noqa: E402
+
+
+def events(doc, ph=None, cat=None):
+    return [e for e in doc["traceEvents"] if (ph is None or e["ph"] == ph) and (cat is None or e.get("cat") == cat)]
+
+
+def track_names(doc):
+    return {e["tid"]: e["args"]["name"] for e in events(doc, "M") if e["name"] == "thread_name"}
+
+
+def test_tracks_slices_flows_and_markers(tmp_path):
+    trace = S.seed_example(tmp_path / "seed.bin")
+    doc = export_chrome(trace)
+    json.loads(json.dumps(doc))  # plain JSON
+    names = track_names(doc)
+    assert names[0] == "host"
+    assert sorted(names.values()) == ["default stream (cuda:0)", "host", "stream #0 (cuda:0), created at train.py:8"]
+    tid = {v: k for k, v in names.items()}
+    kernels = events(doc, "X", "kernel")
+    assert [(k["name"], k["tid"], k["args"]["seq"]) for k in kernels] == [
+        ("aten::fill_.Scalar", tid["default stream (cuda:0)"], 1),
+        ("aten::mul.Tensor", tid["stream #0 (cuda:0), created at train.py:8"], 2),
+    ]
+    assert kernels[0]["ts"] < kernels[1]["ts"]
+    assert all(k["dur"] > 0 for k in kernels)
+    assert kernels[0]["args"]["accesses"] == ["W 0x7f0000000000"]
+    # wait_stream: an arrow from the record on the default stream to the wait on the side stream.
+    (start,) = events(doc, "s")
+    (finish,) = events(doc, "f")
+    assert start["id"] == finish["id"] and finish["bp"] == "e"
+    assert start["tid"] == tid["default stream (cuda:0)"]
+    assert finish["tid"] == tid["stream #0 (cuda:0), created at train.py:8"]
+    assert start["ts"] < finish["ts"] < kernels[1]["ts"]
+    record = next(e for e in events(doc, "X", "sync") if e["name"] == "record event")
+    assert record["ts"] <= start["ts"] <= record["ts"] + record["dur"]  # the arrow binds to the slice
+    # The missing record_stream, marked on the use and on the free.
+    markers = events(doc, "i", "finding")
+    assert len(markers) == 2
+    use, free = sorted(markers, key=lambda e: e["ts"])
+    assert use["tid"] == kernels[1]["tid"] and use["args"]["role"] == "earlier access"
+    assert free["tid"] == tid["default stream (cuda:0)"] and free["args"]["role"] == "later access"
+    assert free["ts"] > kernels[1]["ts"]
+    for m in markers:
+        assert m["args"]["kind"] == "missing-record-stream"
+        assert m["args"]["fingerprint"] and m["args"]["fix"] and m["args"]["stack"]
+
+
+def test_data_race_markers_sit_on_both_kernels(tmp_path):
+    doc = export_chrome(S.data_race(tmp_path / "race.bin"))
+    kernels = {k["args"]["seq"]: k for k in events(doc, "X", "kernel")}
+    markers = events(doc, "i", "finding")
+    assert sorted((m["args"]["seq"], m["tid"]) for m in markers) == [(1, kernels[1]["tid"]), (2, kernels[2]["tid"])]
+    for m in markers:
+        k = kernels[m["args"]["seq"]]
+        assert k["ts"] <= m["ts"] <= k["ts"] + k["dur"]
+    assert doc["otherData"]["findings"] == 1
+
+
+def test_syncs_are_instants(tmp_path):
+    doc = export_chrome(S.correct(tmp_path / "ok.bin"))
+    names = {e["name"]: e for e in events(doc, "i")}
+    assert names["device synchronize"]["s"] == "g"
+    assert "record_stream" in names
+    assert events(doc, "i", "finding") == []
+
+
+def test_around_findings_keeps_a_window(tmp_path):
+    path = tmp_path / "long.bin"
+    with S.writer(path) as w:
+        w.memory_allocated(0x1000, S.DEFAULT, 64)
+        w.memory_allocated(0x2000, S.DEFAULT, 64)
+        w.stream_created(S.SIDE)
+        for i in range(100):
+            w.kernel(S.DEFAULT, f"op{i}", writes=[0x2000])
+        w.kernel(S.DEFAULT, "racy_write", writes=[0x1000])  # seq 101
+        for i in range(50):
+            w.kernel(S.SIDE, f"side{i}", reads=[0x2000 + 8], writes=[])
+        w.kernel(S.SIDE, "racy_read", reads=[0x1000])  # seq 152
+        for i in range(100):
+            w.kernel(S.SIDE, f"tail{i}")
+    full = export_chrome(path)
+    assert len(events(full, "X", "kernel")) == 252
+    cut = export_chrome(path, around_findings=3)
+    seqs = sorted(k["args"]["seq"] for k in events(cut, "X", "kernel"))
+    # Every finding (the planted race, and races of op* vs side*) keeps 3 kernels on each side.
+    assert 101 in seqs and 152 in seqs
+    assert {98, 99, 100, 102, 103, 104, 149, 150, 151, 153, 154, 155} <= set(seqs)
+    assert 1 not in seqs and 252 not in seqs
+    assert len(events(cut, "i", "finding")) == len(events(full, "i", "finding"))
+    zero = export_chrome(path, around_findings=0)
+    marked = {m["args"]["seq"] for m in events(zero, "i", "finding") if m["args"]["seq"]}
+    assert {k["args"]["seq"] for k in events(zero, "X", "kernel")} == marked
+
+
+def test_flows_need_both_ends_in_the_window(tmp_path):
+    path = tmp_path / "w.bin"
+    with S.writer(path) as w:
+        w.memory_allocated(0x1000, S.DEFAULT, 64)
+        w.stream_created(S.SIDE)
+        S.wait_stream(w, 5, S.SIDE, S.DEFAULT, None)  # early sync, far from the race
+        for i in range(20):
+            w.kernel(S.DEFAULT, f"op{i}")
+        w.kernel(S.DEFAULT, "w", writes=[0x1000])
+        w.kernel(S.SIDE, "r", reads=[0x1000])
+    assert len(events(export_chrome(path), "s")) == 1
+    assert events(export_chrome(path, around_findings=2), "s") == []
+
+
+def test_truncated_trace_exports_what_it_has(tmp_path):
+    path = S.seed_example(tmp_path / "cut.bin", steps=10)
+    S.truncate(path, 0.7)
+    doc = export_chrome(path)
+    assert doc["otherData"]["truncated"] is True
+    assert events(doc, "X", "kernel")

@@ -1,0 +1,48 @@
+"""`npusan export`: a loadable Chrome trace, and one-line errors."""
+
+import json
+
+import pytest
+
+
+def test_export_to_file_parses_back(scenario, run, workdir):
+    trace = scenario("reuse_race")
+    r = run("export", trace, "--format", "chrome", "-o", "timeline.json")
+    assert r.exit_code == 0 and r.stdout == ""
+    doc = json.loads((workdir / "timeline.json").read_text())
+    assert doc["otherData"]["trace"] == trace
+    kinds = {e["args"]["kind"] for e in doc["traceEvents"] if e.get("cat") == "finding"}
+    assert kinds == {"missing-record-stream", "reuse-race"}
+    tracks = [e for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"]
+    assert len(tracks) == 3  # host + two streams
+
+
+def test_export_to_stdout_with_window(scenario, run):
+    r = run("export", scenario("data_race"), "--around-findings", "0")
+    assert r.exit_code == 0
+    doc = json.loads(r.stdout)
+    assert doc["otherData"]["around_findings"] == 0
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--format", "perfetto"], "unknown timeline format 'perfetto'"),
+        (["--around-findings", "-1"], "--around-findings must be 0 or more"),
+        (["-o", "nodir/t.json"], "does not exist"),
+    ],
+)
+def test_export_usage_problems(scenario, run, args, needle):
+    r = run("export", scenario("data_race"), *args)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0]
+
+
+def test_export_unusable_traces(run, workdir):
+    (workdir / "junk.bin").write_bytes(b"NPUSANv\x01\xc1\xc1")
+    for name in ("missing.bin", "junk.bin"):
+        r = run("export", name)
+        assert r.exit_code == 2
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("npusan: error: ") and name in lines[0]
