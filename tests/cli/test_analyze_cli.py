@@ -236,3 +236,23 @@ def test_check_leaks_reports_blocks_never_freed(run, workdir):
     text = run("analyze", "leak.bin", "--check-leaks").stdout
     assert "never freed (checked at the end of the trace)" in text
     assert "blocks still alive at the end were checked (--check-leaks)" in text
+
+
+def test_progress_bar_appears_only_after_a_moment_and_only_when_enabled(monkeypatch):
+    import importlib
+
+    A = importlib.import_module("npusan.cli.analyze")  # the module, not the click command
+
+    quiet = A._Progress(["a.bin"], enabled=False)
+    quiet(0, 10, 100)
+    assert quiet.bar is None
+    p = A._Progress(["dir/a.bin"], enabled=True)
+    p(0, 10, 100)
+    assert p.bar is None  # too early: fast analyses never flash a bar
+    monkeypatch.setattr(A, "PROGRESS_AFTER_S", 0.0)
+    p(0, 50, 100)
+    assert p.bar is not None
+    task = p.bar.tasks[0]
+    assert (task.completed, task.total, task.description) == (50, 100, "a.bin")
+    p(0, 80, None)  # unknown size
+    p.close()
