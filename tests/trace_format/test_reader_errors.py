@@ -278,3 +278,14 @@ def test_reader_closes_what_it_opened(tmp_path, small_trace):
 def test_missing_file_is_an_oserror(tmp_path):
     with pytest.raises(OSError):
         TraceReader(tmp_path / "nope.npusan")
+
+
+def test_where_defaults_to_the_record_yielded_last():
+    data = handmade(HEADER, GOOD + [[R.KERNEL, 0, 0, None, "bad access"], [R.KERNEL, 0, 0, None], [R.END, {}]])
+    r = TraceReader(io.BytesIO(data))
+    for rec in r.records():
+        if rec[4:] == ["bad access"]:
+            assert r.where() == f"record 5 at byte offset {len(handmade(HEADER, GOOD))}"
+            break
+    else:
+        raise AssertionError("record not seen")

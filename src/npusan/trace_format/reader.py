@@ -150,22 +150,29 @@ class TraceReader:
         """Names the record read last for an error message: ``record N at byte offset X``.
 
         Records are numbered from 1 (the first after the header); the offset is where the
-        record starts. Consumers that find a malformed field in a record they were just
-        given pass that record (its start is computed from its encoded length).
+        record starts. Meant for consumers that find a malformed field in the record they
+        were just given (``rec``, by default the record the generator yielded last).
         """
+        index, last = self._current()
+        if rec is None:
+            rec = last
         start = self.position - (_packed_len(rec) if rec is not None else 0)
-        return self._where(self._current_index(), start)
+        return self._where(index, start)
 
-    def _current_index(self) -> int:
-        # The generator keeps its count in a local (no per-record attribute store on the
-        # hot path); read it from the suspended frame.
+    def _current(self) -> tuple[int, Any]:
+        # The generator keeps its count and record in locals (no per-record attribute
+        # store on the hot path); read them from the suspended frame.
         gen = self._gen
         frame = getattr(gen, "gi_frame", None) if gen is not None else None
         if frame is not None:
-            n = frame.f_locals.get("n")
+            loc = frame.f_locals
+            n = loc.get("n")
             if type(n) is int:
-                return n
-        return self.records_read
+                return n, loc.get("rec")
+        return self.records_read, None
+
+    def _current_index(self) -> int:
+        return self._current()[0]
 
     @staticmethod
     def _where(index: int, offset: Optional[int]) -> str:
