@@ -83,14 +83,21 @@ def _render(s, no_color: bool) -> None:
         )
     console.print()
 
+    from ..trace_format import records as R
+
+    definition_names = {R.RECORD_NAMES[t] for t in R.DEFINITIONS}
     counts = Table(title="Records", box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
     counts.add_column("type")
     counts.add_column("count", justify="right")
     for name, n in s.counts.items():
-        counts.add_row(name, f"{n:,}")
+        if name not in definition_names:
+            counts.add_row(name, f"{n:,}")
     for t, n in s.unknown_types.items():
         counts.add_row(f"unknown type {t} (skipped)", f"{n:,}")
-    counts.add_row("[bold]events[/bold]", f"[bold]{s.events:,}[/bold]")
+    counts.add_row("[bold]events[/bold]", f"[bold]{s.events:,}[/bold]", end_section=True)
+    for name, n in s.counts.items():
+        if name in definition_names:
+            counts.add_row(f"[dim]{name} (definitions)[/dim]", f"[dim]{n:,}[/dim]")
     console.print(counts)
 
     if s.streams:

@@ -16,6 +16,7 @@ turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into 
 from __future__ import annotations
 
 import os
+import stat
 from typing import IO, Any, Callable, Iterator, Optional, Union
 
 import msgpack
@@ -87,9 +88,11 @@ class TraceReader:
 
     def _size(self) -> Optional[int]:
         try:
-            return os.fstat(self._file.fileno()).st_size - self._base
+            st = os.fstat(self._file.fileno())
         except (OSError, AttributeError, ValueError, TypeError):
             pass
+        else:
+            return st.st_size - self._base if stat.S_ISREG(st.st_mode) else None  # pipes: unknown
         try:  # in-memory files
             end = self._file.seek(0, os.SEEK_END)
             self._file.seek(self._base)
