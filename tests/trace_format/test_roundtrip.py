@@ -336,3 +336,15 @@ def test_file_sink_is_usable_alone(tmp_path):
     assert list(r.records()) == [[R.KERNEL, 0, 0, None]] and r.truncated
     with pytest.raises(TypeError):
         FileSink(12345.0)
+
+
+def test_threads_get_small_ids_whatever_the_caller_passes():
+    buf = io.BytesIO()
+    ident = threading.get_ident()
+    with TraceWriter(buf) as w:
+        w.kernel(0, "k", thread=ident)
+        w.kernel(0, "k", thread=(ident + 1, "loader"))
+        w.kernel(0, "k", thread="main")
+        w.kernel(0, "k", thread=ident)
+    r, recs = read_all(io.BytesIO(buf.getvalue()))
+    assert r.symbols.threads == {0: f"thread {ident}", 1: "loader", 2: "main"}

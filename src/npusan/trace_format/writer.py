@@ -154,7 +154,7 @@ class TraceWriter:
     ``file`` is a path or a binary file object (left open on close). Streams, events and
     pointers are ints; ``device=`` names the device of the stream (streams are identified
     per device), ``stack=`` is a list of ``(filename, lineno, function)`` outermost first,
-    and ``thread=`` (an int id or a name) is noted once per thread for ``npusan info``
+    and ``thread=`` (an id, a name, or ``(id, name)``) is noted once per thread for ``npusan info``
     (records of format 1.0 carry no thread). Every method is thread-safe. Writing errors
     raise :class:`OSError` (see the module docstring). ``header=`` overrides header keys
     (the recorder passes ``device_count`` and ``default_streams``).
@@ -205,15 +205,23 @@ class TraceWriter:
         return self.encoder.stack([(str(f[0]), operator.index(f[1]), str(f[2])) for f in stack])
 
     def _thread(self, thread: Any) -> None:
-        if thread is None or thread in self._threads:
+        """Note a thread once: an id (``threading.get_ident()``), a name, or ``(id, name)``.
+
+        Threads get small sequential ids in the trace (raw idents are too large for the
+        reader's id tables).
+        """
+        if thread is None:
             return
-        if isinstance(thread, str):
-            tid = len(self._threads)
-            name = thread
+        key = tuple(thread) if isinstance(thread, list) else thread
+        if key in self._threads:
+            return
+        if isinstance(key, tuple) and len(key) == 2:
+            name = str(key[1])
+        elif isinstance(key, str):
+            name = key
         else:
-            tid = operator.index(thread)
-            name = str(tid)
-        self._threads[thread] = tid
+            name = f"thread {operator.index(key)}"
+        tid = self._threads[key] = len(self._threads)
         self.encoder.thread(tid, name)
 
     def _check(self) -> None:
