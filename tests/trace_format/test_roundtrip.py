@@ -348,3 +348,31 @@ def test_threads_get_small_ids_whatever_the_caller_passes():
         w.kernel(0, "k", thread=ident)
     r, recs = read_all(io.BytesIO(buf.getvalue()))
     assert r.symbols.threads == {0: f"thread {ident}", 1: "loader", 2: "main"}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_never_writes_into_the_parents_trace(tmp_path):
+    path = tmp_path / "p.npusan"
+    w = TraceWriter(path, flush_bytes=1 << 30, flush_interval=1e9)
+    w.kernel(0, "before-fork")  # buffered, not yet written
+    pid = os.fork()
+    if pid == 0:  # child: try hard to write
+        code = 0
+        try:
+            try:
+                w.kernel(0, "child")
+                w.flush()
+                code = 3  # the flush should have been refused
+            except OSError:
+                pass
+            w.close()
+        except BaseException:
+            code = 4
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    w.kernel(0, "parent")
+    w.close()
+    r, recs = read_all(path)
+    ops = [r.symbols.string(x[2]) for x in recs if x[0] == R.KERNEL]
+    assert ops == ["before-fork", "parent"] and r.ended_cleanly

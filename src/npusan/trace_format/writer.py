@@ -77,6 +77,7 @@ class FileSink:
         self.records = 0
         self.closed = False
         self.error: Optional[OSError] = None
+        self._pid = os.getpid()
 
     def __call__(self, rec: list) -> None:
         """Append one record; may flush (and then raise OSError on a failed write)."""
@@ -106,6 +107,12 @@ class FileSink:
         self._last_flush = time.monotonic()
         if not self._buf:
             return
+        if os.getpid() != self._pid:
+            # A forked child inherited this sink (and the parent's unflushed records): it
+            # must never write into the parent's trace.
+            self._buf.clear()
+            self.error = OSError(f"this trace belongs to process {self._pid}; a forked child does not write to it")
+            raise self.error
         data = bytes(self._buf)
         self._buf.clear()
         try:
@@ -140,7 +147,7 @@ class FileSink:
         if self.closed:
             return
         try:
-            if self.error is None:
+            if self.error is None and os.getpid() == self._pid:
                 self.flush()
         finally:
             self.closed = True
@@ -367,7 +374,7 @@ class TraceWriter:
                 return
             self.closed = True
             try:
-                if self.sink.error is None:
+                if self.sink.error is None and os.getpid() == self.sink._pid:
                     self.encoder.end(self.stats())
             finally:
                 self.sink.close()
