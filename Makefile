@@ -12,7 +12,7 @@ STAMP := $(VENV)/.npusan-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_PIN)"
+	$(BIN)/python -m pip install -q "$(TORCH_PIN)" numpy
 	$(BIN)/python -m pip install -q -e ".[record,test]"
 	touch $(STAMP)
 
