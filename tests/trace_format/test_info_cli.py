@@ -110,6 +110,7 @@ def test_info_odd_header_values_do_not_crash(tmp_path):
         (handmade({"format": [1, 0]}, [[R.KERNEL, 0]]), "record 1"),
         (handmade({"format": [1, 0]}, []) + b"\x91\xdb\xff\xff\xff\xff", "limit"),
         (R.MAGIC + msgpack.packb([1, 0]), "not a map"),
+        (handmade({"format": [1, 0]}, [[R.ALLOC, [1], 0, 0, 0, None]]), "record 1 at byte offset"),
     ],
 )
 def test_info_bad_input_is_exit_2_one_line(tmp_path, content, needle):

@@ -94,3 +94,21 @@ def test_all_single_byte_corruptions_of_a_small_trace():
             data = bytearray(VALID)
             data[i] = v
             consume(bytes(data))
+
+
+@FUZZ
+@given(st.lists(_record, max_size=20), st.booleans())
+def test_info_summary_on_random_records(records, end):
+    from npusan.trace_format.info import info_dict, summarize
+
+    # Definitions that make many random records resolvable, so the summary gets exercised.
+    defs = [[R.STR, 0, "op"], [R.STREAM_DEF, 0, 0, 0], [R.STREAM_DEF, 1, 0, 7]]
+    data = handmade(HEADER, defs + list(records) + ([[R.END, {}]] if end else []))
+    try:
+        info = summarize(io.BytesIO(data))
+    except TraceFormatError as e:
+        assert "\n" not in str(e)
+    else:
+        import json
+
+        json.dumps(info_dict(info))

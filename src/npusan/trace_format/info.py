@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
 from . import records as R
+from .errors import TraceFormatError
 from .header import is_default_stream
 from .reader import Source, TraceReader
 
@@ -67,33 +68,10 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
         created: set = set()
         live: dict[Any, Optional[int]] = {}  # bid -> size
         mem = MemorySummary()
-        live_bytes = 0
-        for rec in reader.records():
-            t = rec[0]
-            counts[t] = counts.get(t, 0) + 1
-            if t == R.KERNEL:
-                s = rec[1]
-                per_stream[s] = per_stream.get(s, 0) + 1
-            elif t == R.ALLOC:
-                bid, size = rec[1], rec[3]
-                if bid in live:  # an allocation over a live block: its free was not recorded
-                    live_bytes -= live.pop(bid) or 0
-                size = size if type(size) is int and size >= 0 else None
-                live[bid] = size
-                mem.allocations += 1
-                if size is None:
-                    mem.unknown_size_allocations += 1
-                else:
-                    mem.allocated_bytes += size
-                    live_bytes += size
-                mem.peak_live_blocks = max(mem.peak_live_blocks, len(live))
-                mem.peak_live_bytes = max(mem.peak_live_bytes, live_bytes)
-            elif t == R.FREE:
-                mem.frees += 1
-                if rec[1] in live:
-                    live_bytes -= live.pop(rec[1]) or 0
-            elif t == R.STREAM_CREATED:
-                created.add(rec[1])
+        try:
+            _scan(reader, counts, per_stream, created, live, mem)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+            raise TraceFormatError(f"{reader.where()}: malformed record ({e})") from None
         mem.live_at_end = len(live)
         sym = reader.symbols
         mem.unallocated_blocks = _count_block_defs(reader)
@@ -135,6 +113,37 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
             threads=dict(sym.threads),
             unknown_types=reader.unknown_types,
         )
+
+
+def _scan(reader: TraceReader, counts: dict, per_stream: dict, created: set, live: dict, mem: MemorySummary) -> None:
+    """The one pass over the records (fields are not type-checked by the reader: callers guard)."""
+    live_bytes = 0
+    for rec in reader.records():
+        t = rec[0]
+        counts[t] = counts.get(t, 0) + 1
+        if t == R.KERNEL:
+            s = rec[1]
+            per_stream[s] = per_stream.get(s, 0) + 1
+        elif t == R.ALLOC:
+            bid, size = rec[1], rec[3]
+            if bid in live:  # an allocation over a live block: its free was not recorded
+                live_bytes -= live.pop(bid) or 0
+            size = size if type(size) is int and size >= 0 else None
+            live[bid] = size
+            mem.allocations += 1
+            if size is None:
+                mem.unknown_size_allocations += 1
+            else:
+                mem.allocated_bytes += size
+                live_bytes += size
+            mem.peak_live_blocks = max(mem.peak_live_blocks, len(live))
+            mem.peak_live_bytes = max(mem.peak_live_bytes, live_bytes)
+        elif t == R.FREE:
+            mem.frees += 1
+            if rec[1] in live:
+                live_bytes -= live.pop(rec[1]) or 0
+        elif t == R.STREAM_CREATED:
+            created.add(rec[1])
 
 
 def _count_block_defs(reader: TraceReader) -> int:
