@@ -84,8 +84,6 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
     parent = os.path.dirname(os.path.abspath(output)) if "{" not in output else None
     if parent:
         os.makedirs(parent, exist_ok=True)
-        if os.path.exists(output):
-            os.remove(output)
     argv = _argv(cmd)
     start = time.time()
     try:
