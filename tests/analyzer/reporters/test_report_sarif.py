@@ -1,7 +1,13 @@
 """SARIF 2.1.0: valid against the official schema, stable identities, no pointers."""
 
-import json
+import sys
 from pathlib import Path
+
+# The hand-built findings and scenario traces shared with tests/cli (no conftest here: a
+# nested conftest.py would shadow tests/analyzer/conftest.py for `from conftest import`).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
+
+import json
 
 import jsonschema
 import pytest
