@@ -259,8 +259,11 @@ def test_write_errors_surface_as_oserror_and_stop_writing(exc):
         for i in range(100):
             w.kernel(0, f"op{i}", reads=[0x1000 + i])
     written = bytes(f.data)
-    with pytest.raises(OSError):
-        w.kernel(0, "later")
+    for _ in range(3):
+        with pytest.raises(OSError):
+            w.kernel(0, "later")
+        with pytest.raises(OSError):
+            w.encoder.kernel(0, "later-fast-path")  # the recorder's path, straight to the sink
     w.close()  # no END after a failure, no exception either
     assert bytes(f.data) == written
     r = TraceReader(io.BytesIO(written))
@@ -329,8 +332,9 @@ def test_file_sink_is_usable_alone(tmp_path):
     assert sink.records == 2
     sink.close()
     sink.close()
-    with pytest.raises(OSError):
-        sink([R.KERNEL, 0, 0, None])
+    for _ in range(3):  # every later record is refused, not only the next one
+        with pytest.raises(OSError):
+            sink([R.KERNEL, 0, 0, None])
     r = TraceReader(tmp_path / "s.bin")
     assert r.header == {"format": [1, 0]}
     assert list(r.records()) == [[R.KERNEL, 0, 0, None]] and r.truncated

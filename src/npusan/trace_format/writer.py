@@ -36,16 +36,21 @@ DEFAULT_FLUSH_BYTES = 1 << 20
 DEFAULT_FLUSH_INTERVAL = 1.0
 
 _monotonic = time.monotonic
+_MAX_PERIOD = 64
 
 
 class FileSink:
     """Packs records with msgpack into a buffer and writes it to a file now and then.
 
     Calling the sink with one record (a list) appends it to the buffer; the buffer goes to
-    the file when it holds more than ``flush_bytes`` bytes or when ``flush_interval``
-    seconds have passed since the last flush (checked on each record, so a crash loses at
-    most that much), and on :meth:`flush` / :meth:`close`. Records are only ever written
-    whole. Not thread-safe: callers serialize (TraceWriter holds a lock).
+    the file when it holds more than ``flush_bytes`` bytes or when a record arrives
+    ``flush_interval`` seconds or more after the last flush (so a crash loses at most that
+    much), and on :meth:`flush` / :meth:`close`. Records are only ever written whole.
+
+    The size is checked on every record; the clock only every few records while records
+    come fast (up to every 64th, a few microseconds apart) and on every record when they
+    come slowly, which keeps the per-record cost at a pack and an append. Not thread-safe:
+    callers serialize (TraceWriter holds a lock).
     """
 
     def __init__(
@@ -72,21 +77,41 @@ class FileSink:
         self._buf = bytearray()
         self.flush_bytes = int(flush_bytes)
         self.flush_interval = float(flush_interval)
-        self._last_flush = time.monotonic()
+        self._last_flush = self._last_tick = time.monotonic()
         self.bytes_written = 0
-        self.records = 0
+        self._counted = 0  # records up to the last tick
+        self._period = 1  # records between two looks at the clock
+        self._count = 1  # records left until the next look
         self.closed = False
         self.error: Optional[OSError] = None
         self._pid = os.getpid()
 
     def __call__(self, rec: list) -> None:
         """Append one record; may flush (and then raise OSError on a failed write)."""
+        buf = self._buf
+        buf += self._pack(rec)  # packed whole before touching the buffer: no partial record
+        self._count -= 1
+        if self._count <= 0 or len(buf) >= self.flush_bytes:
+            self._tick()
+
+    def _tick(self) -> None:
         if self.error is not None or self.closed:
+            self._buf.clear()
+            self._count = 0  # refuse every later record too
             self._refuse()
-        self._buf += self._pack(rec)  # packs whole before touching the buffer: no partial record
-        self.records += 1
-        if len(self._buf) >= self.flush_bytes or _monotonic() - self._last_flush >= self.flush_interval:
+        self._counted += self._period - self._count
+        now = _monotonic()
+        slow = now - self._last_tick > self.flush_interval / 16
+        self._period = 1 if slow else min(self._period * 2, _MAX_PERIOD)
+        self._count = self._period
+        self._last_tick = now
+        if len(self._buf) >= self.flush_bytes or now - self._last_flush >= self.flush_interval:
             self.flush()
+
+    @property
+    def records(self) -> int:
+        """Records appended so far."""
+        return self._counted + self._period - self._count
 
     def write_bytes(self, data: bytes) -> None:
         """Append raw bytes (the magic) to the buffer."""
@@ -234,6 +259,8 @@ class TraceWriter:
     def _check(self) -> None:
         if self.closed:
             raise OSError("the trace writer is closed")
+        if self.sink.error is not None:
+            self.sink._refuse()
 
     # -- the contract ----------------------------------------------------------------
 
