@@ -263,11 +263,12 @@ class TraceReader:
             seen = self._unknown.get(t)
             self._unknown[t] = (seen or 0) + 1
             if seen is None:
-                self._warn(
-                    f"skipping records of unknown type {t} (the trace declares format "
-                    f"{self.version[0]}.{self.version[1]}; this npusan reads "
-                    f"{R.FORMAT_MAJOR}.{R.FORMAT_MINOR})"
-                )
+                major, minor = self.version
+                if (major, minor) > (R.FORMAT_MAJOR, R.FORMAT_MINOR):
+                    why = f"written for format {major}.{minor}; this npusan reads {R.FORMAT_MAJOR}.{R.FORMAT_MINOR}"
+                else:
+                    why = f"not defined in format {major}.{minor}"
+                self._warn(f"skipping records of unknown type {t} ({why})")
             return -1
         if len(rec) < R.MIN_LENGTH[t]:
             raise TraceFormatError(
@@ -399,6 +400,15 @@ def _mib(n: int) -> str:
 _LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}
 
 
+#: msgpack type bytes followed by a fixed number of payload bytes (numbers, fixext).
+_FIXED_SIZE = {0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,
+               0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
+#: msgpack type bytes followed by a length field: (kind, width of the length field).
+_SIZED = {0xC4: ("binary", 1), 0xC5: ("binary", 2), 0xC6: ("binary", 4), 0xC7: ("ext", 1), 0xC8: ("ext", 2),
+          0xC9: ("ext", 4), 0xD9: ("string", 1), 0xDA: ("string", 2), 0xDB: ("string", 4), 0xDC: ("array", 2),
+          0xDD: ("array", 4), 0xDE: ("map", 2), 0xDF: ("map", 4)}
+
+
 def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
     """Walk msgpack headers in ``buf`` (an incomplete object); name the first over-limit length."""
     i, need, steps, size = 0, 1, 0, len(buf)
@@ -407,9 +417,6 @@ def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
         need -= 1
         b = buf[i]
         i += 1
-        kind = None
-        length = 0
-        width = 0
         if b <= 0x7F or b >= 0xE0 or b in (0xC0, 0xC2, 0xC3):
             continue
         if 0x80 <= b <= 0x8F:
@@ -423,15 +430,10 @@ def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
             continue
         if b == 0xC1:
             return "byte 0xc1 is not valid msgpack"
-        fixed = {0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,
-                 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
-        if b in fixed:
-            i += fixed[b]
+        if b in _FIXED_SIZE:
+            i += _FIXED_SIZE[b]
             continue
-        kind, width = {0xC4: ("binary", 1), 0xC5: ("binary", 2), 0xC6: ("binary", 4), 0xC7: ("ext", 1),
-                       0xC8: ("ext", 2), 0xC9: ("ext", 4), 0xD9: ("string", 1), 0xDA: ("string", 2),
-                       0xDB: ("string", 4), 0xDC: ("array", 2), 0xDD: ("array", 4), 0xDE: ("map", 2),
-                       0xDF: ("map", 4)}[b]
+        kind, width = _SIZED[b]
         if i + width > size:
             return None
         length = int.from_bytes(buf[i:i + width], "big")
