@@ -6,8 +6,8 @@ buffer and length limits are bounded, so a corrupt length field cannot make it a
 gigabytes. Definitions (strings, frames, stacks, streams, blocks, threads) are absorbed
 into :attr:`TraceReader.symbols` before the first record that uses them is yielded.
 
-What the reader guarantees about yielded records: each is a list whose first element is a
-known record type (an int) and whose length is at least ``records.MIN_LENGTH`` of that type.
+What the reader guarantees about yielded records: each is a list whose first element equals
+a known record type (an int; the kernel fast path does not exclude a float 17.0) and whose length is at least ``records.MIN_LENGTH`` of that type.
 It does not type-check the fields inside (that would cost more than the replay): consumers
 turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into a
 :class:`TraceFormatError`, naming :meth:`TraceReader.where` (record index, byte offset).
