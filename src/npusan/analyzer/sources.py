@@ -7,6 +7,7 @@ too large or not text is simply not quoted, and nothing here ever raises.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -87,7 +88,12 @@ _INTERNAL = [
 
 def internal_category(frame: Frame) -> Optional[str]:
     """``"torch"``, ``"npusan"`` or ``"python"`` for library frames; ``None`` for user code."""
-    name = frame.filename.replace("\\", "/")
+    return _file_category(frame.filename)
+
+
+@functools.lru_cache(maxsize=8192)
+def _file_category(filename: str) -> Optional[str]:
+    name = filename.replace("\\", "/")
     if name.startswith(_NPUSAN_DIR.replace("\\", "/") + "/"):
         return "npusan"
     for category, pattern in _INTERNAL:

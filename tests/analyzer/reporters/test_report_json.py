@@ -99,3 +99,15 @@ def test_every_kind_validates(kind):
     doc = render(make_result([f]))
     assert doc["findings"][0]["kind"] == kind
     assert doc["findings"][0]["fix"]
+
+
+def test_large_reports_are_compact_but_equal():
+    from npusan.analyzer.reporters.json_report import PRETTY_MAX_FINDINGS
+
+    many = [make_finding(later=("train.py", i, "f")) for i in range(PRETTY_MAX_FINDINGS + 1)]
+    report = build_report(make_result(many))
+    text = get_reporter("json").render(report, ReportOptions())
+    assert text.count("\n") == 1  # one line
+    doc = json.loads(text)
+    jsonschema.validate(doc, REPORT_SCHEMA)
+    assert len(doc["findings"]) == PRETTY_MAX_FINDINGS + 1

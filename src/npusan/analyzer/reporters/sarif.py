@@ -7,6 +7,7 @@ locations only (``Finding.fingerprint()``), so a bug keeps its identity across r
 
 from __future__ import annotations
 
+import functools
 import json
 
 from pathlib import PureWindowsPath
@@ -19,12 +20,14 @@ from ..grouping import Group
 from ..sources import user_site
 from . import describe as D
 from .base import Report, ReportOptions, Reporter, register
+from .json_report import dump_json
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 FINGERPRINT_KEY = "npusanFingerprint/v1"
 RULES = list(Kind)
 
 
+@functools.lru_cache(maxsize=8192)
 def artifact_uri(filename: str) -> str:
     """A URI reference for a file named in a stack (relative names stay relative)."""
     name = filename.replace("\\", "/")
@@ -159,7 +162,7 @@ class SarifReporter(Reporter):
     extension = ".sarif"
 
     def render(self, report: Report, options: ReportOptions) -> str:
-        return json.dumps(sarif_doc(report), indent=2, ensure_ascii=False) + "\n"
+        return dump_json(sarif_doc(report), len(report.groups))
 
 
 __all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "FINGERPRINT_KEY"]

@@ -32,43 +32,30 @@ class TextReporter(Reporter):
     extension = ".txt"
 
     def render(self, report: Report, options: ReportOptions) -> str:
-        out = Text()
-        w = _Writer(out, SourceCache(options.source_roots), options)
-        if report.groups:
-            for i, g in enumerate(report.groups, 1):
-                w.group(report, g, i, len(report.groups))
-                out.append("\n")
+        w = _Writer(SourceCache(options.source_roots), options)
+        for i, g in enumerate(report.groups, 1):
+            w.group(report, g, i, len(report.groups))
+            w.line()
         _summary(w, report, options)
-        return _console_text(out, options)
-
-
-def _console_text(out: Text, options: ReportOptions) -> str:
-    buf = io.StringIO()
-    console = Console(
-        file=buf,
-        force_terminal=options.color,
-        color_system="standard" if options.color else None,
-        no_color=not options.color,
-        width=max(40, options.width),
-        soft_wrap=True,
-        highlight=False,
-        markup=False,
-        emoji=False,
-    )
-    console.print(out, end="")
-    return buf.getvalue()
+        return w.render()
 
 
 def group_text(report: Report, g: Group, options: ReportOptions, index: int = 1, total: int = 1) -> str:
     """One finding as the terminal report shows it (plain unless ``options.color``)."""
-    out = Text()
-    _Writer(out, SourceCache(options.source_roots), options).group(report, g, index, total)
-    return _console_text(out, options)
+    w = _Writer(SourceCache(options.source_roots), options)
+    w.group(report, g, index, total)
+    return w.render()
 
 
 class _Writer:
-    def __init__(self, out: Text, sources: SourceCache, options: ReportOptions) -> None:
-        self.out = out
+    """Collects lines of (text, style) parts; renders them plain or, with color, via rich.
+
+    Plain output is joined directly: it is what CI logs, files and golden tests get, and
+    reports with thousands of findings must not pay for rich's layout engine.
+    """
+
+    def __init__(self, sources: SourceCache, options: ReportOptions) -> None:
+        self.lines: list[list] = []
         self.sources = sources
         self.options = options
 
@@ -78,13 +65,32 @@ class _Writer:
         Control characters are replaced: a trace is untrusted, and an op name must not be
         able to move the cursor or recolor the terminal.
         """
-        self.out.append(INDENT * indent)
+        out: list = [(INDENT * indent, "")] if indent else []
         for p in parts:
-            if isinstance(p, tuple):
-                self.out.append(_CONTROL.sub("\ufffd", p[0]), style=p[1])
-            else:
-                self.out.append(_CONTROL.sub("\ufffd", p))
-        self.out.append("\n")
+            text, style = p if isinstance(p, tuple) else (p, "")
+            out.append((_CONTROL.sub("\ufffd", text), style))
+        self.lines.append(out)
+
+    def render(self) -> str:
+        if not self.options.color:
+            return "".join("".join(t for t, _ in line) + "\n" for line in self.lines)
+        buf = io.StringIO()
+        console = Console(
+            file=buf,
+            force_terminal=True,
+            color_system="standard",
+            width=max(40, self.options.width),
+            soft_wrap=True,
+            highlight=False,
+            markup=False,
+            emoji=False,
+        )
+        for line in self.lines:
+            text = Text()
+            for t, style in line:
+                text.append(t, style=style or None)
+            console.print(text)
+        return buf.getvalue()
 
     def labelled(self, label: str, *parts, style: str = "bold") -> None:
         self.line((f"{label}:".ljust(LABEL_WIDTH), style), " ", *parts, indent=1)
