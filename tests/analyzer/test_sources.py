@@ -60,6 +60,10 @@ def test_internal_categories():
     import npusan.recorder
 
     assert internal_category(Frame(npusan.recorder.__file__, 1, "f")) == "npusan"
+    import npusan.examples
+
+    examples = npusan.examples.__file__.replace("__init__.py", "multistream.py")
+    assert internal_category(Frame(examples, 1, "main")) is None  # shipped examples are user code
     assert internal_category(Frame("/home/u/project/train.py", 1, "main")) is None
     assert internal_category(Frame("/home/u/torchvision_tools/train.py", 1, "main")) is None
     assert internal_category(Frame("/x/lib/python3.11/site-packages/mylib/m.py", 1, "f")) is None
@@ -81,6 +85,8 @@ def test_fold_runs_of_library_frames():
     assert folded[2] == stack[4]
     assert str(folded[3]) == "… 1 torch frame"
     assert fold(stack, full=True) == list(stack)
+    only_library = (Frame(TORCH, 1, "a"), Frame(TORCH, 2, "b"))
+    assert fold(only_library) == list(only_library)  # nothing to fold it into
     assert user_site(stack) == stack[4]
     assert user_site((Frame(TORCH, 1, "a"),)) == Frame(TORCH, 1, "a")
     assert user_site(()) is None

@@ -94,8 +94,10 @@ def internal_category(frame: Frame) -> Optional[str]:
 @functools.lru_cache(maxsize=8192)
 def _file_category(filename: str) -> Optional[str]:
     name = filename.replace("\\", "/")
-    if name.startswith(_NPUSAN_DIR.replace("\\", "/") + "/"):
-        return "npusan"
+    own = _NPUSAN_DIR.replace("\\", "/") + "/"
+    if name.startswith(own):
+        # npusan's examples are user programs that happen to ship inside the package.
+        return None if name.startswith(own + "examples/") else "npusan"
     for category, pattern in _INTERNAL:
         if pattern.search(name):
             return category
@@ -115,7 +117,14 @@ class Folded:
 
 
 def fold(stack: Iterable[Frame], full: bool = False) -> list[Union[Frame, Folded]]:
-    """The frames of ``stack`` with runs of library frames folded, unless ``full``."""
+    """The frames of ``stack`` with runs of library frames folded, unless ``full``.
+
+    A stack made only of library frames is shown whole: folding all of it would hide
+    the only locations there are.
+    """
+    stack = list(stack)
+    if not full and all(internal_category(fr) is not None for fr in stack):
+        full = True
     out: list[Union[Frame, Folded]] = []
     run: list[str] = []
 

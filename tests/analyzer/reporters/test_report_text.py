@@ -74,6 +74,9 @@ def test_npu_backend_names_npu_streams():
     result.traces[0].header = {**result.traces[0].header, "backend": "npu"}
     out = get_reporter("text").render(build_report(result), ReportOptions())
     assert "default stream (npu:0)" in out and "torch.npu.current_stream()" in out
+    result.traces[0].header = {**result.traces[0].header, "backend": "sim"}
+    out = get_reporter("text").render(build_report(result), ReportOptions())
+    assert "default stream (sim:0)" in out and "npusan.sim.current_stream()" in out
 
 
 def test_colors_only_when_asked():

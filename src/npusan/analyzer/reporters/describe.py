@@ -50,7 +50,11 @@ def device_label(header: dict, device: int) -> str:
 
 def torch_module(header: dict) -> str:
     """The Python module a user calls for streams on this backend."""
-    return "torch.npu" if isinstance(header, dict) and header.get("backend") == "npu" else "torch.cuda"
+    backend = header.get("backend") if isinstance(header, dict) else None
+    return _MODULES.get(backend, "torch.cuda")
+
+
+_MODULES = {"npu": "torch.npu", "sim": "npusan.sim", "cuda": "torch.cuda"}
 
 
 def frame_label(fr: Optional[Frame]) -> str:
