@@ -62,6 +62,10 @@ class CpuAsNpu(NpuBackend):
         live[ptr] = weakref.ref(st, freed)
         fake.alloc(ptr=ptr)
 
+    def uninstall(self) -> None:
+        super().uninstall()
+        self._live.clear()  # no late frees from storages that outlive the recording
+
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):
