@@ -205,12 +205,14 @@ def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
             for k, c in counts.items()
             if c[0]
         )
-        noun = "finding" if report.grouped else "occurrence"
-        w.line(
-            ("npusan: ", "bold"),
-            (_plural(len(report.groups), noun), "bold red"),
-            f" ({kinds}; {_plural(report.occurrences, 'occurrence')}) in {n_traces}",
-        )
+        if report.grouped:
+            head = _plural(len(report.groups), "finding")
+            tail = f" ({kinds}; {_plural(report.occurrences, 'occurrence')}) in {n_traces}"
+        else:
+            distinct = len({g.fingerprint for g in report.groups})
+            head = _plural(len(report.groups), "occurrence")
+            tail = f" ({kinds}) of {_plural(distinct, 'finding')} in {n_traces}"
+        w.line(("npusan: ", "bold"), (head, "bold red"), tail)
     if report.suppressions is not None:
         occ = sum(g.count for g in report.suppressed)
         w.line(
