@@ -256,3 +256,23 @@ def test_progress_bar_appears_only_after_a_moment_and_only_when_enabled(monkeypa
     assert (task.completed, task.total, task.description) == (50, 100, "a.bin")
     p(0, 80, None)  # unknown size
     p.close()
+
+
+def test_analyze_and_export_work_without_torch(scenario, workdir):
+    import subprocess
+    import sys
+
+    trace = scenario("reuse_race")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any import of torch now fails
+        "from npusan.cli import cli\n"
+        "for args in (['analyze', sys.argv[1], '--format', 'sarif', '-o', 'r.sarif'], ['export', sys.argv[1], '-o', 't.json']):\n"
+        "    try:\n"
+        "        cli(args, prog_name='npusan')\n"
+        "    except SystemExit as e:\n"
+        "        print(args[0], e.code)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, trace], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["analyze", "1", "export", "0"], out.stderr
+    assert json.loads((workdir / "r.sarif").read_text())["runs"][0]["results"]
+    assert json.loads((workdir / "t.json").read_text())["traceEvents"]
