@@ -105,7 +105,8 @@ def test_not_available_on_this_cpu_build():
 def test_torch_registry_shape_is_what_the_adapter_registers_with():
     import torch.cuda._gpu_trace as real
 
-    for suffix, _ in cuda_mod.HOOK_NAMES:
+    assert set(cuda_mod.HOOK_NAMES) == set(REGISTRIES)
+    for suffix in cuda_mod.HOOK_NAMES:
         assert callable(getattr(real, "register_callback_for_" + suffix))
         assert hasattr(getattr(real, REGISTRIES[suffix]), "fire_callbacks")
 

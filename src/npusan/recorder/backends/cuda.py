@@ -26,21 +26,23 @@ from .base import Backend, RecorderCallbacks
 
 #: Attribute set on the registry module holding our forwarder (registered at most once).
 _HOOKS_ATTR = "_npusan_cuda_hooks"
-#: Handles shared by every device (default, legacy default, per-thread default stream).
+#: Handles that name a stream on every device: 0 (the NULL stream, PyTorch's default),
+#: 1 (cudaStreamLegacy), 2 (cudaStreamPerThread).
 _SHARED_HANDLES = 2
 
-#: (registry function suffix, forwarder method) -- the ten hooks torch exposes.
-HOOK_NAMES: Tuple[Tuple[str, str], ...] = (
-    ("event_creation", "event_creation"),
-    ("event_deletion", "event_deletion"),
-    ("event_record", "event_record"),
-    ("event_wait", "event_wait"),
-    ("memory_allocation", "memory_allocation"),
-    ("memory_deallocation", "memory_deallocation"),
-    ("stream_creation", "stream_creation"),
-    ("device_synchronization", "device_synchronization"),
-    ("stream_synchronization", "stream_synchronization"),
-    ("event_synchronization", "event_synchronization"),
+#: The ten hooks torch exposes (suffix after ``register_callback_for_``); the forwarder
+#: has a method of the same name for each.
+HOOK_NAMES: Tuple[str, ...] = (
+    "event_creation",
+    "event_deletion",
+    "event_record",
+    "event_wait",
+    "memory_allocation",
+    "memory_deallocation",
+    "stream_creation",
+    "device_synchronization",
+    "stream_synchronization",
+    "event_synchronization",
 )
 
 
@@ -162,8 +164,8 @@ def hooks_for(trace_mod: Any, get_device: Callable[[], int], get_stream: Callabl
     hooks = getattr(trace_mod, _HOOKS_ATTR, None)
     if hooks is None:
         hooks = _CudaHooks(get_device, get_stream)
-        for suffix, method in HOOK_NAMES:
-            getattr(trace_mod, "register_callback_for_" + suffix)(getattr(hooks, method))
+        for name in HOOK_NAMES:
+            getattr(trace_mod, "register_callback_for_" + name)(getattr(hooks, name))
         setattr(trace_mod, _HOOKS_ATTR, hooks)
     else:
         hooks.get_device, hooks.get_stream = get_device, get_stream
