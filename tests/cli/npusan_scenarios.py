@@ -12,7 +12,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from npusan.trace_format import records as R  # noqa: F401  (keeps the import path honest)
+import pytest
+from click.testing import CliRunner
+
 from npusan.trace_format.writer import TraceWriter
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -213,3 +215,41 @@ def make_result(findings, *, paths=("a.bin",), truncated=()):
         for p in paths
     ]
     return AnalysisResult(list(findings), traces)
+
+
+# -- pytest fixtures for the CLI tests (imported by the test modules: a conftest.py here
+# would be imported as the module "conftest" and shadow other directories' conftests for
+# their `from conftest import ...`) ------------------------------------------------------
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A working directory holding train.py, so reports quote it by a relative name."""
+    copy_source(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def scenario(workdir):
+    """``scenario("data_race")`` writes that trace into the working directory; returns its name."""
+
+    def make(name: str, file: str = "", **kw) -> str:
+        file = file or f"{name}.bin"
+        SCENARIOS[name](workdir / file, **kw)
+        return file
+
+    return make
+
+
+@pytest.fixture
+def run():
+    """Invoke ``npusan ARGS...``; the result has exit_code, stdout and stderr."""
+    from npusan.cli import cli
+
+    def invoke(*args):
+        result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+        assert "Traceback" not in result.output
+        return result
+
+    return invoke

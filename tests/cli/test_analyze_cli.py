@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 from npusan_scenarios import DATA, truncate
+from npusan_scenarios import run, scenario, workdir  # noqa: F401  (fixtures)
 
 from npusan.analyzer.reporters.schema import REPORT_SCHEMA
 
