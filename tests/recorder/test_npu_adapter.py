@@ -271,14 +271,14 @@ def test_default_streams_current_device_only(installed):
 def test_is_device_tensor():
     import torch
 
-    class FakeDev:
-        type = "npu"
+    class NpuTensorLike:
+        is_cpu = False
+        is_meta = False
 
-    class T:
-        device = FakeDev()
-
-    assert NpuBackend.is_device_tensor(object.__new__(NpuBackend), T())
-    assert not NpuBackend.is_device_tensor(object.__new__(NpuBackend), torch.zeros(1))
+    b = object.__new__(NpuBackend)
+    assert b.is_device_tensor(NpuTensorLike())
+    assert not b.is_device_tensor(torch.zeros(1))
+    assert not b.is_device_tensor(torch.zeros(1, device="meta"))
 
 
 def test_backend_satisfies_recorder_protocol_names():

@@ -386,4 +386,10 @@ class NpuBackend(Backend):
         return int(dev), int(self._raw_of(stream_obj.stream_id, dev, stream_obj.device_type))
 
     def is_device_tensor(self, t: Any) -> bool:
-        return t.device.type == "npu"
+        """Neither a CPU nor a meta tensor.
+
+        Called for every tensor argument of every op: ``is_cpu``/``is_meta`` are C getters
+        (~0.15 us each) where ``t.device.type == "npu"`` builds a device object (~1 us).
+        torch_npu cannot share a process with CUDA, so what is left is NPU memory.
+        """
+        return not (t.is_cpu or t.is_meta)
