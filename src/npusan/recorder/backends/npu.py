@@ -393,3 +393,6 @@ class NpuBackend(Backend):
         torch_npu cannot share a process with CUDA, so what is left is NPU memory.
         """
         return not (t.is_cpu or t.is_meta)
+
+    def tensor_device(self, t: Any) -> int:
+        return t.get_device()  # a C getter; t.device.index builds a device object
