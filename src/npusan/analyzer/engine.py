@@ -9,7 +9,7 @@ malformed input) is in the ``_slow_*`` methods.
 
 Per-block state (a list, indexes ``_OWN`` .. ``_UNDEF``):
 
-* whole-block mode: ``W`` is the last write as a kernel tuple ``k = (seq, sidx, rec)`` or
+* whole-block mode: ``W`` is the last write as a kernel tuple ``k`` (the replayed kernel record, whose slot 0 holds its seq: ``k[0]`` seq, ``k[1]`` stream) or
   None, ``R`` maps a stream to its latest read since that write (a kernel tuple);
 * range mode (after the first ``[a, offset, nbytes]`` access): ``SEGS`` is a sorted list of
   segments ``[lo, hi, writes, reads]`` covering ``[0, inf)``, where ``writes`` is a tuple of
@@ -39,6 +39,8 @@ from .findings import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
 
 #: Distinct byte-range segments kept per block before neighbours are merged (see module doc).
 MAX_SEGMENTS = 32
+#: Streams per trace (stream indexes must be below this).
+MAX_STREAMS = 1 << 16
 #: Distinct findings kept per trace; later distinct ones are only counted (``dropped``).
 MAX_FINDINGS = 10_000
 #: Occurrences ``(seq, previous_seq, address)`` kept per finding.
@@ -52,8 +54,15 @@ MAX_BLOCK_GHOSTS = 32
 
 INF = float("inf")
 
+#: Op names of the host-side "accesses" of a missing-record_stream finding.
+_FREE_OP = "free"
+_LEAK_OP = "end of trace (never freed)"
+
 # Block state layout.
-_OWN, _W, _R, _SEGS, _GHOSTS, _USES, _RECORDED, _PTR, _SIZE, _ASTREAM, _ASTACK, _BID, _DEF = range(13)
+_W, _R, _SEGS, _GHOSTS, _USES, _RECORDED, _PTR, _SIZE, _ASTREAM, _ASTACK, _BID, _DEF = range(12)
+
+#: Stored in ``_own`` where no stream has the fast path (see ``_own``'s comment).
+_NOBODY = -(1 << 62)
 
 _DATA_RACE = Kind.DATA_RACE
 _MISSING = Kind.MISSING_RECORD_STREAM
@@ -79,7 +88,7 @@ class _Occurrences:
 
     def __init__(self, kind, access, previous, block, seq, pseq, addr):
         self.kind = kind
-        self.access = access  # (k, acc): k = (seq, sidx, rec); acc the encoded access
+        self.access = access  # (k, acc): k the replayed kernel record; acc the encoded access
         self.previous = previous
         self.block = block  # (ptr, size, alloc sidx, alloc stack)
         self.count = 1
@@ -114,6 +123,18 @@ class Engine:
         self._events: dict[int, dict[int, int]] = {}  # recorded[E]
         self._created_stack: dict[int, Optional[int]] = {}
         self._blocks: list = []  # bid -> state list or None
+        # The fast path's two arrays, ``2 * cap`` long, indexed by the encoded access
+        # itself: ``a = bid`` (a read) hits the front half, ``a = ~bid`` (a write, a
+        # negative index) the back half. ``_own[a] - a == S`` iff stream S owns the block
+        # (every piece of its state is S's own, whole-block mode, no ghosts); then
+        # ``_slot[bid]`` is S's latest read (stale if older than the write) and
+        # ``_slot[~bid]`` the last write, and an access is one store. Keys are offset by
+        # the index, so an index that lands in the wrong half (an undefined block id)
+        # yields S' - 2*cap or S' + 2*cap, never a stream index as long as every stream
+        # index is below 2*cap (``_stream`` grows the arrays to keep it so).
+        self._own: list = []
+        self._slot: list = []
+        self._cap = 0
         self._live_ptr: dict[int, int] = {}  # base pointer -> bid of the live block
         self._stale_defs: dict[int, tuple] = {}  # bid -> BLOCK_DEF value already freed
         self._ghosts: deque = deque()
@@ -149,81 +170,21 @@ class Engine:
             if t == R.BLOCK_DEF:
                 self._forget_block(rec[1])
         else:
-            self.run((rec,))
+            self.run((list(rec),))
 
     def process(self, rec: list) -> None:
-        """Handle one non-definition record."""
-        self.run((rec,))
+        """Handle one non-definition record (the caller's list is left untouched)."""
+        self.run((list(rec),))
 
     def run(self, records: Iterable[list]) -> None:
-        """The fast replay loop over non-definition records (definitions are tolerated)."""
-        K = R.KERNEL
-        cur = self._cur
-        blocks = self._blocks
-        handlers = self._handlers
-        slow = self._slow_access
-        seq = seq0 = self.seq
-        other = 0
-        rec = None
-        lastS = None
-        vec = None
-        _int = int
-        try:
-            for rec in records:
-                if rec[0] == K:
-                    S = rec[1]
-                    seq += 1
-                    if S != lastS:
-                        vec = cur.get(S)
-                        if vec is None:
-                            vec = self._stream(S)
-                        lastS = S
-                    vec[S] = seq
-                    k = (seq, S, rec)
-                    for a in rec[4:]:
-                        if a.__class__ is _int:
-                            try:
-                                if a >= 0:
-                                    b = blocks[a]
-                                    if b[0] == S:
-                                        b[2][S] = k
-                                        continue
-                                else:
-                                    b = blocks[~a]
-                                    if b[0] == S:
-                                        b[1] = k
-                                        if b[2]:
-                                            b[2] = {}
-                                        continue
-                            except (IndexError, TypeError):
-                                pass
-                        self.seq = seq
-                        slow(S, vec, k, a)
-                else:
-                    other += 1
-                    h = handlers.get(rec[0])
-                    if h is not None:
-                        self.seq = seq
-                        h(rec)
-                        lastS = None  # the handler may have replaced stream vectors
-                        vec = None
-                    elif rec[0] in R.DEFINITIONS:
-                        other -= 1
-                        self.symbols.define(rec)
-                        if rec[0] == R.BLOCK_DEF:
-                            self._forget_block(rec[1])
-                    elif rec[0].__class__ is not _int or rec.__class__ is not list:
-                        raise TypeError("a record is an array whose first element is an integer type")
-                    # else: a record type from a newer minor version (or NOTE/END): skipped
-        except _CallbackError as e:
-            raise e.__cause__ from None
-        except TraceFormatError:
-            raise
-        except (TypeError, KeyError, IndexError, ValueError, AttributeError, OverflowError) as e:
-            raise RecordError(self._describe_bad(rec, e)) from None
-        finally:
-            self.seq = seq
-            self.events += other + (seq - seq0)
+        """The fast replay loop over non-definition records (definitions are tolerated).
+
+        The engine takes ownership of the records: a kernel record's type slot is
+        overwritten with its sequence number (the record then doubles as the access
+        reference ``k`` kept in block state, so nothing is built per kernel). Callers
+        that keep their records use :meth:`feed` / :meth:`process`, which copy.
+        """
+        _run(self, records)
 
     def finish(self) -> list:
         """End of trace: the leak check (once, if ``check_leaks``), then the resolved findings.
@@ -276,6 +237,10 @@ class Engine:
         if vec is None:
             if S not in self.symbols.streams:
                 raise RecordError(f"record refers to stream index {S!r}, which is not defined")
+            if not 0 <= S < MAX_STREAMS:
+                raise RecordError(f"stream index {S} is over this analyzer's limit of {MAX_STREAMS} streams")
+            if S >= 2 * self._cap:
+                self._grow(S // 2 + 1)
             self._host[S] = 0
             vec = self._cur[S] = dict(self._host)
         return vec
@@ -334,22 +299,59 @@ class Engine:
             raise RecordError(f"block id {bid!r} out of range")
         if not isinstance(ptr, int) or not (size is None or (isinstance(size, int) and size >= 0)):
             raise RecordError(f"block {bid} has a malformed pointer or size")
+        if bid >= self._cap:
+            self._grow(bid + 1)
         blocks = self._blocks
-        if bid >= len(blocks):
-            blocks.extend([None] * (bid + 1 - len(blocks)))
         old = blocks[bid]
         if old is not None:  # allocation of a live block: its free was not recorded
             self._drop_block(old)
         other = self._live_ptr.get(ptr)
         if other is not None and blocks[other] is not None:
             self._drop_block(blocks[other])
-        b = [None, None, {}, None, None, None, None, ptr, size, astream, astack, bid, defn]
+        b = [None, {}, None, None, None, None, ptr, size, astream, astack, bid, defn]
         blocks[bid] = b
         self._live_ptr[ptr] = bid
         return b
 
+    def _grow(self, n: int) -> None:
+        """Room for block ids below ``n``, in place (the replay loop holds the lists)."""
+        cap = self._cap
+        new = max(n, 2 * cap, 64)
+        fill = new - cap
+        self._own[cap:cap] = [_NOBODY] * (2 * fill)  # the back half moves back with its keys
+        self._slot[cap:cap] = [None] * (2 * fill)
+        self._blocks.extend([None] * fill)
+        self._cap = new
+
+    def _take_over(self, b) -> None:
+        """Bring a block out of fast-path ownership: its state goes back into ``W``/``R``."""
+        bid = b[_BID]
+        own = self._own
+        key = own[bid]
+        if key == _NOBODY:
+            return
+        S = key - bid
+        own[bid] = own[~bid] = _NOBODY
+        slot = self._slot
+        w, r = slot[~bid], slot[bid]
+        slot[bid] = slot[~bid] = None
+        b[_W] = w
+        b[_R] = {S: r} if r is not None and (w is None or r[0] > w[0]) else {}
+
+    def _hand_over(self, b, S) -> None:
+        """Give stream S the fast path for a block whose state is all S's own."""
+        bid = b[_BID]
+        rd = b[_R]
+        slot = self._slot
+        slot[~bid] = b[_W]
+        slot[bid] = rd.pop(S) if rd else None
+        b[_W] = None
+        self._own[bid] = S + bid
+        self._own[~bid] = S + ~bid
+
     def _drop_block(self, b) -> None:
         bid = b[_BID]
+        self._take_over(b)
         self._blocks[bid] = None
         if self._live_ptr.get(b[_PTR]) == bid:
             del self._live_ptr[b[_PTR]]
@@ -358,13 +360,13 @@ class Engine:
 
     def _forget_block(self, bid) -> None:
         """A BLOCK_DEF arrived through :meth:`feed`: any live state under that id is stale."""
-        if isinstance(bid, int) and 0 <= bid < len(self._blocks) and self._blocks[bid] is not None:
+        if bid.__class__ is int and 0 <= bid < self._cap and self._blocks[bid] is not None:
             self._drop_block(self._blocks[bid])
         self._stale_defs.pop(bid, None)
 
     def _block(self, bid) -> list:
         """Live state of block ``bid``; a block known only from BLOCK_DEF is materialized."""
-        if isinstance(bid, int) and 0 <= bid < len(self._blocks):
+        if bid.__class__ is int and 0 <= bid < self._cap:
             b = self._blocks[bid]
             if b is not None:
                 return b
@@ -417,6 +419,7 @@ class Engine:
             bid = ~x if write else x
             lo, hi = off, off + n
         b = self._block(bid)
+        self._take_over(b)
         if lo is not None and lo == hi:
             return  # an empty range touches nothing
         if b[_GHOSTS]:
@@ -430,9 +433,7 @@ class Engine:
             w = b[_W]
             rd = b[_R]
             if (w is None or w[1] == S) and (not rd or (len(rd) == 1 and S in rd)):
-                b[_OWN] = S
-                return
-        b[_OWN] = -1
+                self._hand_over(b, S)
 
     def _whole(self, b, S, vec, k, a, write) -> None:
         w = b[_W]
@@ -582,6 +583,7 @@ class Engine:
         """Latest use per stream other than the allocation stream: ``{P: (k, acc)}``."""
         A = b[_ASTREAM]
         bid = b[_BID]
+        self._take_over(b)
         out = dict(b[_USES] or ())
 
         def put(pk, pacc):
@@ -608,7 +610,8 @@ class Engine:
         A = b[_ASTREAM]
         avec = self._cur.get(A, {})
         recorded = b[_RECORDED] or ()
-        free_k = (self.seq, A, rec if rec is not None else [R.END, None])
+        # The free as an access reference shaped like a replayed kernel record.
+        free_k = [self.seq, A, _FREE_OP, rec[2]] if rec is not None else [self.seq, A, _LEAK_OP, None]
         for P, (pk, pacc) in self._uses(b).items():
             if P in recorded or avec.get(P, -1) >= pk[0]:
                 continue
@@ -656,7 +659,6 @@ class Engine:
             self._prune_ghosts()
         if found:
             b[_GHOSTS] = found[-MAX_BLOCK_GHOSTS:]
-            b[_OWN] = -1
 
     def _check_ghosts(self, b, S, vec, k, a) -> None:
         keep = []
@@ -672,9 +674,8 @@ class Engine:
     # ------------------------------------------------------------------ findings
 
     def _report(self, kind, k, acc, pk, pacc, b) -> None:
-        rec, prec = k[2], pk[2]
-        key = (kind, k[1], _op(rec), _stack(rec), acc < 0 if acc.__class__ is int else acc[0] < 0,
-               pk[1], _op(prec), _stack(prec), pacc < 0 if pacc.__class__ is int else pacc[0] < 0)
+        key = (kind, k[1], k[2], k[3], acc < 0 if acc.__class__ is int else acc[0] < 0,
+               pk[1], pk[2], pk[3], pacc < 0 if pacc.__class__ is int else pacc[0] < 0)
         addr = b[_PTR]
         occ = self._occ.get(key)
         if occ is not None:
@@ -716,18 +717,11 @@ class Engine:
             return ()
 
     def _access_info(self, k, acc) -> AccessInfo:
-        seq, S, rec = k
-        if rec[0] == R.KERNEL:
-            op = self.symbols.string(rec[2])
-            stack = rec[3]
-        elif rec[0] == R.FREE:  # a host-side event: seq 0 by convention
-            op = "free"
-            stack = rec[2]
+        seq, S, op, stack = k[0], k[1], k[2], k[3]
+        if op.__class__ is str:  # a free or the end-of-trace leak check: host side, seq 0
             seq = 0
-        else:  # the end-of-trace leak check (check_leaks): the block was never freed
-            op = "end of trace (never freed)"
-            stack = None
-            seq = 0
+        else:
+            op = self.symbols.string(op)
         if acc.__class__ is int:
             typ = "write" if acc < 0 else "read"
             off = n = None
@@ -769,16 +763,120 @@ def _event_id(e):
     return e
 
 
-def _op(rec):
-    t = rec[0]
-    return rec[2] if t == R.KERNEL else -1 if t == R.FREE else -2
-
-
-def _stack(rec):
-    t = rec[0]
-    return rec[3] if t == R.KERNEL else rec[2] if t == R.FREE else None
-
-
 def _short(rec, limit: int = 80) -> str:
     text = repr(rec)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------- the replay loop
+#
+# ``_run`` is generated once at import: the per-access fast path is written out for the
+# common kernel lengths (1-4 accesses), because in CPython slicing ``rec[4:]`` and
+# iterating it costs more than the fast path itself. Every copy of _ACCESS is the same
+# code; only the expression that fetches the access differs.
+
+_ACCESS = """\
+a = {expr}
+try:
+    x = own[a] - a
+except (TypeError, IndexError):  # a range access (a list), an id outside the arrays
+    x = -1
+if x == S:
+    slot[a] = rec
+else:
+    vec[S] = seq
+    eng.seq = seq
+    slow(S, vec, rec, a)
+"""
+
+_RUN = """\
+def _run(eng, records):
+    K = KERNEL
+    cur = eng._cur
+    own = eng._own
+    slot = eng._slot
+    handlers = eng._handlers
+    slow = eng._slow_access
+    seq = seq0 = eng.seq
+    other = 0
+    rec = None
+    # ``vec`` is current[lastS]; its own entry current[lastS][lastS] is brought up to date
+    # lazily (on a stream switch, before any slow path or handler, at the end): nothing
+    # reads it in between.
+    lastS = None
+    vec = None
+    try:
+        for rec in records:
+            if rec[0] == K:
+                S = rec[1]
+                if S != lastS:
+                    if vec is not None:
+                        vec[lastS] = seq
+                    vec = cur.get(S)
+                    if vec is None:
+                        vec = eng._stream(S)
+                    lastS = S
+                seq += 1
+                rec[0] = seq
+                n = len(rec)
+{unrolled}
+                else:
+                    for a in rec[4:]:
+{generic}
+            else:
+                if vec is not None:
+                    vec[lastS] = seq
+                    vec = lastS = None
+                other += 1
+                h = handlers.get(rec[0])
+                if h is not None:
+                    eng.seq = seq
+                    h(rec)
+                elif rec[0] in DEFINITIONS:
+                    other -= 1
+                    eng.symbols.define(rec)
+                    if rec[0] == BLOCK_DEF:
+                        eng._forget_block(rec[1])
+                elif rec[0].__class__ is not int or rec.__class__ is not list:
+                    raise TypeError("a record is an array whose first element is an integer type")
+                # else: a record type of a newer minor version (or NOTE/END): skipped
+    except _CallbackError as e:
+        raise e.__cause__ from None
+    except TraceFormatError:
+        raise
+    except (TypeError, KeyError, IndexError, ValueError, AttributeError, OverflowError) as e:
+        raise RecordError(eng._describe_bad(rec, e)) from None
+    finally:
+        if vec is not None:
+            vec[lastS] = seq
+        eng.seq = seq
+        eng.events += other + (seq - seq0)
+"""
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join(" " * n + line + "\n" for line in text.splitlines())
+
+
+def _generate_run():
+    branches = []
+    for i, count in enumerate((3, 2, 4, 1)):  # most frequent kernel shapes first
+        body = "".join(_ACCESS.format(expr=f"rec[{4 + j}]") for j in range(count))
+        branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(body, 4))
+    src = _RUN.format(
+        unrolled=_indent("".join(branches), 16).rstrip("\n"),
+        generic=_indent(_ACCESS.format(expr="a").split("\n", 1)[1], 24).rstrip("\n"),
+    )
+    env = {
+        "KERNEL": R.KERNEL,
+        "BLOCK_DEF": R.BLOCK_DEF,
+        "DEFINITIONS": R.DEFINITIONS,
+        "_CallbackError": _CallbackError,
+        "TraceFormatError": TraceFormatError,
+        "RecordError": RecordError,
+    }
+    exec(compile(src, "<npusan replay loop>", "exec"), env)  # noqa: S102 - our own template
+    return env["_run"], src
+
+
+_run, _RUN_SOURCE = _generate_run()
