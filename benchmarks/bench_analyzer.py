@@ -111,15 +111,49 @@ def write_trace(path: str, n_kernels: int) -> int:
     return kernels
 
 
-def npusan_rate(path: str):
+def repeat_trace(src: str, dst: str, times: int) -> None:
+    """Write ``dst``: the trace ``src`` with its records after the definitions repeated.
+
+    The first copy keeps every record; later copies leave out definitions (already
+    defined) and the END record, which closes the file once. A repeated program is a
+    valid program (the same blocks are freed and re-allocated, events re-recorded), so
+    this makes a long trace in seconds instead of minutes of TraceWriter calls.
+    """
+    import msgpack
+
+    from npusan.trace_format import records as R
+
+    with open(src, "rb") as f:
+        assert f.read(len(R.MAGIC)) == R.MAGIC
+        unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False)
+        header = unpacker.unpack()
+        recs = [r for r in unpacker]
+    end = recs.pop()
+    assert end[0] == R.END
+    pack = msgpack.Packer(use_bin_type=True).pack
+    first = b"".join(pack(r) for r in recs)
+    body = b"".join(pack(r) for r in recs if r[0] not in R.DEFINITIONS)
+    with open(dst, "wb") as out:
+        out.write(R.MAGIC + pack(header) + first)
+        for _ in range(times - 1):
+            out.write(body)
+        out.write(pack(end))
+
+
+def npusan_rate(path: str, repeats: int = 3):
+    """Best of ``repeats`` runs of analyze_traces: (result, wall s, CPU s)."""
     from npusan.analyzer.replay import analyze_traces
 
-    t0 = time.perf_counter()
-    c0 = time.process_time()
-    res = analyze_traces([path])
-    cpu = time.process_time() - c0
-    wall = time.perf_counter() - t0
-    return res, wall, cpu
+    best = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        res = analyze_traces([path])
+        cpu = time.process_time() - c0
+        wall = time.perf_counter() - t0
+        if best is None or cpu < best[2]:
+            best = (res, wall, cpu)
+    return best
 
 
 def csan_rate(n_kernels: int):
@@ -153,17 +187,33 @@ def csan_rate(n_kernels: int):
             raise AssertionError(name)
     kernels = sum(1 for f, _ in calls if f == h._handle_kernel_launch)
     errors = 0
-    t0 = time.perf_counter()
+    c0 = time.process_time()
     for f, args in calls:
         r = f(*args)
         if r:
             errors += len(r)
-    wall = time.perf_counter() - t0
-    return kernels, wall, errors
+    cpu = time.process_time() - c0
+    return kernels, cpu, errors
+
+
+def peak_rss() -> int:
+    """Peak resident set size of this process in KiB.
+
+    VmHWM belongs to the current address space (a fresh one after exec), whereas
+    ru_maxrss carries over the parent's peak across fork+exec.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def peak_rss_of_analysis(path: str) -> int:
-    """ru_maxrss (KiB) of a fresh process that analyzes ``path``."""
+    """Peak RSS (KiB) of a fresh process that analyzes ``path``."""
     out = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--_analyze-rss", path],
         check=True,
@@ -212,7 +262,7 @@ def main() -> None:
         from npusan.analyzer.replay import analyze_traces
 
         analyze_traces([args.analyze_rss])
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        print(peak_rss())
         return
 
     n = args.kernels or (20_000 if args.quick else 2_000_000)
@@ -228,33 +278,36 @@ def main() -> None:
         print(f"wrote {kernels:,} kernel events with TraceWriter in {t_write:.1f} s: {size:,} bytes, "
               f"{size / kernels:.2f} bytes per kernel event (target <= 16, no stacks)")
 
+        # Memory first, in fresh processes (before this one imports torch for CSAN).
+        t0 = time.perf_counter()
+        repeat_trace(short, long_, 10)
+        t_long = time.perf_counter() - t0
+        lsize = os.path.getsize(long_)
+        rss_short = peak_rss_of_analysis(short)
+        rss_long = peak_rss_of_analysis(long_)
+        print(f"peak RSS analyzing {kernels:,} kernels: {rss_short / 1024:.1f} MiB; the program repeated 10x "
+              f"({10 * kernels:,} kernels, {lsize / 1e6:.0f} MB, built in {t_long:.0f} s): {rss_long / 1024:.1f} MiB "
+              f"-> {rss_long / rss_short:.2f}x (target <= 1.2x)")
+        os.unlink(long_)
+
         res, wall, cpu = npusan_rate(short)
         replayed = res.traces[0].kernels
         assert replayed == kernels, (replayed, kernels)
-        rate = kernels / wall
-        print(f"npusan analyze_traces: {wall:.2f} s wall, {cpu:.2f} s CPU -> {rate:,.0f} kernel events/s "
-              f"(one core, reading included; target >= 1,000,000); {len(res.findings)} findings")
+        rate = kernels / cpu
+        print(f"npusan analyze_traces (best of 3): {cpu:.2f} s CPU ({wall:.2f} s wall) -> {rate:,.0f} kernel "
+              f"events/s per CPU second (one core, reading included; target >= 1,000,000; "
+              f"{kernels / wall:,.0f}/s by wall clock on this shared box); {len(res.findings)} findings")
 
         try:
-            ck, cwall, cerr = csan_rate(n_csan)
-            crate = ck / cwall
+            ck, ccpu, cerr = csan_rate(n_csan)
+            crate = ck / ccpu
             ratio = rate / crate
             print(f"CSAN EventHandler (StackSummary.extract patched out: replay only): {ck:,} kernels in "
-                  f"{cwall:.2f} s -> {crate:,.0f} kernel events/s; {cerr} errors")
+                  f"{ccpu:.2f} s CPU -> {crate:,.0f} kernel events/s; {cerr} errors")
             print(f"ratio npusan / CSAN: {ratio:.1f}x (target >= 6x)")
         except ImportError:
             crate = ratio = None
             print("CSAN: torch is not installed; ratio not measured")
-
-        t0 = time.perf_counter()
-        write_trace(long_, 10 * n)
-        t_long = time.perf_counter() - t0
-        rss_short = peak_rss_of_analysis(short)
-        rss_long = peak_rss_of_analysis(long_)
-        lsize = os.path.getsize(long_)
-        print(f"peak RSS analyzing {n:,} kernels: {rss_short / 1024:.1f} MiB; {10 * n:,} kernels "
-              f"({lsize / 1e6:.0f} MB, written in {t_long:.0f} s): {rss_long / 1024:.1f} MiB -> "
-              f"{rss_long / rss_short:.2f}x (target <= 1.2x)")
     finally:
         for p in (short, long_):
             if os.path.exists(p):
@@ -286,15 +339,18 @@ a free and re-allocation every 20,000 kernels, written with `TraceWriter`, no st
 | measure | result | target |
 |---|---|---|
 | trace size | {size / kernels:.2f} bytes per kernel event | <= 16 |
-| npusan `analyze_traces` (reading included) | {rate:,.0f} kernel events/s | >= 1,000,000 |
+| npusan `analyze_traces` (reading included, best of 3) | {rate:,.0f} kernel events/s | >= 1,000,000 |
 | CSAN `EventHandler`, same events, stack capture patched out | {crate:,.0f} kernel events/s ({n_csan:,} kernels) | |
 | ratio npusan / CSAN | {ratio:.1f}x | >= 6x |
-| peak RSS, {n:,} vs {10 * n:,} kernel events | {rss_short / 1024:.1f} MiB vs {rss_long / 1024:.1f} MiB ({rss_long / rss_short:.2f}x) | <= 1.2x |
+| peak RSS, {kernels:,} vs {10 * kernels:,} kernel events | {rss_short / 1024:.1f} MiB vs {rss_long / 1024:.1f} MiB ({rss_long / rss_short:.2f}x) | <= 1.2x |
 
-CSAN is fed through its `_handle_*` methods with `traceback.StackSummary.extract` returning an
-empty summary, so the ratio compares replay with replay (CSAN's stack capture, which
-dominates its cost inside a real program, is left out). Peak RSS is `ru_maxrss` of a fresh
-process that runs `analyze_traces` on the file.
+Rates are kernel events per CPU second of the process (`time.process_time`), because this
+2-core box is shared with other jobs and wall-clock rates swing with their load; the
+benchmark prints the wall-clock rate too. CSAN is fed through its `_handle_*` methods with
+`traceback.StackSummary.extract` returning an empty summary, so the ratio compares replay
+with replay (CSAN's stack capture, which dominates its cost inside a real program, is left
+out); building CSAN's argument sets is not timed. Peak RSS is VmHWM of a fresh process that
+runs `analyze_traces` on the file; the 10x trace repeats the program's records 10 times.
 """
     path = update_docs(section)
     print(f"updated {os.path.relpath(path, ROOT)}")

@@ -313,3 +313,24 @@ def test_block_def_ids_are_materialized_on_first_use():
     p.write(S2, X)
     (f,) = p.races()
     assert f.block.address == X and f.block.stream is None and f.block.size is None
+
+
+@pytest.mark.parametrize("bid", [1, 63, 64, 100, 127, 128, 129, 1000])
+@pytest.mark.parametrize("write", [False, True])
+def test_undefined_block_ids_never_alias_a_live_block(bid, write):
+    # The fast path indexes arrays with the encoded access; an id past the arrays' halves
+    # must not land on block 0's slots even when stream 0 owns block 0.
+    eng = _engine_with_stream()
+    eng.run([[R.KERNEL, 0, 0, None, 0, ~0]])  # stream 0 now owns block 0 (read and write)
+    with pytest.raises(TraceFormatError, match=f"block id {bid}"):
+        eng.run([[R.KERNEL, 0, 0, None, ~bid if write else bid]])
+
+
+def test_block_def_ids_beyond_the_arrays_are_materialized():
+    p = Prog()
+    p.memory_allocated(X, S0, size=64)
+    p.symbols.define([R.BLOCK_DEF, 5000, 0x99000, None])  # as a reader would, unseen by the engine
+    p.engine.run([[R.KERNEL, 0, p.enc.string("op"), None, ~5000]])
+    p.read(S1, X)
+    p.engine.run([[R.KERNEL, 1, p.enc.string("op"), None, 5000]])
+    assert {f.block.address for f in p.races()} == {0x99000}

@@ -381,6 +381,10 @@ class Engine:
         b = self._new_block(bid, ptr, size, S, stack)
         if self._ghosts:
             self._attach_ghosts(b)
+        if not b[_GHOSTS]:
+            # A fresh block is most likely first used on its allocation stream: give that
+            # stream the fast path now (empty state is trivially its own).
+            self._hand_over(b, S)
 
     def _on_free(self, rec):
         b = self._block(rec[1])
