@@ -774,23 +774,31 @@ def _short(rec, limit: int = 80) -> str:
 
 # ---------------------------------------------------------------------- the replay loop
 #
-# ``_run`` is generated once at import: the per-access fast path is written out for the
-# common kernel lengths (1-4 accesses), because in CPython slicing ``rec[4:]`` and
-# iterating it costs more than the fast path itself. Every copy of _ACCESS is the same
-# code; only the expression that fetches the access differs.
+# ``_run`` is generated once at import: the kernel path is written out for the common
+# kernel shapes (1-4 accesses), because in CPython slicing and iterating ``rec[4:]`` costs
+# more than the fast path itself. For each shape, every access's ownership key is looked up
+# first (one ``try`` for all: an exception there, i.e. a range access or an id outside the
+# arrays, sends all of them to the slow path, which handles anything), then each access is
+# either one store (fast path) or a call of ``Engine._slow_access``. A slow path never
+# changes the ownership of another block of the same kernel, so keys looked up first stay
+# valid.
 
-_ACCESS = """\
-a = {expr}
-try:
-    x = own[a] - a
-except (TypeError, IndexError):  # a range access (a list), an id outside the arrays
-    x = -1
-if x == S:
-    slot[a] = rec
-else:
-    vec[S] = seq
-    eng.seq = seq
-    slow(S, vec, rec, a)
+_SWITCH = """\
+if S != lastS:
+    if vec is not None:
+        vec[lastS] = seq
+    vec = cur.get(S)
+    if vec is None:
+        vec = eng._stream(S)
+    lastS = S
+seq += 1
+rec[0] = seq
+"""
+
+_SLOW = """\
+vec[S] = seq
+eng.seq = seq
+slow(S, vec, rec, {a})
 """
 
 _RUN = """\
@@ -812,21 +820,20 @@ def _run(eng, records):
     try:
         for rec in records:
             if rec[0] == K:
-                S = rec[1]
-                if S != lastS:
-                    if vec is not None:
-                        vec[lastS] = seq
-                    vec = cur.get(S)
-                    if vec is None:
-                        vec = eng._stream(S)
-                    lastS = S
-                seq += 1
-                rec[0] = seq
                 n = len(rec)
-{unrolled}
+{shapes}
                 else:
+                    S = rec[1]
+{switch}
                     for a in rec[4:]:
-{generic}
+                        try:
+                            x = own[a] - a
+                        except (TypeError, IndexError):
+                            x = -1
+                        if x == S:
+                            slot[a] = rec
+                        else:
+{slow_a}
             else:
                 if vec is not None:
                     vec[lastS] = seq
@@ -859,17 +866,30 @@ def _run(eng, records):
 
 
 def _indent(text: str, n: int) -> str:
-    return "".join(" " * n + line + "\n" for line in text.splitlines())
+    return "".join((" " * n + line if line else line) + "\n" for line in text.splitlines())
+
+
+def _shape(count: int) -> str:
+    """The kernel path for records with ``count`` accesses."""
+    names = [f"a{i}" for i in range(count)]
+    keys = [f"x{i}" for i in range(count)]
+    out = "_, S, _, _, " + ", ".join(names) + " = rec\n"
+    out += _SWITCH
+    out += "try:\n" + "".join(f"    {x} = own[{a}] - {a}\n" for a, x in zip(names, keys))
+    out += "except (TypeError, IndexError):\n    " + " = ".join(keys) + " = -1\n"
+    for a, x in zip(names, keys):
+        out += f"if {x} == S:\n    slot[{a}] = rec\nelse:\n" + _indent(_SLOW.format(a=a), 4)
+    return out
 
 
 def _generate_run():
     branches = []
     for i, count in enumerate((3, 2, 4, 1)):  # most frequent kernel shapes first
-        body = "".join(_ACCESS.format(expr=f"rec[{4 + j}]") for j in range(count))
-        branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(body, 4))
+        branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(_shape(count), 4))
     src = _RUN.format(
-        unrolled=_indent("".join(branches), 16).rstrip("\n"),
-        generic=_indent(_ACCESS.format(expr="a").split("\n", 1)[1], 24).rstrip("\n"),
+        shapes=_indent("".join(branches), 16).rstrip("\n"),
+        switch=_indent(_SWITCH, 20).rstrip("\n"),
+        slow_a=_indent(_SLOW.format(a="a"), 32).rstrip("\n"),
     )
     env = {
         "KERNEL": R.KERNEL,
