@@ -203,12 +203,21 @@ class Event:
         return f"<npusan.sim.Event handle={self.handle}>"
 
 
-_tls = threading.local()
+class _Local(threading.local):
+    stream: Stream = _DEFAULT  # class default: no AttributeError (slow) on the hot path
+
+
+_tls = _Local()
 
 
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream (the default stream unless set)."""
-    return getattr(_tls, "stream", _DEFAULT)
+    return _tls.stream
+
+
+def current_handle(device=None) -> int:
+    """Handle of the calling thread's current stream (the recorder's per-op question)."""
+    return _tls.stream.stream_id
 
 
 def default_stream(device=None) -> Stream:

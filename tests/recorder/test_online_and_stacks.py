@@ -12,7 +12,7 @@ import torch
 
 import npusan
 from npusan import sim
-from npusan.recorder.stacks import StackCapture, resolve
+from npusan.recorder.stacks import StackCapture
 from npusan.trace_format import records as R
 
 from conftest import analyze, records, write_script
@@ -111,12 +111,12 @@ def test_stacks_exact_lines_folded_torch_frames_and_depth(tmp_path):
 
     cap = StackCapture(depth=3)
     key = _deep(10, lambda: cap.key(0))
-    frames = resolve(key)
+    frames = cap.resolve(key)
     assert len(frames) == 3 and [f[2] for f in frames] == ["_deep", "_deep", "test_stacks_exact_lines_folded_torch_frames_and_depth.<locals>.<lambda>"]
 
     full = StackCapture(depth=64, keep_internal=True)
     k2 = full.key(0)
-    assert any("/_pytest/" in f[0] or "pluggy" in f[0] for f in resolve(k2))
+    assert any("/_pytest/" in f[0] or "pluggy" in f[0] for f in full.resolve(k2))
     assert StackCapture(depth=0).key() is None
 
 

@@ -21,17 +21,23 @@ from __future__ import annotations
 import threading
 from typing import Any, Optional
 
-import torch
+from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from . import session
-from .access import op_info, tensor_accesses
+from .access import RET_NEW, op_info
 
 _tls = threading.local()
 
 
 class RecordingMode(TorchDispatchMode):
-    """Runs each op, then records it as a kernel on the calling thread's current stream."""
+    """Runs each op, then records it as a kernel on the calling thread's current stream.
+
+    This is the per-op hot path, and Python calls made inside ``__torch_dispatch__`` are
+    dearer than elsewhere (torch wraps it to keep Dynamo out), so the access collection
+    of :func:`~.access.tensor_accesses` and :func:`~.access.span` is inlined here; the
+    two must stay equivalent (the tests exercise both).
+    """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -42,29 +48,78 @@ class RecordingMode(TorchDispatchMode):
             info = func.__dict__.get("_npusan_info")
             if info is None:
                 info = op_info(func)
-            if not info.view:
-                if info.record_stream:
-                    if rec.backend.is_device_tensor(args[0]):
-                        rec.record_stream_op(args[0], args[1], rec.stacks.key(1))
-                else:
-                    _record(rec, info, args, kwargs, out)
+            if info.view:
+                pass
+            elif info.record_stream:
+                if rec.backend.is_device_tensor(args[0]):
+                    rec.record_stream_op(args[0], args[1], rec.stacks.key(1))
+            else:
+                be = rec.backend
+                is_dev = be.is_device_tensor
+                acc = []
+                nargs = len(args)
+                for idx, nm, write, is_list in info.slots:
+                    if idx < nargs:
+                        a = args[idx]
+                    elif kwargs:
+                        a = kwargs.get(nm)
+                    else:
+                        continue
+                    if a is None:
+                        continue
+                    if is_list:
+                        for x in a:
+                            if isinstance(x, Tensor) and is_dev(x):
+                                acc.append((x, write))
+                    elif isinstance(a, Tensor) and is_dev(a):
+                        acc.append((a, write))
+                rets = info.returns
+                if rets and out is not None:
+                    if len(rets) == 1:
+                        if rets[0] == RET_NEW:
+                            if info.list_return:
+                                new = [x for x in out if isinstance(x, Tensor) and is_dev(x)]
+                            elif isinstance(out, Tensor) and is_dev(out):
+                                new = (out,)
+                            else:
+                                new = ()
+                        else:
+                            new = ()
+                    else:
+                        new = [x for k, x in zip(rets, out) if k == RET_NEW and isinstance(x, Tensor) and is_dev(x)]
+                    if new:
+                        if be.observes_outputs:
+                            for x in new:
+                                be.observe_output(x)
+                        acc.extend((x, True) for x in new)
+                if acc:
+                    spans = []
+                    for t, w in acc:
+                        n = t.numel()
+                        if not n:
+                            continue
+                        st = t.untyped_storage()
+                        base = st.data_ptr()
+                        if not base:
+                            continue
+                        isz = t.element_size()
+                        if t.is_contiguous():
+                            ext = n * isz
+                        else:
+                            e = 1
+                            for sz, d in zip(t.shape, t.stride()):
+                                if sz > 1 and d > 0:
+                                    e += (sz - 1) * d
+                            ext = e * isz
+                        spans.append((base, t.storage_offset() * isz, ext, st.nbytes(), w))
+                    device = be.tensor_device(acc[0][0])
+                    rec.record_kernel(info.name, device, be.current_stream(device), spans,
+                                      rec.stacks.key(1) if rec.stacks.depth else None)
         except Exception as e:  # never into user code
             rec._fail(e)
         if rec._findings:
             rec._report_findings()  # online mode: may raise RaceError (on purpose)
         return out
-
-
-def _record(rec, info, args, kwargs, out) -> None:
-    be = rec.backend
-    acc, n_in = tensor_accesses(info, args, kwargs, out, be.is_device_tensor)
-    if not acc:
-        return
-    if be.observes_outputs:
-        for t, _ in acc[n_in:]:
-            be.observe_output(t)
-    device = be.tensor_device(acc[0][0])
-    rec.record_kernel(info, device, be.current_stream(device), acc, rec.stacks.key(2))
 
 
 def _enter_mode() -> Optional[RecordingMode]:

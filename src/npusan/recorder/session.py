@@ -26,10 +26,10 @@ import time
 from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
-from .access import span
+from ..trace_format.records import KERNEL as _KERNEL
 from .backends import Backend, select_backend
 from .errors import RaceError, format_finding
-from .stacks import DEFAULT_DEPTH, StackCapture, resolve
+from .stacks import DEFAULT_DEPTH, StackCapture
 
 FLUSH_BYTES = 256 * 1024
 FLUSH_INTERVAL = 0.5
@@ -93,6 +93,7 @@ class Recorder:
         self._deferred: collections.deque = collections.deque()
         self._stack_ids: dict = {}
         self._op_sids: dict = {}
+        self._sidx: dict = {}  # (device, handle) -> stream index in the encoder
         self._findings: list = []
         self._reported: set = set()
         self._flusher: Optional[threading.Thread] = None
@@ -265,34 +266,88 @@ class Recorder:
             return None
         sid = self._stack_ids.get(key)
         if sid is None:
-            sid = self._stack_ids[key] = self.enc.stack(resolve(key))
+            sid = self._stack_ids[key] = self.enc.stack(self.stacks.resolve(key))
         return sid
 
     # ------------------------------------------------------------------ kernels
 
-    def record_kernel(self, info, device: int, handle: int, accesses: list, key) -> None:
-        """Called by the dispatch mode (outside the lock) with ``[(tensor, write), ...]``."""
-        spans = [(span(t), w) for t, w in accesses]
-        self._run(self._kernel, info.name, device, handle, spans, key)
+    def record_kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
+        """A kernel from the dispatch mode (called outside the lock).
+
+        ``spans``: ``(storage base, byte offset, byte extent, storage nbytes, is_write)``.
+        This is the hot path: :meth:`_run`'s lock/deferral logic and the encoder's
+        stream/block lookups are inlined (``RecordEncoder._blocks`` is read directly for
+        blocks it already knows; anything else goes through its methods).
+        """
+        if not self.active:
+            return
+        try:
+            with self._lock:
+                if self._busy:
+                    self._deferred.append((self._kernel, (name, device, handle, spans, key)))
+                    return
+                self._busy = True
+                try:
+                    if self._deferred:
+                        self._drain()
+                    if not self.active:
+                        return
+                    enc = self.enc
+                    op = self._op_sids.get(name)
+                    if op is None:
+                        op = self._op_sids[name] = enc.string(name)
+                    sk = (device, handle)
+                    sidx = self._sidx.get(sk)
+                    if sidx is None:
+                        sidx = self._sidx[sk] = enc.stream(handle, device)
+                    if key is None:
+                        stack = None
+                    else:
+                        stack = self._stack_ids.get(key)
+                        if stack is None:
+                            stack = self._stack(key)
+                    rec = [_KERNEL, sidx, op, stack]
+                    blocks = enc._blocks
+                    for base, off, ext, total, w in spans:
+                        entry = blocks.get(base)
+                        if entry is not None:
+                            bid = entry[0]
+                            a = ~bid if w else bid
+                            if off == 0 and ext >= total:
+                                rec.append(a)
+                            else:
+                                rec.append([a, off, ext])
+                        else:
+                            bid, b0 = enc.block(base)
+                            a = ~bid if w else bid
+                            if b0 == base and off == 0 and ext >= total:
+                                rec.append(a)
+                            else:
+                                rec.append([a, off + (base - b0), ext])
+                    counts = enc.counts
+                    counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
+                    enc.sink(rec)
+                    if self._deferred:
+                        self._drain()
+                finally:
+                    self._busy = False
+        except Exception as e:
+            self._fail(e)
 
     def _kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
+        """The deferred form of :meth:`record_kernel` (same record)."""
+        if not self.active:
+            return
         enc = self.enc
-        op = self._op_sids.get(name)
-        if op is None:
-            op = self._op_sids[name] = enc.string(name)
-        acc = []
-        block = enc.block
-        for sp, w in spans:
-            if sp is None:
-                continue
-            base, off, ext, total = sp
-            bid, b0 = block(base)
+        rec = [_KERNEL, enc.stream(handle, device), enc.string(name), self._stack(key)]
+        for base, off, ext, total, w in spans:
+            bid, b0 = enc.block(base)
             a = ~bid if w else bid
             if b0 == base and off == 0 and ext >= total:
-                acc.append(a)
+                rec.append(a)
             else:
-                acc.append([a, off + (base - b0), ext])
-        enc.kernel_blocks(enc.stream(handle, device), op, acc, self._stack(key))
+                rec.append([a, off + (base - b0), ext])
+        enc._emit(rec)
 
     def record_stream_op(self, t, stream_obj, key) -> None:
         """``aten.record_stream`` seen by the dispatch mode."""
@@ -319,20 +374,30 @@ class Recorder:
             key = None
         self._run(self._emit, meth, args, key)
 
+    def _cb_nostack(self, meth: str, *args) -> None:
+        if self.active:
+            self._run(self._emit_nostack, meth, args)
+
+    def _emit_nostack(self, meth: str, args: tuple) -> None:
+        getattr(self.enc, meth)(*args)
+
+    # Event bookkeeping carries no stack: no report shows where an event was created,
+    # recorded or waited, and these are the most frequent hooks (wait_stream fires three).
+
     def on_stream_created(self, handle: int, device: int) -> None:
         self._cb("stream_created", handle, device)
 
     def on_event_created(self, ev: int) -> None:
-        self._cb("event_created", ev)
+        self._cb_nostack("event_created", ev)
 
     def on_event_deleted(self, ev: int) -> None:
-        self._cb("event_deleted", ev)
+        self._cb_nostack("event_deleted", ev)
 
     def on_event_record(self, ev: int, handle: int, device: int) -> None:
-        self._cb("event_recorded", ev, handle, device)
+        self._cb_nostack("event_recorded", ev, handle, device)
 
     def on_event_wait(self, ev: int, handle: int, device: int) -> None:
-        self._cb("event_waited", ev, handle, device)
+        self._cb_nostack("event_waited", ev, handle, device)
 
     def on_event_sync(self, ev: int) -> None:
         self._cb("event_synchronized", ev)

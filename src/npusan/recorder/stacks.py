@@ -2,10 +2,10 @@
 
 Capturing a stack per op with ``traceback.StackSummary.extract`` costs ~30 us; walking
 ``sys._getframe()`` and keeping ``(f_code, f_lasti)`` costs a few. :func:`StackCapture.key`
-does only the walk and returns a flat tuple ``(code, lasti, code, lasti, ...)`` (innermost
+does only the walk and returns a flat tuple ``(id(code), lasti, ...)`` (innermost
 first) that callers look up in a dict; file names, exact line numbers (from the
 instruction offset via ``co_positions``/``co_lines``) and function names are resolved only
-the first time a key is seen, by :func:`resolve`.
+the first time a key is seen, by :meth:`StackCapture.resolve`.
 
 Frames of torch itself and of npusan are "folded away" (skipped) by default so that stacks
 show the user's code; ``keep_internal=True`` keeps them. ``depth`` counts kept frames.
@@ -84,17 +84,21 @@ class StackCapture:
     def __init__(self, depth: int = DEFAULT_DEPTH, keep_internal: bool = False) -> None:
         self.depth = max(0, int(depth))
         self.keep_internal = keep_internal
-        self._keep: Dict[CodeType, bool] = {}
+        # Keyed by id(code): code objects hash by value (slow); the code object is kept
+        # alive in _codes so that its id is never reused by another one.
+        self._keep: Dict[int, bool] = {}
+        self._codes: Dict[int, CodeType] = {}
 
     def _classify(self, code: CodeType) -> bool:
         keep = self.keep_internal or not os.path.abspath(code.co_filename).startswith(_INTERNAL_DIRS)
         if code.co_filename.startswith("<frozen"):  # runpy/importlib plumbing
             keep = self.keep_internal
-        self._keep[code] = keep
+        self._codes[id(code)] = code
+        self._keep[id(code)] = keep
         return keep
 
     def key(self, skip: int = 1) -> Optional[tuple]:
-        """The current stack as ``(code, lasti, ...)``, innermost first; None if depth is 0."""
+        """The current stack as ``(id(code), lasti, ...)``, innermost first; None if depth is 0."""
         depth = self.depth
         if depth == 0:
             return None
@@ -107,11 +111,11 @@ class StackCapture:
         n = 0
         while f is not None:
             c = f.f_code
-            k = keep.get(c)
+            k = keep.get(id(c))
             if k is None:
                 k = self._classify(c)
             if k:
-                out.append(c)
+                out.append(id(c))
                 out.append(f.f_lasti)
                 n += 1
                 if n >= depth:
@@ -119,12 +123,15 @@ class StackCapture:
             f = f.f_back
         return tuple(out)
 
+    def resolve(self, key: Sequence) -> List[Tuple[str, int, str]]:
+        """``(filename, lineno, function)`` frames of a key of this capture, outermost first."""
+        codes = self._codes
+        return _resolve([(codes[key[i]], key[i + 1]) for i in range(0, len(key), 2)])
 
-def resolve(key: Sequence) -> List[Tuple[str, int, str]]:
-    """``(filename, lineno, function)`` frames of a key, outermost first."""
+
+def _resolve(pairs) -> List[Tuple[str, int, str]]:
     frames = []
-    for i in range(len(key) - 2, -1, -2):
-        code, lasti = key[i], key[i + 1]
+    for code, lasti in reversed(pairs):
         func = getattr(code, "co_qualname", code.co_name)
         frames.append((code.co_filename, line_of(code, lasti), func))
     return frames

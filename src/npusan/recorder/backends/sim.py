@@ -10,6 +10,7 @@ object per storage) reports the free.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
@@ -26,7 +27,11 @@ class SimBackend(Backend):
         self._sim = sim
         self._rec: Optional[RecorderCallbacks] = None
         self._live: Dict[int, weakref.ref] = {}  # storage base ptr -> weakref to storage
+        self._refs: Dict[int, int] = {}  # id(weakref) -> ptr (the weakref outlives its referent)
         self._registered = False
+        # C-level callables on the hot path (instance attributes shadow the methods).
+        self.is_device_tensor = operator.attrgetter("is_cpu")  # type: ignore[method-assign]
+        self.current_stream = sim.current_handle  # type: ignore[method-assign]
 
     @classmethod
     def available(cls) -> bool:
@@ -39,35 +44,31 @@ class SimBackend(Backend):
     # -- hooks ---------------------------------------------------------------------
 
     def install(self, recorder: RecorderCallbacks) -> None:
-        self._rec = recorder
-        if self._registered:
-            return
+        # The simulated registry can be emptied, so bound methods are registered directly
+        # (one call less per hook than forwarding closures) and uninstall clears them.
+        self.uninstall()
+        self._rec = r = recorder
         t = self._sim.trace
-        t.register_callback_for_stream_creation(lambda h: self._call("on_stream_created", h, 0))
-        t.register_callback_for_event_creation(lambda e: self._call("on_event_created", e))
-        t.register_callback_for_event_deletion(lambda e: self._call("on_event_deleted", e))
-        t.register_callback_for_event_record(lambda e, h: self._call("on_event_record", e, h, 0))
-        t.register_callback_for_event_wait(lambda e, h: self._call("on_event_wait", e, h, 0))
-        t.register_callback_for_event_synchronization(lambda e: self._call("on_event_sync", e))
-        t.register_callback_for_stream_synchronization(lambda h: self._call("on_stream_sync", h, 0))
-        t.register_callback_for_device_synchronization(lambda: self._call("on_device_sync", None))
-        t.register_callback_for_memory_allocation(
-            lambda p, n: self._call("on_alloc", p, self._sim.current_stream().stream_id, 0, n)
-        )
-        t.register_callback_for_memory_deallocation(lambda p: self._call("on_free", p))
+        cur = self._sim.current_stream
+        t.register_callback_for_stream_creation(lambda h: r.on_stream_created(h, 0))
+        t.register_callback_for_event_creation(r.on_event_created)
+        t.register_callback_for_event_deletion(r.on_event_deleted)
+        t.register_callback_for_event_record(lambda e, h: r.on_event_record(e, h, 0))
+        t.register_callback_for_event_wait(lambda e, h: r.on_event_wait(e, h, 0))
+        t.register_callback_for_event_synchronization(r.on_event_sync)
+        t.register_callback_for_stream_synchronization(lambda h: r.on_stream_sync(h, 0))
+        t.register_callback_for_device_synchronization(lambda: r.on_device_sync(None))
+        t.register_callback_for_memory_allocation(lambda p, n: r.on_alloc(p, cur().stream_id, 0, n))
+        t.register_callback_for_memory_deallocation(r.on_free)
         self._registered = True
 
     def uninstall(self) -> None:
         self._rec = None
         self._live.clear()
+        self._refs.clear()
         if self._registered:
             self._sim.trace.unregister_all()
             self._registered = False
-
-    def _call(self, name: str, *args) -> None:
-        rec = self._rec
-        if rec is not None:
-            getattr(rec, name)(*args)
 
     # -- questions ------------------------------------------------------------------
 
@@ -99,15 +100,17 @@ class SimBackend(Backend):
         ptr = st.data_ptr()
         if ptr == 0:
             return
-        ref = self._live.get(ptr)
+        live = self._live
+        ref = live.get(ptr)
         if ref is not None and ref() is st:
             return
-        live = self._live
-
-        def freed(r, ptr=ptr, live=live):
-            if live.get(ptr) is r:  # not already replaced by a newer storage at ptr
-                del live[ptr]
-                self._sim.trace.fire("memory_deallocation", ptr)
-
-        live[ptr] = weakref.ref(st, freed)
+        live[ptr] = weakref.ref(st, self._storage_died)
+        self._refs[id(live[ptr])] = ptr
         self._sim.trace.fire("memory_allocation", ptr, st.nbytes())
+
+    def _storage_died(self, ref: weakref.ref) -> None:
+        """Weakref callback: the C++ storage is gone (its memory is back to malloc)."""
+        ptr = self._refs.pop(id(ref), None)
+        if ptr is not None and self._live.get(ptr) is ref:  # not replaced by a newer storage
+            del self._live[ptr]
+            self._sim.trace.fire("memory_deallocation", ptr)
