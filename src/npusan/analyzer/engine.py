@@ -1,30 +1,47 @@
 """The replay engine: the sync-state matrix of DESIGN.md and the three detectors.
 
 One :class:`Engine` replays one trace (a file through :meth:`Engine.run`, or live records
-through :meth:`Engine.feed` in online mode). Its hot loop handles kernel records inline:
-per-block state sits in a list indexed by block id, each access of a kernel that only
-touches blocks its own stream owns is a couple of list/dict stores, and nothing is
-allocated per access. Everything slower (cross-stream checks, byte ranges, reuse ghosts,
-malformed input) is in the ``_slow_*`` methods.
+through :meth:`Engine.feed` in online mode). Streams are the trace's stream indexes (one
+per (device, handle)); ``current[S]`` is a dict per stream, events keep snapshots, the
+host has its own dict, exactly as DESIGN.md's table says.
 
-Per-block state (a list, indexes ``_OWN`` .. ``_UNDEF``):
+An access reference ``k`` is the replayed kernel record itself: the replay loop overwrites
+its type slot with the kernel's seq, so ``k[0]`` is the seq, ``k[1]`` the stream, ``k[2]``
+the op and ``k[3]`` the stack; frees are shaped the same way. Nothing else is built per
+kernel or per access.
 
-* whole-block mode: ``W`` is the last write as a kernel tuple ``k`` (the replayed kernel record, whose slot 0 holds its seq: ``k[0]`` seq, ``k[1]`` stream) or
-  None, ``R`` maps a stream to its latest read since that write (a kernel tuple);
+Per-block state (a list, indexes ``_W`` .. ``_DEF``):
+
+* whole-block mode: ``W`` is the last write (a ``k``) or None, ``R`` maps a stream to its
+  latest read since that write (CSAN's rules; the latest read per stream is enough
+  because a stream's accesses are ordered);
 * range mode (after the first ``[a, offset, nbytes]`` access): ``SEGS`` is a sorted list of
   segments ``[lo, hi, writes, reads]`` covering ``[0, inf)``, where ``writes`` is a tuple of
-  ``(k, access)`` pairs (normally one) and ``reads`` maps a stream to ``(k, access)``. At
-  most :data:`MAX_SEGMENTS` segments are kept; beyond that neighbours are merged
+  ``(k, access)`` pairs (normally one) and ``reads`` maps a stream to ``(k, access)``. A
+  write of a sub-range replaces the state of those bytes only. At most
+  :data:`MAX_SEGMENTS` segments are kept; beyond that the narrowest neighbours are merged
   conservatively: the merged segment keeps every write (latest per stream) both as writes
   and as reads, so a later access is checked against everything either half had (this can
-  only add reports, never lose one);
-* ``OWN`` is the stream for which an access needs no check at all (every piece of state
-  is that stream's own, whole-block mode, no reuse ghosts), else -1: the fast path.
+  only add reports, never lose one). A whole-block write returns the block to whole mode;
+* fast path: when every piece of a block's state is one stream's own (whole mode, no
+  reuse ghosts), that stream "owns" it and the state lives in two arrays indexed by the
+  encoded access (``Engine._own``/``Engine._slot``, see ``__init__``): an owner's access is
+  then a single store in the replay loop. Any other access takes the block back
+  (``_take_over``) and goes through ``_slow_access``. A fresh allocation is owned by its
+  allocation stream.
 
 Cross-stream uses for the missing-record_stream check are not written on every access:
-an access stays visible in ``W``/``R`` until another stream's write drops it, and only then
+an access stays visible in the state until another stream's write drops it, and only then
 is it folded into ``USES`` (latest per stream). At free the check merges ``USES`` with what
-is still in ``W``/``R``/segments.
+is still in the state. Unsynchronized, unrecorded uses at a free become "ghosts" (bounded:
+:data:`MAX_GHOSTS`) that a later allocation overlapping the address range inherits, for
+the reuse-race check.
+
+Findings are deduplicated while replaying by (kind, both streams, ops, stacks and access
+types) into counts, first/last seq, up to :data:`MAX_ADDRESSES` addresses and
+:data:`MAX_OCCURRENCES` occurrences; :class:`~npusan.analyzer.findings.Finding` objects are
+built only for ``on_finding`` and in :meth:`Engine.finish`. Memory is bounded by the live
+blocks, streams and events and by the capped findings, never by the trace length.
 """
 
 from __future__ import annotations
