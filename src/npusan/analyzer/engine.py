@@ -276,13 +276,24 @@ class Engine:
         self._events.pop(_event_id(rec[1]), None)
 
     def _on_event_record(self, rec):
-        self._events[_event_id(rec[1])] = dict(self._stream(rec[2]))
+        e = rec[1]
+        if e.__class__ is not int:
+            _event_id(e)
+        vec = self._cur.get(rec[2])
+        self._events[e] = (vec if vec is not None else self._stream(rec[2])).copy()
 
     def _on_event_wait(self, rec):
-        vec = self._stream(rec[2])
-        snap = self._events.get(_event_id(rec[1]))
+        e = rec[1]
+        if e.__class__ is not int:
+            _event_id(e)
+        vec = self._cur.get(rec[2])
+        if vec is None:
+            vec = self._stream(rec[2])
+        snap = self._events.get(e)
         if snap:
-            _merge(vec, snap)
+            for P, v in snap.items():
+                if vec.get(P, -1) < v:
+                    vec[P] = v
 
     def _on_event_sync(self, rec):
         snap = self._events.get(_event_id(rec[1]))
@@ -429,6 +440,18 @@ class Engine:
         if a.__class__ is int:
             write = a < 0
             bid = ~a if write else a
+            if 0 <= bid < self._cap:
+                b = self._blocks[bid]
+                if b is not None and b[_SEGS] is None and not b[_GHOSTS]:
+                    # The common case, inline: a whole-block access in whole mode.
+                    if self._own[bid] != _NOBODY:
+                        self._take_over(b)
+                    self._whole(b, S, vec, k, a, write)
+                    w = b[_W]
+                    rd = b[_R]
+                    if (w is None or w[1] == S) and (not rd or (len(rd) == 1 and S in rd)):
+                        self._hand_over(b, S)
+                    return
             lo = hi = None
         else:
             if not isinstance(a, list) or len(a) != 3:
