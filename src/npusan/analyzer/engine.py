@@ -857,22 +857,24 @@ def _run(eng, records):
     # reads it in between.
     lastS = None
     vec = None
+    _len = len
     try:
         for rec in records:
-            if rec[0] == K:
-                n = len(rec)
+            # Kernels of the common shapes first, by length (a non-kernel record of the
+            # same length falls through to the general dispatch below).
+            n = _len(rec)
 {shapes}
-                else:
-                    S = rec[1]
+            if rec[0] == K:
+                S = rec[1]
 {switch}
-                    for a in rec[4:]:
-                        try:
-                            x = own[a] - a
-                        except (TypeError, IndexError):
-                            x = -1
-                        if x == S:
-                            slot[a] = rec
-                        else:
+                for a in rec[4:]:
+                    try:
+                        x = own[a] - a
+                    except (TypeError, IndexError):
+                        x = -1
+                    if x == S:
+                        slot[a] = rec
+                    else:
 {slow_a}
             else:
                 if vec is not None:
@@ -913,13 +915,15 @@ def _shape(count: int) -> str:
     """The kernel path for records with ``count`` accesses."""
     names = [f"a{i}" for i in range(count)]
     keys = [f"x{i}" for i in range(count)]
-    out = "_, S, _, _, " + ", ".join(names) + " = rec\n"
-    out += _SWITCH
-    out += "try:\n" + "".join(f"    {x} = own[{a}] - {a}\n" for a, x in zip(names, keys))
-    out += "except (TypeError, IndexError):\n    " + " = ".join(keys) + " = -1\n"
+    out = "t, S, _, _, " + ", ".join(names) + " = rec\n"
+    out += "if t == K:\n"
+    body = _SWITCH
+    body += "try:\n" + "".join(f"    {x} = own[{a}] - {a}\n" for a, x in zip(names, keys))
+    body += "except (TypeError, IndexError):\n    " + " = ".join(keys) + " = -1\n"
     for a, x in zip(names, keys):
-        out += f"if {x} == S:\n    slot[{a}] = rec\nelse:\n" + _indent(_SLOW.format(a=a), 4)
-    return out
+        body += f"if {x} == S:\n    slot[{a}] = rec\nelse:\n" + _indent(_SLOW.format(a=a), 4)
+    body += "continue\n"
+    return out + _indent(body, 4)
 
 
 def _generate_run():
@@ -927,9 +931,9 @@ def _generate_run():
     for i, count in enumerate((3, 2, 4, 1)):  # most frequent kernel shapes first
         branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(_shape(count), 4))
     src = _RUN.format(
-        shapes=_indent("".join(branches), 16).rstrip("\n"),
-        switch=_indent(_SWITCH, 20).rstrip("\n"),
-        slow_a=_indent(_SLOW.format(a="a"), 32).rstrip("\n"),
+        shapes=_indent("".join(branches), 12).rstrip("\n"),
+        switch=_indent(_SWITCH, 16).rstrip("\n"),
+        slow_a=_indent(_SLOW.format(a="a"), 28).rstrip("\n"),
     )
     env = {
         "KERNEL": R.KERNEL,
