@@ -124,6 +124,30 @@ def main() -> None:
     t_floor = times["floor"]
     size = os.path.getsize(os.path.join(tmp, "b32.npusan"))
 
+    # a tight loop of one in-place kernel: no allocation, no stream/event hooks
+    y = torch.ones(4)
+    n1 = a.iters * 5
+
+    def tight(mode_factory):
+        def go():
+            with mode_factory():
+                t0 = clock()
+                for _ in range(n1):
+                    y.add_(1.0)
+                return clock() - t0
+
+        return go
+
+    import contextlib
+
+    tv = {"plain": tight(contextlib.nullcontext), "noop": tight(NoopMode),
+          "rec32": tight(lambda: npusan.record(os.path.join(tmp, "t32.npusan"), backend="sim")),
+          "rec0": tight(lambda: npusan.record(os.path.join(tmp, "t0.npusan"), backend="sim", stack_depth=0))}
+    tt = {k: float("inf") for k in tv}
+    for _ in range(a.repeat):
+        for k, fn in tv.items():
+            tt[k] = min(tt[k], fn())
+
     # stack capture alone, from a frame ~12 deep (a typical training-loop depth)
     cap = StackCapture(32)
     seen = {}
@@ -157,6 +181,9 @@ def main() -> None:
     print(f"ratio recorder / plain:                          {t_rec / plain:5.2f}x  (no-op mode {t_noop / plain:5.2f}x)")
     print(f"added cost over the no-op mode: {(t_rec - t_noop) / ops * us:.2f} us/op "
           f"(interception floor itself: {(t_noop - plain) / ops * us:.2f} us/op)")
+    print(f"tight loop of x.add_(1) ({n1} ops): plain {tt['plain'] / n1 * us:.2f}, no-op mode {tt['noop'] / n1 * us:.2f},"
+          f" recorder {tt['rec32'] / n1 * us:.2f} (no stacks {tt['rec0'] / n1 * us:.2f}) us/op;"
+          f" recorder / no-op mode {tt['rec32'] / tt['noop']:.2f}x (no stacks {tt['rec0'] / tt['noop']:.2f}x)")
     print(f"stack capture alone (walk + dict lookup, depth ~15): {t_key * us:.2f} us;"
           f" traceback.StackSummary.extract: {t_extract * us:.1f} us")
 

@@ -374,13 +374,6 @@ class Recorder:
             key = None
         self._run(self._emit, meth, args, key)
 
-    def _cb_nostack(self, meth: str, *args) -> None:
-        if self.active:
-            self._run(self._emit_nostack, meth, args)
-
-    def _emit_nostack(self, meth: str, args: tuple) -> None:
-        getattr(self.enc, meth)(*args)
-
     # Event bookkeeping carries no stack: no report shows where an event was created,
     # recorded or waited, and these are the most frequent hooks (wait_stream fires three).
 
@@ -388,16 +381,20 @@ class Recorder:
         self._cb("stream_created", handle, device)
 
     def on_event_created(self, ev: int) -> None:
-        self._cb_nostack("event_created", ev)
+        if self.active:
+            self._run(self.enc.event_created, ev)
 
     def on_event_deleted(self, ev: int) -> None:
-        self._cb_nostack("event_deleted", ev)
+        if self.active:
+            self._run(self.enc.event_deleted, ev)
 
     def on_event_record(self, ev: int, handle: int, device: int) -> None:
-        self._cb_nostack("event_recorded", ev, handle, device)
+        if self.active:
+            self._run(self.enc.event_recorded, ev, handle, device)
 
     def on_event_wait(self, ev: int, handle: int, device: int) -> None:
-        self._cb_nostack("event_waited", ev, handle, device)
+        if self.active:
+            self._run(self.enc.event_waited, ev, handle, device)
 
     def on_event_sync(self, ev: int) -> None:
         self._cb("event_synchronized", ev)
