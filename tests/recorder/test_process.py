@@ -259,3 +259,51 @@ def test_print_env_makes_a_python_process_record(tmp_path):
     run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert _kernel_names(trace)[0] == ["aten::ones", "aten::mul.Tensor"]
+
+
+def test_torchrun_writes_one_trace_per_rank(tmp_path):
+    import shutil
+
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun not installed next to this Python")
+    script = write_script(tmp_path, "import os, torch\nx = torch.ones(4) * int(os.environ['RANK'])\n")
+    from conftest import NPUSAN
+
+    out = subprocess.run([*NPUSAN, "record", "--backend", "sim", "-o", str(tmp_path / "t.npusan"), "--",
+                          torchrun, "--nproc_per_node=2", str(script)],
+                         capture_output=True, text=True, timeout=180, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    for r in (0, 1):
+        recs, reader = records(tmp_path / f"t.rank{r}.npusan")
+        assert reader.header["rank"] == r and reader.ended_cleanly
+        assert [reader.symbols.strings[x[2]] for x in recs if x[0] == R.KERNEL] == ["aten::ones", "aten::mul.Tensor"]
+
+
+def test_record_online_raise_flag_stops_the_program(tmp_path):
+    code = """
+    import torch
+    from npusan import sim
+    s = sim.Stream()
+    x = torch.zeros(4)
+    s.wait_stream(sim.current_stream())
+    with sim.stream(s):
+        x.fill_(1)
+    x.sum()
+    print("not reached")
+    """
+    proc, trace = run_record(tmp_path, code, record_args=("--backend", "sim", "--online-raise"))
+    assert proc.returncode == 1
+    assert "npusan.recorder.errors.RaceError: data race" in proc.stderr
+    assert "not reached" not in proc.stdout
+    assert kinds(analyze(trace)) == ["data-race"]  # the trace was written too
+
+
+def test_unwritable_path_warns_once_and_runs_unrecorded(tmp_path, capfd):
+    bad = tmp_path / "no-such-dir" / "sub" / "t.npusan"
+    with npusan.record(str(bad), backend="sim") as rec:
+        y = torch.ones(3) * 2
+    assert float(y.sum()) == 6.0
+    assert rec.failed and not bad.exists()
+    err = capfd.readouterr().err
+    assert err.count("npusan: warning: recording stopped") == 1 and str(bad) in err

@@ -115,14 +115,18 @@ class Recorder:
             if self.path is not None:
                 from ..trace_format.writer import TraceWriter
 
-                self.writer = TraceWriter(
-                    self.path,
-                    backend=be.name,
-                    metadata=self.metadata,
-                    header=header,
-                    flush_bytes=self.flush_bytes,
-                    flush_interval=self.flush_interval,
-                )
+                try:
+                    self.writer = TraceWriter(
+                        self.path,
+                        backend=be.name,
+                        metadata=self.metadata,
+                        header=header,
+                        flush_bytes=self.flush_bytes,
+                        flush_interval=self.flush_interval,
+                    )
+                except OSError as e:  # unwritable path, full disk: warn once, run unrecorded
+                    self._fail(e, where=f" ({self.path})")
+                    return self
                 self.enc = self.writer.encoder
                 sinks.append(self.writer.sink)
             if self.online is not None:
@@ -214,7 +218,7 @@ class Recorder:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _fail(self, e: BaseException) -> None:
+    def _fail(self, e: BaseException, where: Optional[str] = None) -> None:
         """Stop recording after an unexpected error; warn once; never raise."""
         if self.failed:
             return
@@ -222,7 +226,8 @@ class Recorder:
         self.active = False
         self._stop_flusher.set()
         try:
-            where = f" ({self.writer.sink.name})" if self.writer is not None and self.writer.sink.name else ""
+            if where is None:
+                where = f" ({self.writer.sink.name})" if self.writer is not None and self.writer.sink.name else ""
             sys.stderr.write(f"npusan: warning: recording stopped{where}: {type(e).__name__}: {e}\n")
             sys.stderr.flush()
         except Exception:
