@@ -69,10 +69,6 @@ def run(iters, w, x, side) -> float:
     return clock() - t0
 
 
-def best(fn, repeat):
-    return min(fn() for _ in range(repeat))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=2000)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from npusan import sim
 from npusan.recorder.stacks import StackCapture
 from npusan.trace_format import records as R
 
-from conftest import analyze, records, write_script
+from conftest import records, write_script
 
 
 def _racy():

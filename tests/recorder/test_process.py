@@ -18,7 +18,6 @@ import npusan
 from npusan import sim
 from npusan.recorder.activate import child_env
 from npusan.trace_format import records as R
-from npusan.trace_format.reader import TraceReader
 
 from conftest import analyze, kinds, records, run_record, write_script
 

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 from conftest import NPUSAN, analyze, kinds, line_of, run_record, user_lines
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Any, List, NamedTuple, Optional, Tuple
 
-from torch import Tensor
 
 #: Ops that alias their input without saying so in the schema, or only change metadata.
 _NO_ACCESS_NAMES = frozenset({"_unsafe_view", "set_", "_reshape_alias", "_nested_view_from_buffer"})
@@ -141,41 +140,3 @@ def span(t: Any) -> Optional[Tuple[int, int, int, int]]:
                 e += (s - 1) * d
         ext = e * isz
     return base, off, ext, st.nbytes()
-
-
-def tensor_accesses(info: OpInfo, args: tuple, kwargs: dict, out: Any, is_dev) -> Tuple[List[Tuple[Any, bool]], int]:
-    """``([(tensor, is_write), ...], n)`` for one call: device tensors only, arguments in
-    schema order, then the fresh outputs (from index ``n`` on)."""
-    res: List[Tuple[Any, bool]] = []
-    nargs = len(args)
-    for idx, nm, write, is_list in info.slots:
-        if idx < nargs:
-            a = args[idx]
-        elif kwargs:
-            a = kwargs.get(nm)
-        else:
-            continue
-        if a is None:
-            continue
-        if is_list:
-            for x in a:
-                if isinstance(x, Tensor) and is_dev(x):
-                    res.append((x, write))
-        elif isinstance(a, Tensor) and is_dev(a):
-            res.append((a, write))
-    n = len(res)
-    rets = info.returns
-    if rets and out is not None:
-        if len(rets) == 1:
-            if rets[0] == RET_NEW:
-                if info.list_return:
-                    for x in out:
-                        if isinstance(x, Tensor) and is_dev(x):
-                            res.append((x, True))
-                elif isinstance(out, Tensor) and is_dev(out):
-                    res.append((out, True))
-        else:
-            for kind, x in zip(rets, out):
-                if kind == RET_NEW and isinstance(x, Tensor) and is_dev(x):
-                    res.append((x, True))
-    return res, n

@@ -33,10 +33,9 @@ _tls = threading.local()
 class RecordingMode(TorchDispatchMode):
     """Runs each op, then records it as a kernel on the calling thread's current stream.
 
-    This is the per-op hot path, and Python calls made inside ``__torch_dispatch__`` are
-    dearer than elsewhere (torch wraps it to keep Dynamo out), so the access collection
-    of :func:`~.access.tensor_accesses` and :func:`~.access.span` is inlined here; the
-    two must stay equivalent (the tests exercise both).
+    This is the per-op hot path, so the access collection is inlined: for each tensor the
+    schema slots of :class:`~.access.OpInfo` name (arguments, then fresh outputs), the
+    byte range of :func:`~.access.span` (kept equivalent; the tests check both).
     """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
