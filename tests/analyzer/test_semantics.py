@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from npusan.analyzer.findings import Kind
 
-from conftest import Prog
+from engine_prog import Prog
 
 X = 0x1000
 Y = 0x2000

@@ -1,8 +1,10 @@
-"""Helpers for engine tests: build a program with RecordEncoder and replay it live."""
+"""Helpers for engine tests: build a program with RecordEncoder and replay it live.
+
+A module with its own name (not conftest.py): several test directories have a conftest,
+and ``from conftest import ...`` would pick whichever was imported first.
+"""
 
 from __future__ import annotations
-
-import pytest
 
 from npusan.analyzer.engine import Engine
 from npusan.analyzer.findings import Kind
@@ -61,7 +63,3 @@ class Prog:
     def races(self):
         return [f for f in self.findings() if f.kind is Kind.DATA_RACE]
 
-
-@pytest.fixture
-def prog():
-    return Prog()
