@@ -306,3 +306,24 @@ def test_unwritable_path_warns_once_and_runs_unrecorded(tmp_path, capfd):
     assert rec.failed and not bad.exists()
     err = capfd.readouterr().err
     assert err.count("npusan: warning: recording stopped") == 1 and str(bad) in err
+
+
+def test_hooks_fired_while_the_recorder_is_busy_are_queued_not_lost(tmp_path):
+    """A free arriving (from the garbage collector) while this thread is inside the
+    recorder is emitted right after, in order, and at stop at the latest."""
+    path = tmp_path / "q.npusan"
+    rec = npusan.record(str(path), backend="sim").start()
+    x = torch.ones(8)
+    ptr = x.untyped_storage().data_ptr()
+    with rec._lock:  # simulate: this thread is inside the recorder
+        rec._busy = True
+        try:
+            del x  # the storage dies now: its free must be queued
+            assert len(rec._deferred) == 1
+        finally:
+            rec._busy = False
+    rec.stop()
+    recs, reader = records(path)
+    frees = [r for r in recs if r[0] == R.FREE]
+    allocs = {r[1]: r[2] for r in recs if r[0] == R.ALLOC}
+    assert len(frees) == 1 and allocs[frees[0][1]] == ptr

@@ -97,8 +97,6 @@ class Recorder:
         self._reported: set = set()
         self._flusher: Optional[threading.Thread] = None
         self._stop_flusher = threading.Event()
-        self._mode_pushed = False
-        self._prev_sigterm = None
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
 
     # ------------------------------------------------------------------ lifecycle
@@ -143,12 +141,16 @@ class Recorder:
             self._pid = os.getpid()
             self.active = True
             _current = self
-        be.install(self)
-        from .dispatch import ModeInstaller
+        try:
+            be.install(self)
+            from .dispatch import ModeInstaller
 
-        self.dispatch = ModeInstaller(self)
-        self.dispatch.start()
-        _install_process_hooks()
+            self.dispatch = ModeInstaller(self)
+            self.dispatch.start()
+            _install_process_hooks()
+        except Exception as e:  # a broken runtime hook must not stop the program
+            self._fail(e)
+            return self
         if self.writer is not None:
             self._flusher = threading.Thread(target=self._flush_loop, name="npusan-flush", daemon=True)
             self._flusher.start()
@@ -172,7 +174,10 @@ class Recorder:
         try:
             with self._lock:
                 if was_active and not self.failed:
-                    self._drain()
+                    d = self._deferred  # hooks queued while the lock was busy: keep them
+                    while d:
+                        fn, args = d.popleft()
+                        fn(*args)
                 if self.engine is not None and not self.failed:
                     self.engine.finish()
                 if self.writer is not None and not self.failed:
@@ -340,8 +345,6 @@ class Recorder:
 
     def _kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
         """The deferred form of :meth:`record_kernel` (same record)."""
-        if not self.active:
-            return
         enc = self.enc
         rec = [_KERNEL, enc.stream(handle, device), enc.string(name), self._stack(key)]
         for base, off, ext, total, w in spans:
