@@ -327,3 +327,10 @@ def test_hooks_fired_while_the_recorder_is_busy_are_queued_not_lost(tmp_path):
     frees = [r for r in recs if r[0] == R.FREE]
     allocs = {r[1]: r[2] for r in recs if r[0] == R.ALLOC}
     assert len(frees) == 1 and allocs[frees[0][1]] == ptr
+
+
+def test_import_npusan_does_not_import_torch():
+    out = subprocess.run([sys.executable, "-c", "import sys, npusan, npusan.recorder.activate; "
+                          "print('torch' in sys.modules, callable(npusan.record), npusan.RaceError.__name__)"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["False", "True", "RaceError"]
