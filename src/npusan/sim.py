@@ -259,3 +259,19 @@ def device_count() -> int:
 
 def current_device() -> int:
     return 0
+
+
+def _warn_if_recording_elsewhere() -> None:
+    """A recorder already running on a real device does not see simulated streams."""
+    import sys
+
+    session = sys.modules.get("npusan.recorder.session")
+    rec = session.current() if session is not None else None
+    if rec is not None and rec.active and rec.backend.name != "sim":
+        sys.stderr.write(
+            f"npusan: warning: npusan.sim is used while recording the {rec.backend.name} backend; "
+            "simulated streams and CPU tensors are not recorded (record with --backend sim)\n"
+        )
+
+
+_warn_if_recording_elsewhere()
