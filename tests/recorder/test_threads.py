@@ -109,3 +109,28 @@ def test_thread_started_after_recording_began_in_process(tmp_path):
     assert kinds(found) == ["data-race"]
     assert found[0].previous.stream.handle == s.handle
     assert float(y.sum()) == 16.0
+
+
+def test_thread_pool_workers_and_thread_subclasses_are_recorded(tmp_path):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    import npusan
+    from npusan import sim
+
+    class Worker(threading.Thread):
+        def run(self):  # overrides run(): still recorded
+            torch.ones(3).neg_()
+
+    path = tmp_path / "pool.npusan"
+    with npusan.record(str(path), backend="sim"):
+        with ThreadPoolExecutor(2) as ex:
+            list(ex.map(lambda i: torch.full((4,), float(i)).exp_(), range(4)))
+        w = Worker()
+        w.start()
+        w.join()
+    recs, reader = records(path)
+    names = [reader.symbols.strings[r[2]] for r in recs if r[0] == R.KERNEL]
+    assert names.count("aten::exp_") == 4 and names.count("aten::neg_") == 1
