@@ -62,7 +62,15 @@ def _outputs(path: str, since: float) -> list:
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @one_line_errors
 def record(output, backend, online, online_raise, stack_depth, keep_internal_frames, print_env, cmd) -> None:
-    """Run CMD (a Python command line) and record a trace of each Python process it starts."""
+    """Run CMD (a Python command line) and record a trace of each Python process it starts.
+
+    \b
+    Examples:
+      npusan record -o out/train.npusan -- python train.py --epochs 1
+      npusan record -o out/t.npusan -- torchrun --nproc_per_node=8 train.py   # out/t.rank<R>.npusan
+      npusan record --backend sim -- python -m npusan.examples.multistream
+      eval "$(npusan record --print-env -o t.npusan)"; python train.py
+    """
     from ..recorder.activate import child_env
 
     mode = "raise" if online_raise else ("warn" if online else None)
