@@ -5,10 +5,10 @@ through :meth:`Engine.feed` in online mode). Streams are the trace's stream inde
 per (device, handle)); ``current[S]`` is a dict per stream, events keep snapshots, the
 host has its own dict, exactly as DESIGN.md's table says.
 
-An access reference ``k`` is the replayed kernel record itself: the replay loop overwrites
-its type slot with the kernel's seq, so ``k[0]`` is the seq, ``k[1]`` the stream, ``k[2]``
-the op and ``k[3]`` the stack; frees are shaped the same way. Nothing else is built per
-kernel or per access.
+An access reference ``k`` is one tuple per kernel, ``(seq, stream, op, stack)``, shared by
+all its accesses (frees are shaped the same way, with the op a string). Nothing else is
+built per kernel or per access. (Keeping the records themselves would save the tuple but
+costs more: a dead record is freed long after it was read, out of cache.)
 
 Per-block state (a list, indexes ``_W`` .. ``_DEF``):
 
@@ -16,7 +16,8 @@ Per-block state (a list, indexes ``_W`` .. ``_DEF``):
   latest read since that write (CSAN's rules; the latest read per stream is enough
   because a stream's accesses are ordered);
 * range mode (after the first ``[a, offset, nbytes]`` access): ``SEGS`` is a sorted list of
-  segments ``[lo, hi, writes, reads]`` covering ``[0, inf)``, where ``writes`` is a tuple of
+  segments ``[lo, hi, writes, reads]`` covering the block (``[0, size)``, or as far as
+  accesses reach when the size is unknown), where ``writes`` is a tuple of
   ``(k, access)`` pairs (normally one) and ``reads`` maps a stream to ``(k, access)``. A
   write of a sub-range replaces the state of those bytes only. At most
   :data:`MAX_SEGMENTS` segments are kept; beyond that the narrowest neighbours are merged
@@ -105,7 +106,7 @@ class _Occurrences:
 
     def __init__(self, kind, access, previous, block, seq, pseq, addr):
         self.kind = kind
-        self.access = access  # (k, acc): k the replayed kernel record; acc the encoded access
+        self.access = access  # (k, acc): k = (seq, stream, op, stack); acc the encoded access
         self.previous = previous
         self.block = block  # (ptr, size, alloc sidx, alloc stack)
         self.count = 1
@@ -187,20 +188,14 @@ class Engine:
             if t == R.BLOCK_DEF:
                 self._forget_block(rec[1])
         else:
-            self.run((list(rec),))
+            self.run((rec,))
 
     def process(self, rec: list) -> None:
-        """Handle one non-definition record (the caller's list is left untouched)."""
-        self.run((list(rec),))
+        """Handle one non-definition record."""
+        self.run((rec,))
 
     def run(self, records: Iterable[list]) -> None:
-        """The fast replay loop over non-definition records (definitions are tolerated).
-
-        The engine takes ownership of the records: a kernel record's type slot is
-        overwritten with its sequence number (the record then doubles as the access
-        reference ``k`` kept in block state, so nothing is built per kernel). Callers
-        that keep their records use :meth:`feed` / :meth:`process`, which copy.
-        """
+        """The fast replay loop over non-definition records (definitions are tolerated)."""
         _run(self, records)
 
     def finish(self) -> list:
@@ -517,7 +512,8 @@ class Engine:
     def _to_segments(self, b) -> list:
         bid = b[_BID]
         w = b[_W]
-        segs = [[0, INF, ((w, ~bid),) if w is not None else (), {P: (pk, bid) for P, pk in b[_R].items()}]]
+        end = b[_SIZE] or INF  # a block of unknown size extends as far as accesses reach
+        segs = [[0, end, ((w, ~bid),) if w is not None else (), {P: (pk, bid) for P, pk in b[_R].items()}]]
         b[_SEGS] = segs
         b[_W] = None
         b[_R] = {}
@@ -525,6 +521,11 @@ class Engine:
 
     def _ranged(self, b, S, vec, k, a, write, lo, hi) -> None:
         segs = b[_SEGS] or self._to_segments(b)
+        end = segs[-1][1]
+        if hi == INF:  # a whole-block access covers exactly what is tracked
+            hi = end
+        elif hi > end:  # bytes past the known size: nothing has touched them yet
+            segs.append([end, hi, (), {}])
         # Split so that segment boundaries fall on lo and hi.
         i = 0
         while segs[i][1] <= lo:
@@ -654,8 +655,8 @@ class Engine:
         A = b[_ASTREAM]
         avec = self._cur.get(A, {})
         recorded = b[_RECORDED] or ()
-        # The free as an access reference shaped like a replayed kernel record.
-        free_k = [self.seq, A, _FREE_OP, rec[2]] if rec is not None else [self.seq, A, _LEAK_OP, None]
+        # The free as an access reference shaped like a kernel's (seq, stream, op, stack).
+        free_k = (self.seq, A, _FREE_OP, rec[2]) if rec is not None else (self.seq, A, _LEAK_OP, None)
         for P, (pk, pacc) in self._uses(b).items():
             if P in recorded or avec.get(P, -1) >= pk[0]:
                 continue
@@ -832,13 +833,12 @@ if S != lastS:
         vec = eng._stream(S)
     lastS = S
 seq += 1
-rec[0] = seq
 """
 
 _SLOW = """\
 vec[S] = seq
 eng.seq = seq
-slow(S, vec, rec, {a})
+slow(S, vec, k, {a})
 """
 
 _RUN = """\
@@ -867,13 +867,14 @@ def _run(eng, records):
             if rec[0] == K:
                 S = rec[1]
 {switch}
+                k = (seq, S, rec[2], rec[3])
                 for a in rec[4:]:
                     try:
                         x = own[a] - a
                     except (TypeError, IndexError):
                         x = -1
                     if x == S:
-                        slot[a] = rec
+                        slot[a] = k
                     else:
 {slow_a}
             else:
@@ -915,13 +916,13 @@ def _shape(count: int) -> str:
     """The kernel path for records with ``count`` accesses."""
     names = [f"a{i}" for i in range(count)]
     keys = [f"x{i}" for i in range(count)]
-    out = "t, S, _, _, " + ", ".join(names) + " = rec\n"
+    out = "t, S, o, st, " + ", ".join(names) + " = rec\n"
     out += "if t == K:\n"
-    body = _SWITCH
+    body = _SWITCH + "k = (seq, S, o, st)\n"
     body += "try:\n" + "".join(f"    {x} = own[{a}] - {a}\n" for a, x in zip(names, keys))
     body += "except (TypeError, IndexError):\n    " + " = ".join(keys) + " = -1\n"
     for a, x in zip(names, keys):
-        body += f"if {x} == S:\n    slot[{a}] = rec\nelse:\n" + _indent(_SLOW.format(a=a), 4)
+        body += f"if {x} == S:\n    slot[{a}] = k\nelse:\n" + _indent(_SLOW.format(a=a), 4)
     body += "continue\n"
     return out + _indent(body, 4)
 
