@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 ## Record a small multi-stream PyTorch program on the simulated device, then analyze it.
 example: $(STAMP)
 	mkdir -p out
-	$(BIN)/npusan record -o out/example.npusan -- $(BIN)/python -m npusan.examples.multistream
+	$(BIN)/npusan record --backend sim -o out/example.npusan -- $(BIN)/python -m npusan.examples.multistream
 	$(BIN)/npusan analyze out/example.npusan; rc=$$?; test $$rc -le 1
 
 ## Install what the tests need and run them (GPU tests skip without CUDA).
