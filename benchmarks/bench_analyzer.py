@@ -387,6 +387,12 @@ benchmark prints the wall-clock rate too. CSAN is fed through its `_handle_*` me
 with replay (CSAN's stack capture, which dominates its cost inside a real program, is left
 out); building CSAN's argument sets is not timed. Peak RSS is VmHWM of a fresh process that
 runs `analyze_traces` on the file; the 10x trace repeats the program's records 10 times.
+
+Where the time goes (valgrind instruction counts per kernel event, steady state, when the
+engine was tuned): msgpack unpacking ~1,650, `TraceReader.records()` on top ~1,100, the
+engine ~3,200 (its replay loop is ~75 bytecodes per 3-access kernel whose blocks the
+kernel's stream owns; cross-stream hand-offs and events take the slow path). The rate
+swings by ±20% between runs on this shared VM; the slowest of the five runs is shown.
 """
     path = update_docs(section)
     print(f"updated {os.path.relpath(path, ROOT)}")
