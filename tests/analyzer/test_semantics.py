@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from npusan.analyzer.findings import Kind
 
 from engine_prog import Prog
 
