@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from engine_prog import Prog
 
 X = 0x1000
