@@ -334,3 +334,18 @@ def test_block_def_ids_beyond_the_arrays_are_materialized():
     p.read(S1, X)
     p.engine.run([[R.KERNEL, 1, p.enc.string("op"), None, 5000]])
     assert {f.block.address for f in p.races()} == {0x99000}
+
+
+def test_online_block_redefinition_starts_a_fresh_block():
+    # Online, a BLOCK_DEF for an id that is live in the engine means the producer reused
+    # the id: the old block's accesses must not be compared with the new block's.
+    sym = SymbolTable()
+    eng = Engine(sym)
+    for rec in ([R.STREAM_DEF, 0, 0, 0], [R.STREAM_DEF, 1, 0, 7], [R.STR, 0, "op"],
+                [R.BLOCK_DEF, 0, 0x100, None], [R.KERNEL, 0, 0, None, ~0],
+                [R.BLOCK_DEF, 0, 0x900, None], [R.KERNEL, 1, 0, None, 0]):
+        eng.feed(rec)
+    assert eng.finish() == []
+    eng.feed([R.KERNEL, 0, 0, None, ~0])  # the same new block, unsynchronized: a race
+    (f,) = eng.finish()
+    assert f.block.address == 0x900
