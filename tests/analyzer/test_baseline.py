@@ -1,17 +1,12 @@
 """Baselines: JSON reports of earlier runs, matched by fingerprint."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-
-from npusan_scenarios import make_finding, make_result  # noqa: E402
-
 from npusan.analyzer.baseline import BaselineError, load_baseline, parse_baseline  # noqa: E402
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter  # noqa: E402
+from tests.cli.npusan_scenarios import make_finding, make_result  # noqa: E402
 
 
 def json_report(findings) -> dict:

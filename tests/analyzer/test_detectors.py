@@ -11,7 +11,7 @@ from npusan.trace_format import records as R
 from npusan.trace_format.errors import TraceFormatError
 from npusan.trace_format.symbols import SymbolTable
 
-from engine_prog import Prog
+from .engine_prog import Prog
 
 S0, S1, S2 = 0, 0x11, 0x22
 X = 0x10000

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from npusan.analyzer.findings import Kind
 
-from engine_prog import Prog
+from .engine_prog import Prog
 
 sanitizer = pytest.importorskip("torch.cuda._sanitizer")
 

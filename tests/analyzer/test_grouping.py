@@ -1,13 +1,9 @@
 """Grouping: one entry per bug (kind + code locations), across occurrences and traces."""
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-
-from npusan_scenarios import make_finding  # noqa: E402
 
 from npusan.analyzer.grouping import Occurrence, group_findings, ungrouped  # noqa: E402
+from tests.cli.npusan_scenarios import make_finding  # noqa: E402
 
 
 def test_same_bug_in_two_traces_with_different_pointers_and_handles_is_one_group():

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from npusan.analyzer.findings import Kind
 
-from engine_prog import Prog
+from .engine_prog import Prog
 
 STREAMS = [0, 1, 2]
 SIZE = 24

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from npusan.analyzer.findings import Kind
 
-from engine_prog import Prog
+from .engine_prog import Prog
 
 DEFAULT, STREAM1 = 0, 0x51
 X = 0x7000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine_prog import Prog
+from .engine_prog import Prog
 
 X = 0x1000
 Y = 0x2000

@@ -1,7 +1,14 @@
 """Source quoting is best effort, and library frames are told from user code."""
 
 from npusan.analyzer.findings import Frame
-from npusan.analyzer.sources import Folded, SourceCache, display_path, fold, internal_category, user_site
+from npusan.analyzer.sources import (
+    Folded,
+    SourceCache,
+    display_path,
+    fold,
+    internal_category,
+    user_site,
+)
 
 TORCH = "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
 

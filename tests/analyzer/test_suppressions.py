@@ -1,19 +1,14 @@
 """Suppression files: format, validation (one clear sentence), matching, unused entries."""
 
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-
-from npusan_scenarios import make_finding  # noqa: E402
 
 from npusan.analyzer.suppressions import (  # noqa: E402
     SuppressionError,
     load_suppressions,
     parse_suppressions,
 )
+from tests.cli.npusan_scenarios import make_finding  # noqa: E402
 
 
 def parse(text: str):

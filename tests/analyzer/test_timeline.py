@@ -1,13 +1,8 @@
 """Timeline export: tracks per stream, kernels in launch order, sync flows, finding markers."""
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
-
-import npusan_scenarios as S  # noqa: E402
-
+import tests.cli.npusan_scenarios as S  # noqa: E402
 from npusan.analyzer.timeline import export_chrome  # noqa: E402
 
 

@@ -184,7 +184,14 @@ def make_finding(
     extra_frames=(),
 ):
     """A Finding as the engine would build it, from plain values."""
-    from npusan.analyzer.findings import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
+    from npusan.analyzer.findings import (
+        AccessInfo,
+        BlockInfo,
+        Finding,
+        Frame,
+        Kind,
+        StreamRef,
+    )
 
     kind = Kind(kind)
     main = Frame("train.py", 60, "main")

@@ -6,10 +6,10 @@ import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
-from npusan_scenarios import DATA, truncate
-from npusan_scenarios import run, scenario, workdir  # noqa: F401  (fixtures)
 
 from npusan.analyzer.reporters.schema import REPORT_SCHEMA
+
+from .npusan_scenarios import DATA, run, scenario, truncate, workdir  # noqa: F401  (fixtures)
 
 SARIF_SCHEMA = json.loads((DATA / "sarif-schema-2.1.0.json").read_text())
 
@@ -220,7 +220,7 @@ def test_click_usage_errors_exit_2(run):
 
 
 def test_check_leaks_reports_blocks_never_freed(run, workdir):
-    from npusan_scenarios import DEFAULT, SIDE, stack, writer
+    from .npusan_scenarios import DEFAULT, SIDE, stack, writer
 
     with writer(workdir / "leak.bin") as w:
         w.stream_created(SIDE, stack=stack("seed_example", "side = torch.cuda.Stream()"))

@@ -3,7 +3,8 @@
 import json
 
 import pytest
-from npusan_scenarios import run, scenario, workdir  # noqa: F401  (fixtures)
+
+from .npusan_scenarios import run, scenario, workdir  # noqa: F401  (fixtures)
 
 
 def test_export_to_file_parses_back(scenario, run, workdir):

@@ -11,7 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
-from npusan_scenarios import run, scenario, workdir  # noqa: F401  (fixtures)
+
+from .npusan_scenarios import run, scenario, workdir  # noqa: F401  (fixtures)
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("NPUSAN_UPDATE_GOLDEN") == "1"

@@ -9,7 +9,7 @@ from npusan.recorder.access import op_info, span
 from npusan.trace_format import records as R
 from npusan.trace_format.records import decode_access
 
-from conftest import records
+from .conftest import records
 
 aten = torch.ops.aten
 

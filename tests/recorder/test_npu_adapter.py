@@ -10,10 +10,11 @@ import warnings
 
 import pytest
 
-from fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (fixture)
 from npusan.recorder.backends import npu as npu_mod
 from npusan.recorder.backends.base import CALLBACK_NAMES, RecorderCallbacks
 from npusan.recorder.backends.npu import NpuBackend
+
+from .fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (fixture)
 
 
 class CallLog:
@@ -54,7 +55,7 @@ def installed(fake_torch_npu):
 
 def test_module_import_does_not_import_torch_npu():
     """Even with torch_npu importable, importing the adapter (or the backends) leaves it alone."""
-    from fake_torch_npu import loader
+    from .fake_torch_npu import loader
 
     code = (
         "import sys, importlib.util; assert importlib.util.find_spec('torch_npu');"
@@ -305,13 +306,15 @@ def test_recorder_errors_never_reach_the_runtime(installed, caplog):
 
 
 def test_coexists_with_torch_npu_sanitizer_stream_mode(monkeypatch):
-    from fake_torch_npu import loader
+    from .fake_torch_npu import loader
 
     monkeypatch.setenv("TORCH_NPU_SANITIZER", "1")
     monkeypatch.delenv("ASCEND_OPP_DEBUG_PATH", raising=False)
     npu = loader.load()
     try:
-        from torch_npu.npu import _sanitizer  # enabled by torch_npu's import, as the real one
+        from torch_npu.npu import (
+            _sanitizer,  # enabled by torch_npu's import, as the real one
+        )
 
         assert _sanitizer.npu_sanitizer.enabled
         theirs = _sanitizer.npu_sanitizer.event_handler
@@ -343,13 +346,15 @@ def test_coexists_with_torch_npu_sanitizer_stream_mode(monkeypatch):
 
 
 def test_torch_npu_sanitizer_in_kernel_mode_warns_that_stream_hooks_are_dead(monkeypatch, tmp_path):
-    from fake_torch_npu import loader
+    from .fake_torch_npu import loader
 
     monkeypatch.setenv("TORCH_NPU_SANITIZER", "1")
     monkeypatch.setenv("ASCEND_OPP_DEBUG_PATH", str(tmp_path))
     npu = loader.load()
     try:
-        from torch_npu.npu import _sanitizer  # enabled by torch_npu's import, as the real one
+        from torch_npu.npu import (
+            _sanitizer,  # enabled by torch_npu's import, as the real one
+        )
 
         assert _sanitizer.npu_sanitizer.enabled
         backend, log = NpuBackend(), CallLog()

@@ -18,12 +18,13 @@ import pytest
 import torch
 
 import npusan
-from fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (fixture)
 from npusan.analyzer.replay import analyze_traces
 from npusan.recorder.backends import npu as npu_mod
 from npusan.recorder.backends.npu import NpuBackend
 from npusan.trace_format import records as R
 from npusan.trace_format.reader import TraceReader
+
+from .fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (fixture)
 
 MISSING = "missing-record-stream"
 DATA_RACE = "data-race"
@@ -244,7 +245,7 @@ def test_hooks_fired_from_a_runtime_worker_thread(tmp_path, fake_torch_npu):
 
 
 def test_coexists_with_torch_npu_sanitizer(tmp_path, monkeypatch):
-    from fake_torch_npu import loader
+    from .fake_torch_npu import loader
 
     monkeypatch.setenv("TORCH_NPU_SANITIZER", "1")
     monkeypatch.delenv("ASCEND_OPP_DEBUG_PATH", raising=False)

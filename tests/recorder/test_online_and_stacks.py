@@ -14,7 +14,7 @@ from npusan import sim
 from npusan.recorder.stacks import StackCapture
 from npusan.trace_format import records as R
 
-from conftest import records, write_script
+from .conftest import records, write_script
 
 
 def _racy():

@@ -19,7 +19,7 @@ from npusan import sim
 from npusan.recorder.activate import child_env
 from npusan.trace_format import records as R
 
-from conftest import analyze, kinds, records, run_record, write_script
+from .conftest import analyze, kinds, records, run_record, write_script
 
 
 def _kernel_names(path):
@@ -244,7 +244,7 @@ def test_npusan_trace_env_with_import_npusan_auto(tmp_path):
 
 def test_print_env_makes_a_python_process_record(tmp_path):
     trace = tmp_path / "env.npusan"
-    from conftest import NPUSAN
+    from .conftest import NPUSAN
 
     out = subprocess.run([*NPUSAN, "record", "--print-env", "--backend", "sim", "-o", str(trace)],
                          capture_output=True, text=True, timeout=60)
@@ -267,7 +267,7 @@ def test_torchrun_writes_one_trace_per_rank(tmp_path):
     if torchrun is None:
         pytest.skip("torchrun not installed next to this Python")
     script = write_script(tmp_path, "import os, torch\nx = torch.ones(4) * int(os.environ['RANK'])\n")
-    from conftest import NPUSAN
+    from .conftest import NPUSAN
 
     out = subprocess.run([*NPUSAN, "record", "--backend", "sim", "-o", str(tmp_path / "t.npusan"), "--",
                           torchrun, "--nproc_per_node=2", str(script)],

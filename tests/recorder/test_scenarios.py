@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 
-from conftest import NPUSAN, analyze, kinds, line_of, run_record, user_lines
+from .conftest import NPUSAN, analyze, kinds, line_of, run_record, user_lines
 
 WORKED_EXAMPLE = """
 import torch

@@ -4,9 +4,9 @@ them: DESIGN.md)."""
 
 from __future__ import annotations
 
-from conftest import analyze, kinds, line_of, records, run_record, user_lines
-
 from npusan.trace_format import records as R
+
+from .conftest import analyze, kinds, line_of, records, run_record, user_lines
 
 THREADS_RACE = """
 import threading
@@ -118,7 +118,6 @@ def test_thread_pool_workers_and_thread_subclasses_are_recorded(tmp_path):
     import torch
 
     import npusan
-    from npusan import sim
 
     class Worker(threading.Thread):
         def run(self):  # overrides run(): still recorded

@@ -7,11 +7,12 @@ import json
 import msgpack
 import pytest
 from click.testing import CliRunner
-from conftest import handmade, write_small_trace
 
 from npusan.cli import cli
 from npusan.trace_format import TraceWriter
 from npusan.trace_format import records as R
+
+from .conftest import handmade, write_small_trace
 
 
 def run(*args):

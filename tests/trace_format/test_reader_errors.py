@@ -8,10 +8,11 @@ import time
 
 import msgpack
 import pytest
-from conftest import handmade, raw_records
 
 from npusan.trace_format import TraceFormatError, TraceReader, UnsupportedVersionError
 from npusan.trace_format import records as R
+
+from .conftest import handmade, raw_records
 
 HEADER = {"format": [1, 0], "writer": "hand", "backend": "cuda"}
 

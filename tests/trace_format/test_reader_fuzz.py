@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import io
 
-from conftest import handmade, write_small_trace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from npusan.trace_format import TraceFormatError, TraceReader
 from npusan.trace_format import records as R
+
+from .conftest import handmade, write_small_trace
 
 HEADER = {"format": [1, 0], "backend": "cuda"}
 PREFIX = handmade(HEADER, [])

@@ -9,11 +9,12 @@ import sys
 import threading
 
 import pytest
-from conftest import raw_records, write_small_trace
 
 from npusan import __version__
 from npusan.trace_format import FileSink, TraceReader, TraceWriter
 from npusan.trace_format import records as R
+
+from .conftest import raw_records, write_small_trace
 
 
 def read_all(source):

@@ -84,7 +84,13 @@ class _Progress:
             if time.monotonic() - self.start < PROGRESS_AFTER_S:
                 return
             from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
 
             self.bar = Progress(
                 TextColumn("[bold]analyzing[/] {task.description}"),

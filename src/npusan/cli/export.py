@@ -7,8 +7,8 @@ from typing import Optional
 
 import click
 
-from .analyze import check_writable, write_output
 from ..trace_format.errors import TraceFormatError
+from .analyze import check_writable, write_output
 from .errors import UsageProblem, one_line_errors
 
 FORMATS = ("chrome",)

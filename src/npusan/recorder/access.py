@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Any, List, NamedTuple, Optional, Tuple
 
-
 #: Ops that alias their input without saying so in the schema, or only change metadata.
 _NO_ACCESS_NAMES = frozenset({"_unsafe_view", "set_", "_reshape_alias", "_nested_view_from_buffer"})
 #: ``(op name, argument name)`` pairs that are mutated although the schema does not say so.

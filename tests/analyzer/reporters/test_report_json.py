@@ -1,21 +1,15 @@
 """The JSON report: DESIGN.md's contract, validated against the shipped JSON Schema."""
 
-import sys
-from pathlib import Path
-
-# The hand-built findings and scenario traces shared with tests/cli (no conftest here: a
-# nested conftest.py would shadow tests/analyzer/conftest.py for `from conftest import`).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
-
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
-from npusan_scenarios import make_finding, make_result
 
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
 from npusan.analyzer.reporters.schema import REPORT_SCHEMA, schema_text
 from npusan.analyzer.suppressions import parse_suppressions
+from tests.cli.npusan_scenarios import make_finding, make_result
 
 ROOT = Path(__file__).resolve().parents[3]
 

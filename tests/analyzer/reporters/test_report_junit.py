@@ -1,17 +1,11 @@
 """JUnit XML: one test case per finding group, a passing case when clean; parsed back."""
 
-import sys
-from pathlib import Path
 
-# The hand-built findings and scenario traces shared with tests/cli (no conftest here: a
-# nested conftest.py would shadow tests/analyzer/conftest.py for `from conftest import`).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
 
 import xml.etree.ElementTree as ET
 
-from npusan_scenarios import make_finding, make_result
-
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
+from tests.cli.npusan_scenarios import make_finding, make_result
 
 
 def junit(findings, **kw):

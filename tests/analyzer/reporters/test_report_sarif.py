@@ -1,20 +1,14 @@
 """SARIF 2.1.0: valid against the official schema, stable identities, no pointers."""
 
-import sys
-from pathlib import Path
-
-# The hand-built findings and scenario traces shared with tests/cli (no conftest here: a
-# nested conftest.py would shadow tests/analyzer/conftest.py for `from conftest import`).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
-
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
-from npusan_scenarios import make_finding, make_result
 
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
 from npusan.analyzer.reporters.sarif import FINGERPRINT_KEY, artifact_uri
+from tests.cli.npusan_scenarios import make_finding, make_result
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "data" / "sarif-schema-2.1.0.json").read_text())
 

@@ -1,19 +1,12 @@
 """The terminal report: compiler-error layout, folding, quoting, colors, safety."""
 
-import sys
-from pathlib import Path
-
-# The hand-built findings and scenario traces shared with tests/cli (no conftest here: a
-# nested conftest.py would shadow tests/analyzer/conftest.py for `from conftest import`).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "cli"))
 
 
 from dataclasses import replace
 
-from npusan_scenarios import SOURCE, TORCH_TENSOR, make_finding, make_result
-
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
 from npusan.analyzer.suppressions import parse_suppressions
+from tests.cli.npusan_scenarios import SOURCE, TORCH_TENSOR, make_finding, make_result
 
 INTERNAL = [(TORCH_TENSOR, 1512, "__torch_function__"), (TORCH_TENSOR, 41, "wrapped")]
 

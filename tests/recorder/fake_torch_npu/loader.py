@@ -2,7 +2,7 @@
 
 Usage in a test module::
 
-    from fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (a pytest fixture)
+    from .fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (a pytest fixture)
 
 The fixture yields the imported package; its trigger API is ``torch_npu._fake``.
 """

@@ -5,7 +5,14 @@ Importing this package registers every built-in format (text, json, sarif, junit
 
 from __future__ import annotations
 
-from . import text, json_report, sarif, junit  # noqa: F401,I001  (registration order)
-from .base import Report, ReportOptions, Reporter, build_report, format_names, get_reporter
+from . import json_report, junit, sarif, text  # noqa: F401,I001  (registration order)
+from .base import (
+    Report,
+    Reporter,
+    ReportOptions,
+    build_report,
+    format_names,
+    get_reporter,
+)
 
 __all__ = ["Report", "ReportOptions", "Reporter", "build_report", "format_names", "get_reporter"]

@@ -10,10 +10,10 @@ import json
 from typing import Any, Optional
 
 from ... import __version__
-from ..findings import AccessInfo, BlockInfo, Frame, StreamRef
+from ..findings import AccessInfo, BlockInfo, StreamRef
 from ..grouping import Group
 from . import describe as D
-from .base import Report, ReportOptions, Reporter, register
+from .base import Report, Reporter, ReportOptions, register
 
 SCHEMA_MAJOR = 1
 SCHEMA_VERSION = f"{SCHEMA_MAJOR}.0"

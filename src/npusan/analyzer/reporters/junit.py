@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from ..grouping import Group
 from ..sources import display_path, user_site
 from . import describe as D
-from .base import Report, ReportOptions, Reporter, register
+from .base import Report, Reporter, ReportOptions, register
 from .text import group_text
 
 #: Characters XML 1.0 cannot carry at all (control characters other than tab/newline/CR).

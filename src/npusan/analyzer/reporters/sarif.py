@@ -8,8 +8,6 @@ locations only (``Finding.fingerprint()``), so a bug keeps its identity across r
 from __future__ import annotations
 
 import functools
-import json
-
 from pathlib import PureWindowsPath
 from typing import Optional
 from urllib.parse import quote
@@ -19,7 +17,7 @@ from ..findings import Frame, Kind
 from ..grouping import Group
 from ..sources import user_site
 from . import describe as D
-from .base import Report, ReportOptions, Reporter, register
+from .base import Report, Reporter, ReportOptions, register
 from .json_report import dump_json
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

@@ -19,7 +19,7 @@ from ..findings import AccessInfo, Kind
 from ..grouping import Group
 from ..sources import Folded, SourceCache, display_path, fold, user_site
 from . import describe as D
-from .base import Report, ReportOptions, Reporter, register
+from .base import Report, Reporter, ReportOptions, register
 
 INDENT = "  "
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")

@@ -1,0 +1,1 @@
+"""Tests (a package so that test helper modules import without name clashes)."""
