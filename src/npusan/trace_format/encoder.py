@@ -88,7 +88,9 @@ class RecordEncoder:
 
     def _insert_block(self, ptr: int, size: Optional[int]) -> int:
         bid = self._new_bid()
-        self._blocks[ptr] = [bid, size]
+        # [bid, size, extent]: for a block of unknown size, ``extent`` is how far past the
+        # base accesses have reached, so later interior pointers map to the same block.
+        self._blocks[ptr] = [bid, size, 1]
         bisect.insort(self._bases, ptr)
         return bid
 
@@ -96,7 +98,8 @@ class RecordEncoder:
         """``(bid, base)`` of the live block containing ``ptr``; defines one if none does.
 
         A pointer inside no known block (memory allocated before recording began) becomes
-        a block of unknown size based at ``ptr`` (a BLOCK_DEF record).
+        a block of unknown size based at ``ptr`` (a BLOCK_DEF record); it grows to cover
+        the byte ranges later accessed through it.
         """
         entry = self._blocks.get(ptr)
         if entry is not None:
@@ -104,12 +107,24 @@ class RecordEncoder:
         i = bisect.bisect_right(self._bases, ptr) - 1
         if i >= 0:
             base = self._bases[i]
-            bid, size = self._blocks[base]
-            if size is not None and ptr < base + size:
+            bid, size, extent = self._blocks[base]
+            if ptr < base + (extent if size is None else size):
                 return bid, base
         bid = self._insert_block(ptr, None)
         self.sink([R.BLOCK_DEF, bid, ptr, None])
         return bid, ptr
+
+    def _forget_unknown_blocks(self, start: int, end: int) -> None:
+        """Stop mapping pointers in ``[start, end)`` to blocks of unknown size.
+
+        A new allocation there means that memory now belongs to it. The old ids are not
+        recycled: the analyzer may still hold state for them.
+        """
+        lo = bisect.bisect_left(self._bases, start)
+        hi = bisect.bisect_left(self._bases, end)
+        for base in [b for b in self._bases[lo:hi] if self._blocks[b][1] is None]:
+            del self._blocks[base]
+            self._bases.remove(base)
 
     # -- records ---------------------------------------------------------------------
 
@@ -148,6 +163,8 @@ class RecordEncoder:
         old = self._blocks.get(ptr)
         if old is not None:  # allocation at a live base: the free was not seen
             self._drop_block(ptr)
+        if size:
+            self._forget_unknown_blocks(ptr, ptr + size)
         sidx = self.stream(handle, device)
         bid = self._insert_block(ptr, size)
         self._emit([R.ALLOC, bid, ptr, size, sidx, stack])
@@ -186,8 +203,11 @@ class RecordEncoder:
         ptr, nbytes = p
         bid, base = self.block(ptr)
         a = ~bid if write else bid
-        size = self._blocks[base][1]
-        if ptr == base and size is not None and nbytes >= size:
+        entry = self._blocks[base]
+        size = entry[1]
+        if size is None:
+            entry[2] = max(entry[2], ptr - base + nbytes)
+        elif ptr == base and nbytes >= size:
             return a
         return [a, ptr - base, int(nbytes)]
 
