@@ -8,10 +8,11 @@ them into these objects once, at the end.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 
 class Kind(str, Enum):
@@ -43,6 +44,11 @@ class StreamRef:
     is_default: bool = False
     created_stack: Stack = ()
     trace: int = 0  # index into AnalysisResult.traces
+    #: The number reports show ("stream #2"): non-default streams of one device in one
+    #: trace, counted from 1 in the order they first appear in the trace (creation, or
+    #: first use for streams that existed before recording). None for a default stream,
+    #: or when not assigned (see :func:`number_streams`).
+    ordinal: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,51 @@ class Finding:
             for fr in acc.stack:
                 h.update(f"\0{fr.filename}:{fr.lineno}:{fr.function}".encode())
         return h.hexdigest()[:32]
+
+
+def stream_numbers(
+    streams: Mapping[int, tuple], is_default: Callable[[int, int], bool]
+) -> dict[int, int]:
+    """``{stream index: number}`` for the non-default streams of one trace.
+
+    Stream indexes are handed out in the order a trace first mentions each stream (its
+    creation record, or its first use for a stream created before recording began), so
+    counting the non-default streams of each device in index order numbers them in
+    creation order, deterministically from the trace alone.
+    """
+    out: dict[int, int] = {}
+    per_device: dict[int, int] = {}
+    for sidx in sorted(streams):
+        device, handle = streams[sidx]
+        if is_default(device, handle):
+            continue
+        per_device[device] = per_device.get(device, 0) + 1
+        out[sidx] = per_device[device]
+    return out
+
+
+def number_streams(
+    findings: Iterable["Finding"], numbers: Mapping[int, int], is_default: Callable[[int, int], bool]
+) -> None:
+    """Set ``ordinal`` (and ``is_default``) on every stream the findings of one trace name.
+
+    Findings are updated in place (their identity matters to callers that keyed them);
+    their frozen parts are replaced.
+    """
+
+    def ref(s: Optional[StreamRef]) -> Optional[StreamRef]:
+        if s is None:
+            return None
+        default = s.is_default or is_default(s.device, s.handle)
+        ordinal = None if default else numbers.get(s.index)
+        if ordinal == s.ordinal and default == s.is_default:
+            return s
+        return dataclasses.replace(s, ordinal=ordinal, is_default=default)
+
+    for f in findings:
+        f.access = dataclasses.replace(f.access, stream=ref(f.access.stream))
+        f.previous = dataclasses.replace(f.previous, stream=ref(f.previous.stream))
+        f.block = dataclasses.replace(f.block, stream=ref(f.block.stream))
 
 
 @dataclass

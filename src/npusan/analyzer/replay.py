@@ -8,6 +8,7 @@ is the reporters' job (:mod:`npusan.analyzer.grouping`).
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import itertools
@@ -15,9 +16,10 @@ import os
 from typing import Callable, Optional, Sequence
 
 from ..trace_format.errors import TraceFormatError
+from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError
-from .findings import AnalysisResult, TraceSummary
+from .findings import AnalysisResult, TraceSummary, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
 PROGRESS_EVERY = 1 << 16
@@ -58,6 +60,9 @@ def analyze_traces(
             except OSError as e:
                 raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
             found = engine.finish()
+            # Streams as reports number them: "stream #1" is the first non-default stream.
+            is_default = functools.partial(is_default_stream, reader.header)
+            number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default)
             warnings = list(reader.warnings)
             if engine.dropped:
                 warnings.append(
