@@ -20,12 +20,12 @@ def test_tracks_slices_flows_and_markers(tmp_path):
     json.loads(json.dumps(doc))  # plain JSON
     names = track_names(doc)
     assert names[0] == "host"
-    assert sorted(names.values()) == ["default stream (cuda:0)", "host", "stream #0 (cuda:0), created at train.py:8"]
+    assert sorted(names.values()) == ["default stream (cuda:0)", "host", "stream #1 (cuda:0), created at train.py:8"]
     tid = {v: k for k, v in names.items()}
     kernels = events(doc, "X", "kernel")
     assert [(k["name"], k["tid"], k["args"]["seq"]) for k in kernels] == [
         ("aten::fill_.Scalar", tid["default stream (cuda:0)"], 1),
-        ("aten::mul.Tensor", tid["stream #0 (cuda:0), created at train.py:8"], 2),
+        ("aten::mul.Tensor", tid["stream #1 (cuda:0), created at train.py:8"], 2),
     ]
     assert kernels[0]["ts"] < kernels[1]["ts"]
     assert all(k["dur"] > 0 for k in kernels)
@@ -35,7 +35,7 @@ def test_tracks_slices_flows_and_markers(tmp_path):
     (finish,) = events(doc, "f")
     assert start["id"] == finish["id"] and finish["bp"] == "e"
     assert start["tid"] == tid["default stream (cuda:0)"]
-    assert finish["tid"] == tid["stream #0 (cuda:0), created at train.py:8"]
+    assert finish["tid"] == tid["stream #1 (cuda:0), created at train.py:8"]
     assert start["ts"] < finish["ts"] < kernels[1]["ts"]
     record = next(e for e in events(doc, "X", "sync") if e["name"] == "record event")
     assert record["ts"] <= start["ts"] <= record["ts"] + record["dur"]  # the arrow binds to the slice

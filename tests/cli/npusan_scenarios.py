@@ -176,6 +176,7 @@ def make_finding(
     address=0x7F0000100000,
     side_handle=SIDE,
     side_index=1,
+    side_number=1,
     trace=0,
     count=1,
     first_seq=None,
@@ -196,7 +197,8 @@ def make_finding(
     kind = Kind(kind)
     main = Frame("train.py", 60, "main")
     default = StreamRef(0, DEFAULT, 0, True, (), trace)
-    side = StreamRef(0, side_handle, side_index, False, (main, Frame("train.py", 18, "data_race")), trace)
+    side = StreamRef(0, side_handle, side_index, False, (main, Frame("train.py", 18, "data_race")), trace,
+                     ordinal=side_number)
     later_stream, earlier_stream = (side, default)
     if kind is not Kind.DATA_RACE:
         later_stream, earlier_stream = (default, side)

@@ -147,7 +147,7 @@ def number_streams(
         if s is None:
             return None
         default = s.is_default or is_default(s.device, s.handle)
-        ordinal = None if default else numbers.get(s.index)
+        ordinal = None if default else numbers.get(s.index, s.ordinal)
         if ordinal == s.ordinal and default == s.is_default:
             return s
         return dataclasses.replace(s, ordinal=ordinal, is_default=default)

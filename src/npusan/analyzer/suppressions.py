@@ -68,9 +68,12 @@ def _any_match(patterns: Iterable[str], names: Iterable[str]) -> bool:
 
 def stream_labels(s: StreamRef) -> list[str]:
     """Names a suppression's ``stream`` pattern is matched against."""
-    out = [f"stream #{s.index}", f"#{s.index}", f"device {s.device}"]
+    out = [f"device {s.device}", f"index {s.index}"]
     if s.is_default:
-        out.append("default")
+        out += ["default", "default stream"]
+    else:  # the number the report shows: "stream #2"
+        n = s.ordinal if s.ordinal is not None else s.index + 1
+        out += [f"stream #{n}", f"#{n}"]
     for fr in s.created_stack:
         out += _frame_names(fr)
     return out

@@ -12,6 +12,7 @@ findings, once to draw, so memory stays bounded by what is drawn.
 
 from __future__ import annotations
 
+import functools
 import os
 from bisect import bisect_right
 from typing import Optional
@@ -19,7 +20,7 @@ from typing import Optional
 from ..trace_format import records as R
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
-from .findings import Finding, StreamRef
+from .findings import Finding, StreamRef, number_streams, stream_numbers
 from .reporters import describe as D
 from .sources import display_path
 
@@ -55,6 +56,8 @@ def find(path, *, check_leaks: bool = False):
         )
         engine.run(counted())
         findings = engine.finish()
+        is_default = functools.partial(is_default_stream, reader.header)
+        number_streams(findings, stream_numbers(reader.symbols.streams, is_default), is_default)
     return findings, where
 
 
@@ -139,11 +142,13 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
         flow_id = 0
         index = 0
 
-        def stream_ref(sidx: int) -> StreamRef:
+        def stream_ref(sidx: int, numbers: dict) -> StreamRef:
             dev, handle = symbols.streams.get(sidx, (-1, -1))
+            default = is_default_stream(header, dev, handle)
             return StreamRef(
-                dev, handle, sidx, is_default_stream(header, dev, handle),
+                dev, handle, sidx, default,
                 tuple(_frame(x) for x in symbols.frames_of(created.get(sidx))),
+                ordinal=None if default else numbers.get(sidx),
             )
 
         def slice_(name, cat, ts, dur, tid, args) -> None:
@@ -246,11 +251,12 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
                  "args": {"name": f"npusan: {os.path.basename(str(path))}"}},
                 {"name": "thread_name", "ph": "M", "pid": PID, "tid": HOST_TID, "args": {"name": "host"}},
                 {"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": HOST_TID, "args": {"sort_index": 0}}]
+        numbers = stream_numbers(symbols.streams, functools.partial(is_default_stream, header))
         for sidx in sorted(symbols.streams):
             tid = _tid(sidx)
+            ref = stream_ref(sidx, numbers)
             meta.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
-                         "args": {"name": D.stream_name(stream_ref(sidx), header)}})
-            ref = stream_ref(sidx)
+                         "args": {"name": D.stream_name(ref, header)}})
             meta.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
                          "args": {"sort_index": tid if ref.is_default else 1000 + tid}})
     return {

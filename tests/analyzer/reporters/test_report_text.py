@@ -4,6 +4,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
 from npusan.analyzer.suppressions import parse_suppressions
 from tests.cli.npusan_scenarios import SOURCE, TORCH_TENSOR, make_finding, make_result
@@ -18,8 +20,8 @@ def text(findings, options=None, **kw):
 def test_layout_of_one_data_race():
     out = text([make_finding(count=2, later_seq=2, last_seq=12, extra_frames=INTERNAL)])
     lines = out.splitlines()
-    assert lines[0].startswith("error[data-race] (1/1): data race: read on stream #1 (cuda:0) vs write on the "
-                               "default stream (cuda:0) of a 4.0 KiB tensor allocated at train.py:17")
+    assert lines[0] == ("error[data-race] (1/1): data race on a 4.0 KiB tensor allocated at train.py:17: read on "
+                        "stream #1 (cuda:0) not ordered after a write on the default stream (cuda:0)")
     assert "  --> train.py:21" in lines
     assert any(l.strip().startswith("later:") and "read by aten::sum on stream #1 (cuda:0), created at train.py:18"
                in l for l in lines)
@@ -54,22 +56,79 @@ def test_missing_record_stream_fix_names_both_places():
                      later=("train.py", 12, "seed_example"), earlier=("train.py", 11, "seed_example"),
                      earlier_op="aten::mul.Tensor", earlier_type="read")
     out = text([f])
-    assert "returned to the allocator (allocation stream: default stream (cuda:0))" in out
+    assert "returned to the allocator, free for reuse on default stream (cuda:0)" in out
     assert "right after line 11 add" in out
     assert "x.record_stream(torch.cuda.current_stream())" in out
     assert "before the free at train.py:12" in out and "torch.cuda.default_stream(0).wait_stream(s1)" in out
-    assert "(s1: stream #1 (cuda:0), created at train.py:18)" in out
+    assert "where s1 is stream #1 (cuda:0), created at train.py:18" in out
     assert "once in a.bin, after kernel 2" in out
 
 
-def test_npu_backend_names_npu_streams():
-    result = make_result([make_finding()])
-    result.traces[0].header = {**result.traces[0].header, "backend": "npu"}
+MISSING_RS = dict(later_op="free", later_type="write", later_seq=0, first_seq=2,
+                  later=("train.py", 12, "seed_example"), earlier=("train.py", 11, "seed_example"),
+                  earlier_op="aten::mul.Tensor", earlier_type="read")
+
+
+def fix_lines(backend, finding):
+    """The fix block of the text report for one finding in a trace of ``backend``."""
+    result = make_result([finding])
+    result.traces[0].header = {**result.traces[0].header, "backend": backend}
     out = get_reporter("text").render(build_report(result), ReportOptions())
-    assert "default stream (npu:0)" in out and "torch.npu.current_stream()" in out
-    result.traces[0].header = {**result.traces[0].header, "backend": "sim"}
-    out = get_reporter("text").render(build_report(result), ReportOptions())
-    assert "default stream (sim:0)" in out and "npusan.sim.current_stream()" in out
+    lines = out.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("  fix:"))
+    end = next(i for i, l in enumerate(lines) if l.startswith("  seen:"))
+    return out, [l.strip() for l in lines[start:end]]
+
+
+@pytest.mark.parametrize(
+    "backend, mod",
+    [("cuda", "torch.cuda"), ("npu", "torch.npu"), ("sim", "npusan.sim")],
+)
+def test_data_race_fix_uses_the_backends_stream_api(backend, mod):
+    # The earlier write is on the side stream: the fix waits on it by its placeholder name.
+    f = make_finding(later=("train.py", 30, "f"), earlier=("train.py", 29, "f"))
+    f = replace(f, access=replace(f.access, stream=f.previous.stream), previous=replace(f.previous, stream=f.access.stream))
+    out, fix = fix_lines(backend, f)
+    assert f"default stream ({backend}:0)" in out and f"stream #1 ({backend}:0)" in out
+    assert fix == [
+        "fix:       make the read at train.py:30 wait for the write at train.py:29; right before line 30 add",
+        f"{mod}.current_stream().wait_stream(s1)",
+        f"or, with an event: after line 29 add `event = {mod}.current_stream().record_event()`, "
+        f"and before line 30 add `{mod}.current_stream().wait_event(event)`",
+        f"where s1 is stream #1 ({backend}:0), created at train.py:18",
+    ]
+    assert not any(f"{m}." in out for m in ("torch.cuda", "torch.npu", "npusan.sim") if m != mod)
+
+
+@pytest.mark.parametrize(
+    "backend, mod",
+    [("cuda", "torch.cuda"), ("npu", "torch.npu"), ("sim", "npusan.sim")],
+)
+def test_missing_record_stream_fix_uses_the_backends_stream_api(backend, mod):
+    out, fix = fix_lines(backend, make_finding("missing-record-stream", **MISSING_RS))
+    assert fix == [
+        "fix:       tell the allocator about the use at train.py:11; right after line 11 add",
+        f"x.record_stream({mod}.current_stream())    # x: the 4.0 KiB tensor allocated at train.py:17",
+        f"or, before the free at train.py:12, make the allocating stream wait for the use: "
+        f"`{mod}.default_stream(0).wait_stream(s1)`",
+        f"where s1 is stream #1 ({backend}:0), created at train.py:18",
+    ]
+
+
+def test_a_default_stream_in_the_fix_is_named_by_its_api_and_needs_no_note():
+    _, fix = fix_lines("npu", make_finding())  # later read on stream #1, earlier write on the default stream
+    assert fix[1] == "torch.npu.current_stream().wait_stream(torch.npu.default_stream(0))"
+    assert not any(line.startswith("where ") for line in fix)
+
+
+def test_streams_of_other_devices_get_distinct_placeholders():
+    f = make_finding(later=("train.py", 30, "f"), earlier=("train.py", 29, "f"))
+    side1 = replace(f.access.stream, device=1)
+    f = replace(f, access=replace(f.access, stream=replace(f.previous.stream, device=1)),
+                previous=replace(f.previous, stream=side1))
+    _, fix = fix_lines("cuda", f)
+    assert fix[1] == "torch.cuda.current_stream().wait_stream(s1_dev1)"
+    assert fix[-1] == "where s1_dev1 is stream #1 (cuda:1), created at train.py:18"
 
 
 def test_colors_only_when_asked():

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Optional
 
 from ..baseline import Baseline, KnownFinding
-from ..findings import AnalysisResult, Finding, Kind, TraceSummary
+from ..findings import AnalysisResult, Finding, Kind, TraceSummary, number_streams
 from ..grouping import Group, group_findings, ungrouped
 from ..suppressions import Suppressions
 
@@ -80,6 +80,7 @@ def build_report(
     check_leaks: bool = False,
 ) -> Report:
     """Apply suppressions (per finding), grouping, the baseline and ``min_count``."""
+    number_unnumbered_streams(result.findings)
     kept: list[Finding] = []
     silenced: list[Finding] = []
     for f in result.findings:
@@ -113,6 +114,29 @@ def build_report(
         report.gone = baseline.gone(present)
     result.suppressed = len(report.suppressed)
     return report
+
+
+def number_unnumbered_streams(findings: list) -> None:
+    """Give streams that replay did not number (hand-built or online findings) a number.
+
+    Replay numbers every non-default stream from the trace's stream table. Without it, the
+    streams the findings name are counted per trace and device in index order, which is the
+    same order, only with gaps closed for streams no finding names.
+    """
+    missing: dict[tuple, set] = {}
+    for f in findings:
+        for s in (f.access.stream, f.previous.stream, f.block.stream):
+            if s is not None and not s.is_default and s.ordinal is None:
+                missing.setdefault((s.trace, s.device), set()).add(s.index)
+    if not missing:
+        return
+    by_trace: dict[int, dict[int, int]] = {}
+    for (trace, device), indexes in missing.items():
+        numbers = by_trace.setdefault(trace, {})
+        for n, sidx in enumerate(sorted(indexes), 1):
+            numbers[sidx] = n
+    for trace, numbers in by_trace.items():
+        number_streams([f for f in findings if f.trace == trace], numbers, lambda d, h: False)
 
 
 class Reporter:

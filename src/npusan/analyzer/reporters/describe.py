@@ -63,34 +63,47 @@ def frame_label(fr: Optional[Frame]) -> str:
     return f"{display_path(fr.filename)}:{fr.lineno}"
 
 
+def stream_number(s: StreamRef) -> int:
+    """The number a report shows for a non-default stream ("stream #2").
+
+    Replay assigns it (:func:`~npusan.analyzer.findings.number_streams`); a hand-made
+    StreamRef without one falls back to its trace index counted from 1.
+    """
+    return s.ordinal if s.ordinal is not None else s.index + 1
+
+
 def stream_name(s: Optional[StreamRef], header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0), created at train.py:41"."""
     if s is None:
         return "an unknown stream"
-    dev = device_label(header, s.device)
-    if s.is_default:
-        return f"default stream ({dev})"
-    name = f"stream #{s.index} ({dev})"
+    name = stream_label(s, header)
     site = user_site(s.created_stack)
-    if site is not None:
+    if not s.is_default and site is not None:
         name += f", created at {frame_label(site)}"
     return name
+
+
+def stream_label(s: StreamRef, header: dict) -> str:
+    """"default stream (cuda:0)" or "stream #2 (cuda:0)": the name without the site."""
+    dev = device_label(header, s.device)
+    return f"default stream ({dev})" if s.is_default else f"stream #{stream_number(s)} ({dev})"
 
 
 def stream_short(s: Optional[StreamRef], header: dict) -> str:
     if s is None:
         return "an unknown stream"
-    dev = device_label(header, s.device)
-    return f"the default stream ({dev})" if s.is_default else f"stream #{s.index} ({dev})"
+    return ("the " if s.is_default else "") + stream_label(s, header)
 
 
 def stream_code(s: Optional[StreamRef], header: dict) -> str:
-    """How the fix refers to a stream in Python."""
+    """How the fix refers to a stream in Python: the default stream by its API call, others
+    by a placeholder variable (``s2`` for stream #2) that :func:`fix` explains."""
     if s is None:
         return "<stream>"
     if s.is_default:
         return f"{torch_module(header)}.default_stream({s.device})"
-    return f"s{s.index}"
+    n = stream_number(s)
+    return f"s{n}" if s.device == 0 else f"s{n}_dev{s.device}"
 
 
 def human_size(n: Optional[int]) -> str:
@@ -119,8 +132,8 @@ def title(f: Finding, header: dict) -> str:
     kind = KIND_TITLES[f.kind]
     if f.kind is Kind.DATA_RACE:
         return (
-            f"{kind}: {f.access.type} on {stream_short(f.access.stream, header)} vs "
-            f"{f.previous.type} on {stream_short(f.previous.stream, header)} of a {tensor}"
+            f"{kind} on a {tensor}: {f.access.type} on {stream_short(f.access.stream, header)} "
+            f"not ordered after a {f.previous.type} on {stream_short(f.previous.stream, header)}"
         )
     if f.kind is Kind.MISSING_RECORD_STREAM:
         return (
@@ -142,21 +155,27 @@ def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
 
 
 def fix(f: Finding, header: dict) -> list[str]:
-    """A concrete suggestion naming the line to change; the first line is the summary."""
+    """A concrete suggestion naming the line to change; the first line is the summary.
+
+    The code uses the stream API of the trace's backend (``torch.cuda``, ``torch.npu``
+    that torch_npu registers, or ``npusan.sim``), and relies on one fact: right before or
+    after an access's line, the current stream is the stream that access ran on.
+    """
     mod = torch_module(header)
     later, earlier = f.access, f.previous
     at_later = user_site(later.stack)
     at_earlier = user_site(earlier.stack)
-    notes = _stream_notes((later.stream, earlier.stream, f.block.stream), header)
     if f.kind is Kind.DATA_RACE:
+        waited = stream_code(earlier.stream, header)
         lines = [
-            f"order the {later.type} at {frame_label(at_later)} after the {earlier.type} "
-            f"at {frame_label(at_earlier)}: right before line {_line(at_later)} add",
-            f"    {mod}.current_stream().wait_stream({stream_code(earlier.stream, header)})",
-            f"or record an event on {stream_short(earlier.stream, header)} after line "
-            f"{_line(at_earlier)} and call {mod}.current_stream().wait_event(event) "
-            f"before line {_line(at_later)}",
+            f"make the {later.type} at {frame_label(at_later)} wait for the {earlier.type} "
+            f"at {frame_label(at_earlier)}; right before line {_line(at_later)} add",
+            f"    {mod}.current_stream().wait_stream({waited})",
+            f"or, with an event: after line {_line(at_earlier)} add "
+            f"`event = {mod}.current_stream().record_event()`, and before line "
+            f"{_line(at_later)} add `{mod}.current_stream().wait_event(event)`",
         ]
+        used = [earlier.stream]
     else:
         use_stream = stream_code(earlier.stream, header)
         alloc_stream = stream_code(f.block.stream, header)
@@ -165,22 +184,23 @@ def fix(f: Finding, header: dict) -> list[str]:
         else:  # the block describes the new allocation; x is the old tensor
             tensor = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
         lines = [
-            f"tell the allocator about the use at {frame_label(at_earlier)}: right after "
+            f"tell the allocator about the use at {frame_label(at_earlier)}; right after "
             f"line {_line(at_earlier)} add",
             f"    x.record_stream({mod}.current_stream())    # x: {tensor}",
         ]
         if f.kind is Kind.MISSING_RECORD_STREAM:
             lines.append(
                 f"or, before the free at {frame_label(at_later)}, make the allocating stream "
-                f"wait for the use: {alloc_stream}.wait_stream({use_stream})"
+                f"wait for the use: `{alloc_stream}.wait_stream({use_stream})`"
             )
         else:
             lines.append(
-                f"or make the allocating stream wait for the use before the old tensor is "
-                f"freed: {alloc_stream}.wait_stream({use_stream}); the memory was reused by "
-                f"{later.op} at {frame_label(at_later)}"
+                f"or, before the old tensor is freed, make the allocating stream wait for the "
+                f"use: `{alloc_stream}.wait_stream({use_stream})` (the memory was reused by "
+                f"{later.op} at {frame_label(at_later)})"
             )
-    return lines + notes
+        used = [earlier.stream, f.block.stream]
+    return lines + _stream_notes(used, header)
 
 
 def _line(fr: Optional[Frame]) -> str:
@@ -188,8 +208,9 @@ def _line(fr: Optional[Frame]) -> str:
 
 
 def _stream_notes(streams: Sequence[Optional[StreamRef]], header: dict) -> list[str]:
-    seen = {}
+    """Say which stream each placeholder variable in the fix stands for."""
+    seen: dict[str, StreamRef] = {}
     for s in streams:
-        if s is not None and not s.is_default and s.index not in seen:
-            seen[s.index] = s
-    return [f"(s{i}: {stream_name(s, header)})" for i, s in sorted(seen.items())]
+        if s is not None and not s.is_default:
+            seen.setdefault(stream_code(s, header), s)
+    return [f"where {code} is {stream_name(s, header)}" for code, s in seen.items()]

@@ -16,7 +16,7 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.0"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.1"
 
 
 def frames_json(stack) -> list:
@@ -28,6 +28,7 @@ def stream_json(s: Optional[StreamRef], header: dict) -> Optional[dict]:
         return None
     return {
         "index": s.index,
+        "number": None if s.is_default else D.stream_number(s),
         "device": s.device,
         "handle": s.handle,
         "default": bool(s.is_default),

@@ -24,6 +24,7 @@ _stream = {
     "required": ["index", "device", "handle", "default", "name", "created_at"],
     "properties": {
         "index": {"type": "integer", "minimum": 0},
+        "number": {"type": ["integer", "null"], "minimum": 1},
         "device": {"type": "integer"},
         "handle": {"type": "integer"},
         "default": {"type": "boolean"},

@@ -118,8 +118,14 @@ class _Writer:
     def access(self, label: str, a: AccessInfo, kind: Kind, later: bool, header: dict) -> None:
         verb = D.access_verb(a, kind, later)
         if verb == "free":
-            what = "never freed (checked at the end of the trace)" if a.op != "free" else "returned to the allocator"
-            parts = [(what, "bold magenta"), " (allocation stream: ", D.stream_name(a.stream, header), ")"]
+            # A free's stream is the block's allocation stream: where the allocator hands the
+            # memory out again, which is what makes the unsynchronized use dangerous.
+            if a.op == "free":
+                parts = [("returned to the allocator", "bold magenta"), ", free for reuse on ",
+                         D.stream_name(a.stream, header)]
+            else:
+                parts = [("never freed", "bold magenta"), " (checked at the end of the trace), allocated on ",
+                         D.stream_name(a.stream, header)]
         else:
             parts = [(verb, "bold magenta" if verb != "read" else "bold blue"), " by ", (a.op, "bold")]
             parts += [" on ", D.stream_name(a.stream, header)]
