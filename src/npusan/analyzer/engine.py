@@ -94,6 +94,13 @@ class RecordError(TraceFormatError):
     """
 
 
+class SourceError(Exception):
+    """The record source given to :meth:`Engine.run_direct` raised; ``__cause__`` is its error.
+
+    Kept apart from the engine's own errors so the reader can name the corrupt data itself.
+    """
+
+
 class _CallbackError(Exception):
     """Carries an exception raised by ``on_finding`` through the malformed-input handler."""
 
@@ -158,6 +165,7 @@ class Engine:
         self._ghosts: deque = deque()
         self._occ: dict[tuple, _Occurrences] = {}
         self._leaks_checked = False
+        self.direct_tail: tuple = (None, 0)  # see run_direct
         self._default_streams = self._parse_default_streams(self.header.get("default_streams"))
         self._handlers = {
             R.STREAM_CREATED: self._on_stream_created,
@@ -197,6 +205,20 @@ class Engine:
     def run(self, records: Iterable[list]) -> None:
         """The fast replay loop over non-definition records (definitions are tolerated)."""
         _run(self, records)
+
+    def run_direct(self, source: Iterable, absorb: Callable) -> bool:
+        """The replay loop reading records straight from ``source`` (a msgpack unpacker).
+
+        Kernel records of the fast-path form (a list of 4+ fields whose first equals
+        KERNEL) are replayed here; every other record goes through ``absorb(rec, seq)``
+        first (``TraceReader.direct_absorb``: validation, definitions, END), which returns
+        the record to replay, None to skip it, or False to stop (END). Returns True if it
+        stopped at END, False if ``source`` ran out. An exception raised by ``source``
+        itself comes out as :class:`SourceError`. Afterwards (also after an error)
+        ``direct_tail`` is ``(last record handled, kernel records read)``, what the
+        reader needs to name a record in an error message.
+        """
+        return _run_direct(self, source, absorb)
 
     def finish(self) -> list:
         """End of trace: the leak check (once, if ``check_leaks``), then the resolved findings.
@@ -908,6 +930,84 @@ def _run(eng, records):
 """
 
 
+# The direct loop: the same kernel paths, fed by the msgpack unpacker itself. A record
+# that is not a list, or not a kernel, goes to ``absorb`` (the reader's checks) before the
+# general dispatch. An exception raised on the ``for`` line comes from the source (corrupt
+# msgpack, a failing file) and is passed on as SourceError; ``pending`` counts a kernel
+# that failed in the stream switch, before ``seq`` was advanced for it.
+_RUN_DIRECT = """\
+def _run_direct(eng, source, absorb):
+    K = KERNEL
+    cur = eng._cur
+    own = eng._own
+    slot = eng._slot
+    handlers = eng._handlers
+    slow = eng._slow_access
+    seq = seq0 = eng.seq
+    other = 0
+    pending = 0
+    ended = False
+    rec = S = None
+    lastS = None
+    vec = None
+    _len = len
+    list_ = list
+    try:
+        for rec in source:
+            if rec.__class__ is list_:
+                n = _len(rec)
+{shapes}
+                if n >= 4 and rec[0] == K:
+                    S = rec[1]
+{switch}
+                    k = (seq, S, rec[2], rec[3])
+                    for a in rec[4:]:
+                        try:
+                            x = own[a] - a
+                        except (TypeError, IndexError):
+                            x = -1
+                        if x == S:
+                            slot[a] = k
+                        else:
+{slow_a}
+                    continue
+            if vec is not None:
+                vec[lastS] = seq
+                vec = lastS = None
+            eng.seq = seq
+            rec = absorb(rec, seq)
+            if rec is None:
+                continue
+            if rec is False:
+                ended = True
+                break
+            other += 1
+            h = handlers.get(rec[0])
+            if h is not None:
+                h(rec)
+            # else: a known record type the engine has nothing to do for (NOTE)
+    except Exception as e:
+        if e.__traceback__.tb_lineno == FOR_LINE:
+            raise SourceError() from e
+        if rec.__class__ is list_ and _len(rec) >= 4 and rec[0] == K and S != lastS:
+            pending = 1  # a kernel whose stream switch failed
+        if isinstance(e, _CallbackError):
+            raise e.__cause__ from None
+        if isinstance(e, TraceFormatError):
+            raise
+        if isinstance(e, (TypeError, KeyError, IndexError, ValueError, AttributeError, OverflowError)):
+            raise RecordError(eng._describe_bad(rec, e)) from None
+        raise
+    finally:
+        if vec is not None:
+            vec[lastS] = seq
+        eng.seq = seq
+        eng.events += other + (seq - seq0)
+        eng.direct_tail = (rec, seq + pending)
+    return ended
+"""
+
+
 def _indent(text: str, n: int) -> str:
     return "".join((" " * n + line if line else line) + "\n" for line in text.splitlines())
 
@@ -948,4 +1048,27 @@ def _generate_run():
     return env["_run"], src
 
 
+def _generate_run_direct():
+    branches = []
+    for i, count in enumerate((3, 2, 4, 1)):
+        branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(_shape(count), 4))
+    src = _RUN_DIRECT.format(
+        shapes=_indent("".join(branches), 16).rstrip("\n"),
+        switch=_indent(_SWITCH, 20).rstrip("\n"),
+        slow_a=_indent(_SLOW.format(a="a"), 32).rstrip("\n"),
+    )
+    lines = src.splitlines()
+    env = {
+        "KERNEL": R.KERNEL,
+        "FOR_LINE": lines.index("        for rec in source:") + 1,
+        "_CallbackError": _CallbackError,
+        "TraceFormatError": TraceFormatError,
+        "RecordError": RecordError,
+        "SourceError": SourceError,
+    }
+    exec(compile(src, "<npusan direct replay loop>", "exec"), env)  # noqa: S102 - our own template
+    return env["_run_direct"], src
+
+
 _run, _RUN_SOURCE = _generate_run()
+_run_direct, _RUN_DIRECT_SOURCE = _generate_run_direct()

@@ -56,6 +56,7 @@ class TraceReader:
         self._unknown: dict[int, int] = {}  # unknown record type -> how many were skipped
         self._done = False
         self._gen: Any = None
+        self._last: Any = None  # direct reading: the record the consumer handled last
         self._def_counts: dict[int, int] = {}
         # (records read, byte offset) just after the last record that took the slow path:
         # where error paths restart a scan to find the exact offset of a later record.
@@ -172,7 +173,7 @@ class TraceReader:
             n = loc.get("n")
             if type(n) is int:
                 return n, loc.get("rec")
-        return self.records_read, None
+        return self.records_read, self._last
 
     def _current_index(self) -> int:
         return self._current()[0]
@@ -222,18 +223,26 @@ class TraceReader:
                     continue
                 else:
                     yield rec
-        except _MSGPACK_ERRORS as e:
+        except (*_MSGPACK_ERRORS, msgpack.exceptions.BufferFull) as e:
             self.records_read = n
-            raise TraceFormatError(f"corrupt data at {self._where(n + 1, self._start_of(n + 1))} ({_reason(e)})") from None
-        except msgpack.exceptions.BufferFull:
+            self._corrupt(e)
+        finally:
             self.records_read = n
+        self._ran_out()
+
+    def _corrupt(self, e: BaseException) -> None:
+        """Raise the error for data the unpacker failed on, just after record ``records_read``."""
+        n = self.records_read
+        if isinstance(e, msgpack.exceptions.BufferFull):
             raise TraceFormatError(
                 f"{self._where(n + 1, self._start_of(n + 1))} is larger than the {_mib(MAX_RECORD_BYTES)} "
                 "limit on one record: the trace is corrupt"
             ) from None
-        finally:
-            self.records_read = n
-        # The data ended without an END record.
+        raise TraceFormatError(f"corrupt data at {self._where(n + 1, self._start_of(n + 1))} ({_reason(e)})") from None
+
+    def _ran_out(self) -> None:
+        """The data ended without an END record: a cut trace (warn) or a corrupt tail (raise)."""
+        n = self.records_read
         self._done = True
         offset = self._start_of(n + 1)
         problem = self._diagnose_tail(offset)
@@ -244,6 +253,74 @@ class TraceReader:
             f"trace ends without an end record after {self.events} events: the recording was cut "
             "(crash or kill); analyzed up to the last complete record"
         )
+
+    # -- direct reading (the replay fast path) ----------------------------------------
+    #
+    # A consumer that handles kernel records itself (the analyzer's replay loop) can skip
+    # the generator: it iterates the unpacker and hands every record that is not a kernel
+    # of the fast-path form (a list of 4+ fields whose first equals KERNEL) to
+    # ``direct_absorb``, which validates and absorbs it exactly as ``records()`` would. The
+    # reader cannot see the kernels, so the consumer reports how many it has consumed
+    # (``kernels``, a running count that started at ``direct_begin``'s) and the record
+    # index is computed from that when needed; nothing is counted per kernel.
+
+    def direct_begin(self, kernels: int = 0) -> Optional[Any]:
+        """Start direct reading; return the msgpack unpacker (None if the trace was read).
+
+        ``kernels`` is the consumer's kernel counter now; later calls pass the counter's
+        current value. Use either ``records()`` or direct reading on one reader, not both.
+        """
+        if self._done:
+            return None
+        self.records_read = self._current_index()
+        self._gen = None
+        self._last = None
+        self._dbase = self.records_read - kernels  # index = _dbase + kernels + _dother
+        self._dother = 0
+        return self._unpacker
+
+    def direct_absorb(self, rec: Any, kernels: int) -> Any:
+        """Handle a record that is not a fast-path kernel, read directly off the unpacker.
+
+        Returns the record if the consumer must process it (an event, sync, allocation,
+        note ... record that passed the same checks as in ``records()``), None if it was
+        absorbed or skipped (a definition, an unknown type), or False at the END record
+        (stop reading: the trace ended cleanly). Raises :class:`TraceFormatError` as
+        ``records()`` does.
+        """
+        self._dother += 1
+        n = self.records_read = self._dbase + kernels + self._dother
+        t = self._check(rec)
+        self._mark = (n, len(R.MAGIC) + self._unpacker.tell())
+        if t in R.DEFINITIONS:
+            self._define(rec)
+            return None
+        if t == R.END:
+            self._end(rec)
+            self._done = True
+            return False
+        if t < 0:  # an unknown type, already warned about
+            return None
+        return rec
+
+    def direct_sync(self, kernels: int, last: Any = None) -> None:
+        """Bring ``records_read`` (and ``where()``) up to date after the consumer stopped.
+
+        ``last`` is the record the consumer handled last (what ``where()`` names).
+        """
+        self.records_read = self._dbase + kernels + self._dother
+        self._last = last
+
+    def direct_failed(self, e: BaseException) -> None:
+        """Raise what ``records()`` raises for an exception the unpacker raised."""
+        if isinstance(e, (*_MSGPACK_ERRORS, msgpack.exceptions.BufferFull)):
+            self._corrupt(e)
+        raise e
+
+    def direct_exhausted(self) -> None:
+        """The unpacker ran out of data before END: as ``records()`` (warn, or raise)."""
+        if not self._done:
+            self._ran_out()
 
     @property
     def events(self) -> int:
