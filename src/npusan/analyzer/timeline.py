@@ -22,8 +22,10 @@ from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .findings import Finding, StreamRef, number_streams, stream_numbers
 from .reporters import describe as D
-from .sources import display_path
+from .sources import SourceCache, display_path
 
+#: Source lines let the fix call tensors and streams by their variable names.
+_SOURCES = SourceCache()
 TICK = 10  # µs per operation slot
 KERNEL_DUR = 8
 SYNC_DUR = 2
@@ -103,7 +105,7 @@ def _marker_args(f: Finding, role: str, header: dict) -> dict:
         "block": f"{f.block.address:#x} ({D.human_size(f.block.size)})",
         "count": f.count,
         "fingerprint": f.fingerprint(),
-        "fix": D.fix(f, header),
+        "fix": D.fix(f, header, _SOURCES),
     }
 
 

@@ -163,3 +163,28 @@ def test_unknown_allocation_and_missing_stacks():
     assert "unknown-size tensor allocated before recording began" in out
     assert "(no stack recorded)" in out
     assert "an unknown location" in out  # the fix cannot name a line it does not know
+
+
+def test_fix_calls_tensors_and_streams_by_their_variable_names_when_the_source_is_readable(tmp_path):
+    from npusan.analyzer.findings import Frame
+    from npusan.analyzer.reporters.describe import assigned_name, fix
+    from npusan.analyzer.sources import SourceCache
+
+    src = tmp_path / "prog.py"
+    src.write_text("self.copy_stream = torch.cuda.Stream()\nbuf: torch.Tensor = torch.empty(4)\n"
+                   "else: y = 1\nx == y\nx += 1\na, b = f()\nx[0] = 1\n")
+    sources = SourceCache()
+    names = [assigned_name(Frame(str(src), n, "f"), sources) for n in range(1, 9)]
+    assert names == ["self.copy_stream", "buf", None, None, None, None, None, None]
+
+    f = make_finding("missing-record-stream", **MISSING_RS)
+    main = Frame("train.py", 60, "main")
+    side = replace(f.previous.stream, created_stack=(main, Frame(str(src), 1, "setup")))
+    f = replace(f, previous=replace(f.previous, stream=side),
+                block=replace(f.block, stack=(main, Frame(str(src), 2, "setup"))))
+    lines = fix(f, {"backend": "npu"}, sources)
+    assert lines[1].strip().startswith("buf.record_stream(torch.npu.current_stream())    # buf: the 4.0 KiB tensor")
+    assert lines[2].endswith("`torch.npu.default_stream(0).wait_stream(self.copy_stream)`")
+    assert lines[3].startswith("where self.copy_stream is stream #1 (npu:0), created at ")
+    # Without sources (or an unreadable file): placeholders, explained the same way.
+    assert fix(f, {"backend": "npu"})[3].startswith("where s1 is stream #1 (npu:0)")

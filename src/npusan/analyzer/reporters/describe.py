@@ -6,10 +6,12 @@ thing in the same words.
 
 from __future__ import annotations
 
+import keyword
+import re
 from typing import Optional, Sequence
 
 from ..findings import AccessInfo, Finding, Frame, Kind, StreamRef
-from ..sources import display_path, user_site
+from ..sources import SourceCache, display_path, user_site
 
 KIND_TITLES = {
     Kind.DATA_RACE: "data race",
@@ -95,15 +97,34 @@ def stream_short(s: Optional[StreamRef], header: dict) -> str:
     return ("the " if s.is_default else "") + stream_label(s, header)
 
 
-def stream_code(s: Optional[StreamRef], header: dict) -> str:
+def stream_code(s: Optional[StreamRef], header: dict, sources: Optional[SourceCache] = None) -> str:
     """How the fix refers to a stream in Python: the default stream by its API call, others
-    by a placeholder variable (``s2`` for stream #2) that :func:`fix` explains."""
+    by the variable their creation line assigned (``side = torch.cuda.Stream()``) when the
+    source can be read, else a placeholder (``s2`` for stream #2); :func:`fix` explains it."""
     if s is None:
         return "<stream>"
     if s.is_default:
         return f"{torch_module(header)}.default_stream({s.device})"
+    name = assigned_name(user_site(s.created_stack), sources)
+    if name is not None:
+        return name
     n = stream_number(s)
     return f"s{n}" if s.device == 0 else f"s{n}_dev{s.device}"
+
+
+#: ``name = ...``, ``self.name = ...`` or ``name: T = ...`` (not ``==``, ``+=``, ``a[i] =``).
+_ASSIGNED = re.compile(r"((?:self\.)?[A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
+
+
+def assigned_name(fr: Optional[Frame], sources: Optional[SourceCache]) -> Optional[str]:
+    """The variable the source line at ``fr`` assigns, if it is a plain assignment."""
+    if fr is None or sources is None:
+        return None
+    src = sources.line(fr.filename, fr.lineno)
+    m = _ASSIGNED.match(src) if src else None
+    if m is None or keyword.iskeyword(m.group(1)):
+        return None
+    return m.group(1)
 
 
 def human_size(n: Optional[int]) -> str:
@@ -154,19 +175,26 @@ def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
     return a.type
 
 
-def fix(f: Finding, header: dict) -> list[str]:
+def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
     """A concrete suggestion naming the line to change; the first line is the summary.
 
     The code uses the stream API of the trace's backend (``torch.cuda``, ``torch.npu``
     that torch_npu registers, or ``npusan.sim``), and relies on one fact: right before or
-    after an access's line, the current stream is the stream that access ran on.
+    after an access's line, the current stream is the stream that access ran on. With
+    ``sources``, tensors and streams are called by the variable their allocation or
+    creation line assigned; otherwise by placeholders the fix explains.
     """
     mod = torch_module(header)
     later, earlier = f.access, f.previous
     at_later = user_site(later.stack)
     at_earlier = user_site(earlier.stack)
+    codes = _stream_codes((earlier.stream, f.block.stream), header, sources)
+
+    def code(s: Optional[StreamRef]) -> str:
+        return codes.get(s, "<stream>") if s is not None else "<stream>"
+
     if f.kind is Kind.DATA_RACE:
-        waited = stream_code(earlier.stream, header)
+        waited = code(earlier.stream)
         lines = [
             f"make the {later.type} at {frame_label(at_later)} wait for the {earlier.type} "
             f"at {frame_label(at_earlier)}; right before line {_line(at_later)} add",
@@ -177,16 +205,18 @@ def fix(f: Finding, header: dict) -> list[str]:
         ]
         used = [earlier.stream]
     else:
-        use_stream = stream_code(earlier.stream, header)
-        alloc_stream = stream_code(f.block.stream, header)
+        use_stream = code(earlier.stream)
+        alloc_stream = code(f.block.stream)
+        var = "x"
         if f.kind is Kind.MISSING_RECORD_STREAM:
             tensor = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
+            var = assigned_name(user_site(f.block.stack), sources) or var
         else:  # the block describes the new allocation; x is the old tensor
             tensor = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
         lines = [
             f"tell the allocator about the use at {frame_label(at_earlier)}; right after "
             f"line {_line(at_earlier)} add",
-            f"    x.record_stream({mod}.current_stream())    # x: {tensor}",
+            f"    {var}.record_stream({mod}.current_stream())    # {var}: {tensor}",
         ]
         if f.kind is Kind.MISSING_RECORD_STREAM:
             lines.append(
@@ -200,17 +230,28 @@ def fix(f: Finding, header: dict) -> list[str]:
                 f"{later.op} at {frame_label(at_later)})"
             )
         used = [earlier.stream, f.block.stream]
-    return lines + _stream_notes(used, header)
+    return lines + _stream_notes(used, codes, header)
 
 
 def _line(fr: Optional[Frame]) -> str:
     return str(fr.lineno) if fr is not None else "?"
 
 
-def _stream_notes(streams: Sequence[Optional[StreamRef]], header: dict) -> list[str]:
-    """Say which stream each placeholder variable in the fix stands for."""
+def _stream_codes(
+    streams: Sequence[Optional[StreamRef]], header: dict, sources: Optional[SourceCache]
+) -> dict:
+    """``{stream: how the fix writes it}``; placeholders if two streams share a variable name."""
+    refs = list(dict.fromkeys(s for s in streams if s is not None))
+    codes = {s: stream_code(s, header, sources) for s in refs}
+    if len(set(codes.values())) < len(codes):
+        codes = {s: stream_code(s, header) for s in refs}
+    return codes
+
+
+def _stream_notes(streams: Sequence[Optional[StreamRef]], codes: dict, header: dict) -> list[str]:
+    """Say which stream each variable or placeholder in the fix stands for."""
     seen: dict[str, StreamRef] = {}
     for s in streams:
         if s is not None and not s.is_default:
-            seen.setdefault(stream_code(s, header), s)
+            seen.setdefault(codes[s], s)
     return [f"where {code} is {stream_name(s, header)}" for code, s in seen.items()]

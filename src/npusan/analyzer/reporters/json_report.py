@@ -12,6 +12,7 @@ from typing import Any, Optional
 from ... import __version__
 from ..findings import AccessInfo, BlockInfo, StreamRef
 from ..grouping import Group
+from ..sources import SourceCache
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 
@@ -58,7 +59,7 @@ def block_json(b: BlockInfo, header: dict) -> dict:
     }
 
 
-def group_json(report: Report, g: Group) -> dict:
+def group_json(report: Report, g: Group, sources: Optional[SourceCache] = None) -> dict:
     f = g.finding
     header = report.header(f.trace)
     return {
@@ -74,7 +75,7 @@ def group_json(report: Report, g: Group) -> dict:
         "first": {"trace": g.first.trace, "seq": g.first.seq},
         "last": {"trace": g.last.trace, "seq": g.last.seq},
         "omitted": g.omitted,
-        "fix": D.fix(f, header),
+        "fix": D.fix(f, header, sources),
     }
 
 
@@ -95,11 +96,12 @@ def jsonable(v: Any, depth: int = 0) -> Any:
 
 def report_json(report: Report, options: ReportOptions) -> dict:
     counts = report.counts_by_kind()
+    sources = SourceCache(options.source_roots)
     doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "npusan", "version": __version__},
         "grouped": report.grouped,
-        "findings": [group_json(report, g) for g in report.groups],
+        "findings": [group_json(report, g, sources) for g in report.groups],
         "summary": {
             "findings": len(report.groups),
             "occurrences": report.occurrences,

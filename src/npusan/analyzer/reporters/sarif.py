@@ -15,7 +15,7 @@ from urllib.parse import quote
 from ... import __version__
 from ..findings import Frame, Kind
 from ..grouping import Group
-from ..sources import user_site
+from ..sources import SourceCache, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 from .json_report import dump_json
@@ -77,7 +77,7 @@ def rule(kind: Kind) -> dict:
     }
 
 
-def result(report: Report, g: Group) -> dict:
+def result(report: Report, g: Group, sources: Optional[SourceCache] = None) -> dict:
     f = g.finding
     header = report.header(f.trace)
     later_label = "free" if f.kind is Kind.MISSING_RECORD_STREAM else f"{f.access.type} by {f.access.op}"
@@ -86,7 +86,7 @@ def result(report: Report, g: Group) -> dict:
     alloc = f"allocation of the {D.human_size(f.block.size)} block"
     if f.block.stream is not None:
         alloc += f" on {D.stream_name(f.block.stream, header)}"
-    fix = D.fix(f, header)
+    fix = D.fix(f, header, sources)
     text = f"{D.title(f, header)}. {later[0].upper() + later[1:]}; earlier: {earlier}. Fix: " + " ".join(
         line.strip() for line in fix
     )
@@ -117,7 +117,7 @@ def result(report: Report, g: Group) -> dict:
     }
 
 
-def sarif_doc(report: Report) -> dict:
+def sarif_doc(report: Report, sources: Optional[SourceCache] = None) -> dict:
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -144,7 +144,7 @@ def sarif_doc(report: Report) -> dict:
                     {"location": {"uri": artifact_uri(str(t.path))}, "roles": ["analysisTarget"]}
                     for t in report.traces
                 ],
-                "results": [result(report, g) for g in report.groups],
+                "results": [result(report, g, sources) for g in report.groups],
                 "properties": {
                     "suppressed": len(report.suppressed),
                     "truncatedTraces": [str(t.path) for t in report.traces if t.truncated],
@@ -160,7 +160,7 @@ class SarifReporter(Reporter):
     extension = ".sarif"
 
     def render(self, report: Report, options: ReportOptions) -> str:
-        return dump_json(sarif_doc(report), len(report.groups))
+        return dump_json(sarif_doc(report, SourceCache(options.source_roots)), len(report.groups))
 
 
 __all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "FINGERPRINT_KEY"]

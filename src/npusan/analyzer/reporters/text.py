@@ -161,7 +161,7 @@ class _Writer:
         self.labelled("allocated", *alloc)
         if f.block.stack or f.block.stream is not None:
             self.stack(f.block.stack)
-        advice = D.fix(f, header)
+        advice = D.fix(f, header, self.sources)
         self.labelled("fix", (advice[0], "green"))
         for extra in advice[1:]:
             self.line(" " * (LABEL_WIDTH + 1), (extra, "green"), indent=1)
