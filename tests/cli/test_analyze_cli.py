@@ -235,7 +235,10 @@ def test_check_leaks_reports_blocks_never_freed(run, workdir):
     (f,) = doc["findings"]
     assert f["kind"] == "missing-record-stream" and f["access"]["seq"] == 0
     text = run("analyze", "leak.bin", "--check-leaks").stdout
-    assert "never freed (checked at the end of the trace)" in text
+    assert "still alive at the end of the trace while stream #1 (cuda:0) may still use it" in text
+    assert "  not freed: still allocated when the trace ended, on default stream (cuda:0)\n  used:" in text
+    assert "or, before x is freed, make the allocating stream wait for the use" in text
+    assert "an unknown location" not in text and "(no stack recorded)" not in text
     assert "blocks still alive at the end were checked (--check-leaks)" in text
 
 

@@ -157,8 +157,9 @@ def title(f: Finding, header: dict) -> str:
             f"not ordered after a {f.previous.type} on {stream_short(f.previous.stream, header)}"
         )
     if f.kind is Kind.MISSING_RECORD_STREAM:
+        freed = "freed" if not is_leak(f) else "still alive at the end of the trace"
         return (
-            f"{kind}: {tensor} freed while {stream_short(f.previous.stream, header)} "
+            f"{kind}: {tensor} {freed} while {stream_short(f.previous.stream, header)} "
             f"may still use it"
         )
     site = user_site(f.block.stack)
@@ -167,6 +168,11 @@ def title(f: Finding, header: dict) -> str:
         f"{kind}: {size} block re-allocated{where} and touched while "
         f"{stream_short(f.previous.stream, header)} may still use the freed tensor"
     )
+
+
+def is_leak(f: Finding) -> bool:
+    """A missing record_stream found by ``--check-leaks``: the block was never freed."""
+    return f.kind is Kind.MISSING_RECORD_STREAM and f.access.op != "free"
 
 
 def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
@@ -219,8 +225,9 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
             f"    {var}.record_stream({mod}.current_stream())    # {var}: {tensor}",
         ]
         if f.kind is Kind.MISSING_RECORD_STREAM:
+            before = f"the free at {frame_label(at_later)}" if not is_leak(f) else f"{var} is freed"
             lines.append(
-                f"or, before the free at {frame_label(at_later)}, make the allocating stream "
+                f"or, before {before}, make the allocating stream "
                 f"wait for the use: `{alloc_stream}.wait_stream({use_stream})`"
             )
         else:

@@ -123,8 +123,8 @@ class _Writer:
             if a.op == "free":
                 parts = [("returned to the allocator", "bold magenta"), ", free for reuse on ",
                          D.stream_name(a.stream, header)]
-            else:
-                parts = [("never freed", "bold magenta"), " (checked at the end of the trace), allocated on ",
+            else:  # --check-leaks: the block outlived the trace
+                parts = [("still allocated when the trace ended", "bold magenta"), ", on ",
                          D.stream_name(a.stream, header)]
         else:
             parts = [(verb, "bold magenta" if verb != "read" else "bold blue"), " by ", (a.op, "bold")]
@@ -134,7 +134,9 @@ class _Writer:
         if a.offset is not None and a.nbytes is not None:
             parts.append((f"  bytes {a.offset}..{a.offset + a.nbytes}", "dim"))
         self.labelled(label, *parts)
-        self.stack(a.stack)
+        leaked = verb == "free" and a.op != "free"
+        if a.stack or not leaked:  # a block never freed has no stack to show for it
+            self.stack(a.stack)
 
     def group(self, report: Report, g: Group, i: int, n: int) -> None:
         f = g.finding
@@ -150,7 +152,7 @@ class _Writer:
             self.line(("--> ", "blue"), f"{display_path(site.filename)}:{site.lineno}", indent=1)
         later, earlier = ("later", "earlier")
         if f.kind is Kind.MISSING_RECORD_STREAM:
-            later, earlier = ("freed", "used")
+            later, earlier = ("not freed" if D.is_leak(f) else "freed", "used")
         elif f.kind is Kind.REUSE_RACE:
             later, earlier = ("reused", "old use")
         self.access(later, f.access, f.kind, True, header)
