@@ -5,6 +5,9 @@
 buffer and length limits are bounded, so a corrupt length field cannot make it allocate
 gigabytes. Definitions (strings, frames, stacks, streams, blocks, threads) are absorbed
 into :attr:`TraceReader.symbols` before the first record that uses them is yielded.
+The analyzer's replay skips the generator (``direct_begin``/``direct_absorb``: it reads the
+unpacker itself and hands the reader every record that is not a kernel), with the same
+checks, counts and error messages.
 
 What the reader guarantees about yielded records: each is a list whose first element equals
 a known record type (an int; the kernel fast path does not exclude a float 17.0) and whose length is at least ``records.MIN_LENGTH`` of that type.
