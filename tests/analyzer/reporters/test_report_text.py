@@ -188,3 +188,20 @@ def test_fix_calls_tensors_and_streams_by_their_variable_names_when_the_source_i
     assert lines[3].startswith("where self.copy_stream is stream #1 (npu:0), created at ")
     # Without sources (or an unreadable file): placeholders, explained the same way.
     assert fix(f, {"backend": "npu"})[3].startswith("where s1 is stream #1 (npu:0)")
+
+
+def test_two_streams_with_the_same_variable_name_fall_back_to_placeholders(tmp_path):
+    from npusan.analyzer.findings import Frame
+    from npusan.analyzer.reporters.describe import fix
+    from npusan.analyzer.sources import SourceCache
+
+    src = tmp_path / "prog.py"
+    src.write_text("s = torch.cuda.Stream()\n")
+    f = make_finding("missing-record-stream", **MISSING_RS)
+    made_here = (Frame(str(src), 1, "setup"),)
+    use = replace(f.previous.stream, created_stack=made_here)
+    alloc = replace(f.previous.stream, index=7, ordinal=2, handle=0x99, created_stack=made_here)
+    f = replace(f, previous=replace(f.previous, stream=use), block=replace(f.block, stream=alloc))
+    lines = fix(f, {"backend": "cuda"}, SourceCache())
+    assert lines[2].endswith("`s2.wait_stream(s1)`")
+    assert lines[3].startswith("where s1 is stream #1 (cuda:0)") and lines[4].startswith("where s2 is stream #2 (cuda:0)")
