@@ -117,5 +117,12 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
     if traces:
         click.echo(f"npusan: trace{'s' if len(traces) > 1 else ''} written: {', '.join(traces)}", err=True)
     elif mode is None:
-        click.echo("npusan: no trace was written (did the command import torch?)", err=True)
+        hint = "did the command import torch?"
+        if backend == "auto":
+            from ..recorder.backends import npu_installed
+
+            if npu_installed():
+                hint += (" With torch_npu installed, recording starts when the program imports"
+                         " torch_npu; use --backend sim or cuda for a program that does not")
+        click.echo(f"npusan: no trace was written ({hint})", err=True)
     sys.exit(rc if rc >= 0 else 128 - rc)

@@ -7,6 +7,11 @@ which starts a :class:`~.session.Recorder` as soon as the process imports torch 
 that never imports torch -- ``pip``, a shell helper -- pays nothing and writes nothing).
 Without the wrapper, ``import npusan.auto`` at the top of a program does the same.
 
+With ``NPUSAN_BACKEND=auto`` on a machine where ``torch_npu`` is installed (and CUDA is not
+usable), the start waits until the program imports ``torch_npu`` (see
+:func:`_wait_for_torch_npu`), so that ``import torch`` followed by ``import torch_npu``
+records the NPU and npusan never imports torch_npu itself.
+
 Environment: ``NPUSAN_TRACE`` (trace path template), ``NPUSAN_ONLINE`` (``raise``/``warn``:
 run the analyzer in process; alone it records to no file), ``NPUSAN_BACKEND``
 (``auto``/``cuda``/``npu``/``sim``), ``NPUSAN_STACK_DEPTH`` (default 32, 0 = no stacks),
@@ -88,6 +93,32 @@ def config_from_env() -> Optional[dict]:
     }
 
 
+def _wait_for_torch_npu(cfg: dict) -> bool:
+    """Whether ``auto`` must wait for the program to import ``torch_npu`` before choosing.
+
+    Recording starts right after ``import torch``, but an NPU program imports
+    ``torch_npu`` later (``import torch; import torch_npu``). When torch_npu is installed
+    (found on the path, not imported: importing it on the program's behalf would change
+    what the program does) and CUDA is not usable, the choice is put off until the
+    program imports it; nothing device-side can run before that. A program that never
+    imports it is not recorded (``--backend sim``/``cuda`` says what to record instead).
+    """
+    if cfg.get("backend", "auto") != "auto" or "torch_npu" in sys.modules:
+        return False
+    from .backends import npu_installed
+
+    if not npu_installed():
+        return False
+    try:
+        from .backends.cuda import CudaBackend
+
+        if CudaBackend.available():
+            return False
+    except Exception:
+        pass
+    return True
+
+
 def start_from_env() -> None:
     """Start a recorder as the environment says (never raises)."""
     try:
@@ -97,6 +128,9 @@ def start_from_env() -> None:
         from . import session
 
         if session.current() is not None:
+            return
+        if _wait_for_torch_npu(cfg):
+            _watch_import("torch_npu")
             return
         path = cfg.pop("path")
         if path is not None:
@@ -111,17 +145,20 @@ def start_from_env() -> None:
             pass
 
 
-class _TorchWatcher(importlib.abc.MetaPathFinder):
-    """Starts recording right after ``torch`` finishes importing."""
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """Starts recording right after module ``name`` finishes importing."""
+
+    def __init__(self, name: str = "torch") -> None:
+        self.name = name
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch":
+        if name != self.name:
             return None
         try:
             sys.meta_path.remove(self)
         except ValueError:
             pass
-        spec = importlib.util.find_spec("torch")
+        spec = importlib.util.find_spec(name)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         orig = spec.loader.exec_module
@@ -134,14 +171,22 @@ class _TorchWatcher(importlib.abc.MetaPathFinder):
         return spec
 
 
+_TorchWatcher = _ImportWatcher  # the original name
+
+
+def _watch_import(name: str) -> None:
+    if not any(isinstance(f, _ImportWatcher) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _ImportWatcher(name))
+
+
 def autostart() -> None:
     """Start recording now if torch is imported, else as soon as it is."""
     if config_from_env() is None:
         return
     if "torch" in sys.modules:
         start_from_env()
-    elif not any(isinstance(f, _TorchWatcher) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchWatcher())
+    else:
+        _watch_import("torch")
 
 
 def child_env(path: Optional[str], *, online: Optional[str] = None, backend: str = "auto",

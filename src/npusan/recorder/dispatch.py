@@ -50,7 +50,10 @@ class RecordingMode(TorchDispatchMode):
             if info.view:
                 pass
             elif info.record_stream:
-                if rec.backend.is_device_tensor(args[0]):
+                # NPU reports record_stream from its allocator hook (every path, not only
+                # the aten op): recording the op as well would log each call twice.
+                be = rec.backend
+                if not getattr(be, "native_record_stream", False) and be.is_device_tensor(args[0]):
                     rec.record_stream_op(args[0], args[1], rec.stacks.key(1))
             else:
                 be = rec.backend

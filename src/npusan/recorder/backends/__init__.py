@@ -8,12 +8,13 @@ imports a runtime: ``cuda`` -> :mod:`.cuda` ``CudaBackend``, ``npu`` -> :mod:`.n
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from typing import Dict, Tuple, Type
 
 from .base import CALLBACK_NAMES, Backend, RecorderCallbacks
 
-__all__ = ["Backend", "RecorderCallbacks", "CALLBACK_NAMES", "BACKENDS", "backend_class", "select_backend"]
+__all__ = ["Backend", "RecorderCallbacks", "CALLBACK_NAMES", "BACKENDS", "backend_class", "npu_installed", "select_backend"]
 
 #: name -> (module, class) of each adapter.
 BACKENDS: Dict[str, Tuple[str, str]] = {
@@ -32,16 +33,27 @@ def backend_class(name: str) -> Type[Backend]:
     return getattr(importlib.import_module(mod), cls)
 
 
+def npu_installed() -> bool:
+    """Whether ``torch_npu`` is imported or importable (looked up, never imported here)."""
+    if "torch_npu" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("torch_npu") is not None
+    except (ImportError, ValueError):  # a broken torch_npu entry on sys.path
+        return False
+
+
 def select_backend(name: str = "auto") -> Backend:
     """An adapter instance for ``name``.
 
-    ``auto`` picks NPU when ``torch_npu`` is already imported and usable (npusan never
-    imports it on its own), else CUDA when available, else the simulated device.
+    ``auto`` picks NPU when ``torch_npu`` is imported or importable and usable (creating the
+    NPU adapter imports it; a plain ``import npusan`` never does), else CUDA when available,
+    else the simulated device.
     """
     if name != "auto":
         return backend_class(name)()
     order = []
-    if "torch_npu" in sys.modules:
+    if npu_installed():
         order.append("npu")
     order.append("cuda")
     for cand in order:
