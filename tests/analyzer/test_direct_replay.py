@@ -232,7 +232,7 @@ def test_analyze_traces_matches_the_generator_path(tmp_path):
     ops = [("kernel", s % 3, s % 4, 1 + s % 5, 0) for s in range(200)] + [("free", 1, 2, 1, 1)]
     data = write_program(ops)
     header, recs = split(data)
-    end = recs.pop()
+    recs.pop()  # the END record: written back below without it
     recs.insert(50, [23, "future"])
     path = tmp_path / "t.npusan"
     path.write_bytes(join(header, recs))  # no END: truncated
