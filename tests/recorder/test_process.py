@@ -318,8 +318,10 @@ def test_hooks_fired_while_the_recorder_is_busy_are_queued_not_lost(tmp_path):
     with rec._lock:  # simulate: this thread is inside the recorder
         rec._busy = True
         try:
+            before = len(rec._deferred)
             del x  # the storage dies now: its free must be queued
-            assert len(rec._deferred) == 1
+            assert len(rec._deferred) == before + 1
+            assert rec._deferred[-1][1][:2] == ("memory_freed", (ptr,))
         finally:
             rec._busy = False
     rec.stop()

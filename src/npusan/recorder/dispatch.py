@@ -76,6 +76,7 @@ class RecordingMode(TorchDispatchMode):
                     elif isinstance(a, Tensor) and is_dev(a):
                         acc.append((a, write))
                 rets = info.returns
+                new = ()
                 if rets and out is not None:
                     if len(rets) == 1:
                         if rets[0] == RET_NEW:
@@ -83,40 +84,52 @@ class RecordingMode(TorchDispatchMode):
                                 new = [x for x in out if isinstance(x, Tensor) and is_dev(x)]
                             elif isinstance(out, Tensor) and is_dev(out):
                                 new = (out,)
-                            else:
-                                new = ()
-                        else:
-                            new = ()
                     else:
                         new = [x for k, x in zip(rets, out) if k == RET_NEW and isinstance(x, Tensor) and is_dev(x)]
-                    if new:
-                        if be.observes_outputs:
+                stacks = rec.stacks
+                key = None
+                if new:
+                    if be.observes_outputs:
+                        if stacks.depth:
+                            key = stacks.key(1)
+                        # The allocations the outputs report come from this same user
+                        # stack (the recorder's and torch's frames are folded away).
+                        pin = rec._pinned
+                        pin.key = None if stacks.keep_internal else key
+                        try:
                             for x in new:
                                 be.observe_output(x)
-                        acc.extend((x, True) for x in new)
+                        finally:
+                            pin.key = None
+                    for x in new:
+                        acc.append((x, True))
                 if acc:
                     spans = []
                     for t, w in acc:
-                        n = t.numel()
-                        if not n:
-                            continue
+                        nb = t.nbytes
+                        if not nb:
+                            continue  # zero-size: touches no memory
                         st = t.untyped_storage()
                         base = st.data_ptr()
                         if not base:
                             continue
-                        isz = t.element_size()
+                        so = t.storage_offset()
                         if t.is_contiguous():
-                            ext = n * isz
+                            ext = nb
+                            off = so * t.element_size() if so else 0
                         else:
+                            isz = t.element_size()
                             e = 1
                             for sz, d in zip(t.shape, t.stride()):
                                 if sz > 1 and d > 0:
                                     e += (sz - 1) * d
                             ext = e * isz
-                        spans.append((base, t.storage_offset() * isz, ext, st.nbytes(), w))
-                    device = be.tensor_device(acc[0][0])
-                    rec.record_kernel(info.name, device, be.current_stream(device), spans,
-                                      rec.stacks.key(1) if rec.stacks.depth else None)
+                            off = so * isz
+                        spans.append((base, off, ext, st.nbytes(), w))
+                    if key is None and stacks.depth:
+                        key = stacks.key(1)
+                    device = 0 if be.single_device else be.tensor_device(acc[0][0])
+                    rec.record_kernel(info.name, device, be.current_stream(device), spans, key)
         except Exception as e:  # never into user code
             rec._fail(e)
         if rec._findings:

@@ -2,10 +2,18 @@
 
 One :class:`Recorder` per process records at a time (:func:`current`). Everything that
 reaches it -- backend hooks (:class:`~.backends.base.RecorderCallbacks`) and kernels from
-the dispatch mode (:meth:`Recorder.record_kernel`) -- is serialized by one re-entrant
-lock. A hook that fires *while* the lock is held by the same thread (a tensor freed by the
-garbage collector in the middle of encoding a kernel) is queued and emitted right after,
-so the encoder is never re-entered and never deadlocks.
+the dispatch mode (:meth:`Recorder.record_kernel`) -- is appended, as a small tuple of
+ints, strings and the stack key, to one queue (``collections.deque``: ``append`` and
+``popleft`` are atomic under the GIL, so the threads that produce events never take a
+lock). The queue defines the order of the trace. It is drained into the encoder, in
+order, under one re-entrant lock, by whichever thread finds it longer than
+:data:`QUEUE_RECORDS` (in online mode: at once, so that a race is reported at the op
+that causes it), by the flusher thread every ``flush_interval``, and at stop. Encoding
+in batches keeps the encoder's and msgpack's code and data hot instead of paying for
+a lock and a cold pack per op. A hook that fires while the draining thread is inside
+the encoder (a tensor freed by the garbage collector mid-record) just lands at the end
+of the queue, so the encoder is never re-entered and never deadlocks. Queued events
+hold no tensor or storage (only pointers), so queuing never delays a free.
 
 Never harm the host program: every entry point catches everything; the first unexpected
 error (including ``OSError`` from a full disk or an unwritable path) prints one warning to
@@ -32,6 +40,8 @@ from .stacks import DEFAULT_DEPTH, StackCapture
 
 FLUSH_BYTES = 256 * 1024
 FLUSH_INTERVAL = 0.5
+#: Queued events that make the producing thread drain the queue (file mode).
+QUEUE_RECORDS = 512
 
 _current: Optional["Recorder"] = None
 _current_lock = threading.Lock()
@@ -89,7 +99,13 @@ class Recorder:
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self._busy = False
+        # (fn, args) of every event not yet encoded, in trace order (see module docstring).
         self._deferred: collections.deque = collections.deque()
+        self._qmax = 1 if online is not None else QUEUE_RECORDS
+        self._kernel_fn = self._kernel
+        # Stack key of the op the dispatch mode is handling in this thread, for the
+        # allocations its outputs report (same user stack: no second walk).
+        self._pinned = threading.local()
         self._stack_ids: dict = {}
         self._op_sids: dict = {}
         self._sidx: dict = {}  # (device, handle) -> stream index in the encoder
@@ -174,10 +190,7 @@ class Recorder:
         try:
             with self._lock:
                 if was_active and not self.failed:
-                    d = self._deferred  # hooks queued while the lock was busy: keep them
-                    while d:
-                        fn, args = d.popleft()
-                        fn(*args)
+                    self._drain()  # everything queued so far belongs in the trace
                 if self.engine is not None and not self.failed:
                     self.engine.finish()
                 if self.writer is not None and not self.failed:
@@ -208,7 +221,7 @@ class Recorder:
         while not self._stop_flusher.wait(self.flush_interval):
             if not self.active or os.getpid() != self._pid:
                 return
-            if self.writer is not None and self.writer.sink.pending():
+            if self._deferred or (self.writer is not None and self.writer.sink.pending()):
                 self._run(self._flush)
 
     def after_fork_in_child(self) -> None:
@@ -228,6 +241,7 @@ class Recorder:
             return
         self.failed = True
         self.active = False
+        self._deferred.clear()
         self._stop_flusher.set()
         try:
             if where is None:
@@ -243,7 +257,10 @@ class Recorder:
             pass
 
     def _run(self, fn, *args) -> None:
-        """Run ``fn(*args)`` under the lock; queue it if this thread is already inside."""
+        """Run ``fn(*args)`` now, after everything queued, under the lock.
+
+        Queued instead when this thread is already inside the recorder.
+        """
         if not self.active:
             return
         try:
@@ -253,22 +270,97 @@ class Recorder:
                     return
                 self._busy = True
                 try:
-                    if self._deferred:
-                        self._drain()
+                    self._drain()
                     if self.active:
                         fn(*args)
-                    if self._deferred:
-                        self._drain()
+                    self._drain()
+                finally:
+                    self._busy = False
+        except Exception as e:
+            self._fail(e)
+
+    def _post(self, fn, args: tuple) -> None:
+        """Queue ``fn(*args)``; drain when the queue is long enough (never raises)."""
+        q = self._deferred
+        q.append((fn, args))
+        if len(q) >= self._qmax:
+            self._drain_now()
+
+    def _drain_now(self) -> None:
+        if not self.active:
+            return
+        try:
+            with self._lock:
+                if self._busy:  # this thread is inside the encoder: the outer loop gets it
+                    return
+                self._busy = True
+                try:
+                    self._drain()
                 finally:
                     self._busy = False
         except Exception as e:
             self._fail(e)
 
     def _drain(self) -> None:
-        d = self._deferred
-        while d and self.active:
-            fn, args = d.popleft()
-            fn(*args)
+        """Encode every queued event, in order (caller holds the lock).
+
+        The kernel path is written out here (it is most of the queue): the stream index
+        cache of this recorder, the encoder's block table read directly for blocks it
+        already knows (anything else goes through its methods).
+        """
+        q = self._deferred
+        if not q:
+            return
+        pop = q.popleft
+        kfn = self._kernel_fn
+        enc = self.enc
+        sink = enc.sink
+        blocks = enc._blocks
+        op_sids = self._op_sids
+        sidxs = self._sidx
+        stack_ids = self._stack_ids
+        nk = 0
+        try:
+            while q:
+                fn, args = pop()
+                if fn is not kfn:
+                    fn(*args)
+                    continue
+                name, device, handle, spans, key = args
+                op = op_sids.get(name)
+                if op is None:
+                    op = op_sids[name] = enc.string(name)
+                sidx = sidxs.get((device, handle))
+                if sidx is None:
+                    sidx = sidxs[(device, handle)] = enc.stream(handle, device)
+                if key is None:
+                    stack = None
+                else:
+                    stack = stack_ids.get(key)
+                    if stack is None:
+                        stack = self._stack(key)
+                rec = [_KERNEL, sidx, op, stack]
+                for base, off, ext, total, w in spans:
+                    entry = blocks.get(base)
+                    if entry is not None:
+                        a = ~entry[0] if w else entry[0]
+                        if off == 0 and ext >= total:
+                            rec.append(a)
+                        else:
+                            rec.append([a, off, ext])
+                    else:
+                        bid, b0 = enc.block(base)
+                        a = ~bid if w else bid
+                        if b0 == base and off == 0 and ext >= total:
+                            rec.append(a)
+                        else:
+                            rec.append([a, off + (base - b0), ext])
+                nk += 1
+                sink(rec)
+        finally:
+            if nk:
+                counts = enc.counts
+                counts[_KERNEL] = counts.get(_KERNEL, 0) + nk
 
     def _stack(self, key) -> Optional[int]:
         if key is None:
@@ -281,70 +373,20 @@ class Recorder:
     # ------------------------------------------------------------------ kernels
 
     def record_kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
-        """A kernel from the dispatch mode (called outside the lock).
+        """A kernel from the dispatch mode (never raises).
 
         ``spans``: ``(storage base, byte offset, byte extent, storage nbytes, is_write)``.
-        This is the hot path: :meth:`_run`'s lock/deferral logic and the encoder's
-        stream/block lookups are inlined (``RecordEncoder._blocks`` is read directly for
-        blocks it already knows; anything else goes through its methods).
+        This is the hot path: one append to the queue (:meth:`_post` inlined).
         """
         if not self.active:
             return
-        try:
-            with self._lock:
-                if self._busy:
-                    self._deferred.append((self._kernel, (name, device, handle, spans, key)))
-                    return
-                self._busy = True
-                try:
-                    if self._deferred:
-                        self._drain()
-                    if not self.active:
-                        return
-                    enc = self.enc
-                    op = self._op_sids.get(name)
-                    if op is None:
-                        op = self._op_sids[name] = enc.string(name)
-                    sk = (device, handle)
-                    sidx = self._sidx.get(sk)
-                    if sidx is None:
-                        sidx = self._sidx[sk] = enc.stream(handle, device)
-                    if key is None:
-                        stack = None
-                    else:
-                        stack = self._stack_ids.get(key)
-                        if stack is None:
-                            stack = self._stack(key)
-                    rec = [_KERNEL, sidx, op, stack]
-                    blocks = enc._blocks
-                    for base, off, ext, total, w in spans:
-                        entry = blocks.get(base)
-                        if entry is not None:
-                            bid = entry[0]
-                            a = ~bid if w else bid
-                            if off == 0 and ext >= total:
-                                rec.append(a)
-                            else:
-                                rec.append([a, off, ext])
-                        else:
-                            bid, b0 = enc.block(base)
-                            a = ~bid if w else bid
-                            if b0 == base and off == 0 and ext >= total:
-                                rec.append(a)
-                            else:
-                                rec.append([a, off + (base - b0), ext])
-                    counts = enc.counts
-                    counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
-                    enc.sink(rec)
-                    if self._deferred:
-                        self._drain()
-                finally:
-                    self._busy = False
-        except Exception as e:
-            self._fail(e)
+        q = self._deferred
+        q.append((self._kernel_fn, (name, device, handle, spans, key)))
+        if len(q) >= self._qmax:
+            self._drain_now()
 
     def _kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
-        """The deferred form of :meth:`record_kernel` (same record)."""
+        """Encode one queued kernel (the same record as :meth:`_drain`'s inlined path)."""
         enc = self.enc
         rec = [_KERNEL, enc.stream(handle, device), enc.string(name), self._stack(key)]
         for base, off, ext, total, w in spans:
@@ -364,8 +406,8 @@ class Recorder:
         except Exception as e:
             self._fail(e)
             return
-        if ptr:
-            self._run(self._emit, "record_stream", (ptr, handle, device), key)
+        if ptr and self.active:
+            self._post(self._emit, ("record_stream", (ptr, handle, device), key))
 
     # ------------------------------------------------------------------ callbacks
 
@@ -379,29 +421,42 @@ class Recorder:
             key = self.stacks.key(2)
         except Exception:
             key = None
-        self._run(self._emit, meth, args, key)
+        self._post(self._emit, (meth, args, key))
 
     # Event bookkeeping carries no stack: no report shows where an event was created,
-    # recorded or waited, and these are the most frequent hooks (wait_stream fires three).
+    # recorded or waited, and these are the most frequent hooks (wait_stream fires three),
+    # so they queue directly (:meth:`_post` inlined).
 
     def on_stream_created(self, handle: int, device: int) -> None:
         self._cb("stream_created", handle, device)
 
     def on_event_created(self, ev: int) -> None:
         if self.active:
-            self._run(self.enc.event_created, ev)
+            q = self._deferred
+            q.append((self.enc.event_created, (ev,)))
+            if len(q) >= self._qmax:
+                self._drain_now()
 
     def on_event_deleted(self, ev: int) -> None:
         if self.active:
-            self._run(self.enc.event_deleted, ev)
+            q = self._deferred
+            q.append((self.enc.event_deleted, (ev,)))
+            if len(q) >= self._qmax:
+                self._drain_now()
 
     def on_event_record(self, ev: int, handle: int, device: int) -> None:
         if self.active:
-            self._run(self.enc.event_recorded, ev, handle, device)
+            q = self._deferred
+            q.append((self.enc.event_recorded, (ev, handle, device)))
+            if len(q) >= self._qmax:
+                self._drain_now()
 
     def on_event_wait(self, ev: int, handle: int, device: int) -> None:
         if self.active:
-            self._run(self.enc.event_waited, ev, handle, device)
+            q = self._deferred
+            q.append((self.enc.event_waited, (ev, handle, device)))
+            if len(q) >= self._qmax:
+                self._drain_now()
 
     def on_event_sync(self, ev: int) -> None:
         self._cb("event_synchronized", ev)
@@ -412,11 +467,33 @@ class Recorder:
     def on_device_sync(self, device: Optional[int]) -> None:
         self._cb("device_synchronized", device)
 
+    # Allocations and frees are as frequent as kernels: _cb and _post are inlined.
+
     def on_alloc(self, ptr: int, handle: int, device: int, size: Optional[int]) -> None:
-        self._cb("memory_allocated", ptr, handle, device, size)
+        if not self.active:
+            return
+        key = getattr(self._pinned, "key", None)  # an output of the op being recorded
+        if key is None:
+            try:
+                key = self.stacks.key(1)
+            except Exception:
+                key = None
+        q = self._deferred
+        q.append((self._emit, ("memory_allocated", (ptr, handle, device, size), key)))
+        if len(q) >= self._qmax:
+            self._drain_now()
 
     def on_free(self, ptr: int) -> None:
-        self._cb("memory_freed", ptr)
+        if not self.active:
+            return
+        try:
+            key = self.stacks.key(1)
+        except Exception:
+            key = None
+        q = self._deferred
+        q.append((self._emit, ("memory_freed", (ptr,), key)))
+        if len(q) >= self._qmax:
+            self._drain_now()
 
     def on_record_stream(self, ptr: int, handle: int, device: int) -> None:
         self._cb("record_stream", ptr, handle, device)

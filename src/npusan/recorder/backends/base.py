@@ -104,6 +104,10 @@ class Backend(ABC):
     #: mode then calls :meth:`observe_output` for every device-tensor output it sees.
     observes_outputs: ClassVar[bool] = False
 
+    #: True when every device tensor is on device 0 (the simulated device): the dispatch
+    #: mode then skips :meth:`tensor_device`.
+    single_device: ClassVar[bool] = False
+
     @classmethod
     @abstractmethod
     def available(cls) -> bool:

@@ -20,6 +20,7 @@ from .base import Backend, RecorderCallbacks
 class SimBackend(Backend):
     name = "sim"
     observes_outputs = True
+    single_device = True
 
     def __init__(self) -> None:
         from ... import sim
