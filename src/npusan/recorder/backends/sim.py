@@ -33,6 +33,8 @@ class SimBackend(Backend):
         # C-level callables on the hot path (instance attributes shadow the methods).
         self.is_device_tensor = operator.attrgetter("is_cpu")  # type: ignore[method-assign]
         self.current_stream = sim.current_handle  # type: ignore[method-assign]
+        self._died = self._storage_died  # one bound method for every weak reference
+        self._fire = sim.trace.fire
 
     @classmethod
     def available(cls) -> bool:
@@ -105,9 +107,9 @@ class SimBackend(Backend):
         ref = live.get(ptr)
         if ref is not None and ref() is st:
             return
-        live[ptr] = weakref.ref(st, self._storage_died)
-        self._refs[id(live[ptr])] = ptr
-        self._sim.trace.fire("memory_allocation", ptr, st.nbytes())
+        live[ptr] = ref = weakref.ref(st, self._died)
+        self._refs[id(ref)] = ptr
+        self._fire("memory_allocation", ptr, st.nbytes())
 
     def _storage_died(self, ref: weakref.ref) -> None:
         """Weakref callback: the C++ storage is gone (its memory is back to malloc)."""
