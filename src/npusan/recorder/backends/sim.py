@@ -30,6 +30,7 @@ class SimBackend(Backend):
         self._live: Dict[int, weakref.ref] = {}  # storage base ptr -> weakref to storage
         self._refs: Dict[int, int] = {}  # id(weakref) -> ptr (the weakref outlives its referent)
         self._registered = False
+        self._direct = False
         # C-level callables on the hot path (instance attributes shadow the methods).
         self.is_device_tensor = operator.attrgetter("is_cpu")  # type: ignore[method-assign]
         self.current_stream = sim.current_handle  # type: ignore[method-assign]
@@ -64,6 +65,10 @@ class SimBackend(Backend):
         t.register_callback_for_memory_allocation(lambda p, n: r.on_alloc(p, cur().stream_id, 0, n))
         t.register_callback_for_memory_deallocation(r.on_free)
         self._registered = True
+        # The allocations this adapter discovers itself (observe_output) go straight to
+        # the recorder -- what the two registrations above would do, three calls
+        # shorter -- unless someone else also listens on the simulated registry.
+        self._direct = all(len(t.callbacks[h]) == 1 for h in ("memory_allocation", "memory_deallocation"))
 
     def uninstall(self) -> None:
         self._rec = None
@@ -109,11 +114,19 @@ class SimBackend(Backend):
             return
         live[ptr] = ref = weakref.ref(st, self._died)
         self._refs[id(ref)] = ptr
-        self._fire("memory_allocation", ptr, st.nbytes())
+        r = self._rec
+        if r is not None and self._direct:
+            r.on_alloc(ptr, self.current_stream(0), 0, st.nbytes())
+        else:
+            self._fire("memory_allocation", ptr, st.nbytes())
 
     def _storage_died(self, ref: weakref.ref) -> None:
         """Weakref callback: the C++ storage is gone (its memory is back to malloc)."""
         ptr = self._refs.pop(id(ref), None)
         if ptr is not None and self._live.get(ptr) is ref:  # not replaced by a newer storage
             del self._live[ptr]
-            self._sim.trace.fire("memory_deallocation", ptr)
+            r = self._rec
+            if r is not None and self._direct:
+                r.on_free(ptr)
+            else:
+                self._sim.trace.fire("memory_deallocation", ptr)
