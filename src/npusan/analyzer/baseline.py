@@ -8,8 +8,9 @@ keeps its identity across runs even though pointers, stream handles and seqs cha
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
+
+from .userfiles import read_user_file
 
 #: Baseline files are reports; refuse absurd sizes without reading them.
 MAX_FILE_BYTES = 256 << 20
@@ -41,7 +42,9 @@ class Baseline:
 
 def parse_baseline(doc, path: str = "<baseline>") -> Baseline:
     """Build a :class:`Baseline` from a decoded JSON report; raise :class:`BaselineError`."""
-    from .reporters.json_report import SCHEMA_MAJOR  # local: reporters import this module
+    from .reporters.json_report import (
+        SCHEMA_MAJOR,  # local: reporters import this module
+    )
 
     if not isinstance(doc, dict) or "findings" not in doc:
         raise BaselineError("is not an npusan JSON report (no 'findings')")
@@ -71,13 +74,7 @@ def parse_baseline(doc, path: str = "<baseline>") -> Baseline:
 
 def load_baseline(path: str) -> Baseline:
     """Read and parse ``path``; every problem becomes a :class:`BaselineError`."""
-    try:
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            raise BaselineError(f"baseline {path}: larger than {MAX_FILE_BYTES >> 20} MiB")
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise BaselineError(f"cannot read baseline {path}: {e.strerror or e}") from None
+    data = read_user_file(path, "baseline", MAX_FILE_BYTES, BaselineError)
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as e:

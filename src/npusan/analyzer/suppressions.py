@@ -22,6 +22,7 @@ from fnmatch import fnmatchcase
 from typing import Iterable, Optional
 
 from .findings import Finding, Kind, StreamRef
+from .userfiles import read_user_file
 
 MATCH_FIELDS = ("kind", "op", "stream", "frame")
 KNOWN_FIELDS = set(MATCH_FIELDS) | {"reason"}
@@ -173,13 +174,7 @@ def parse_suppressions(data: bytes, path: str = "<suppressions>") -> Suppression
 
 def load_suppressions(path: str) -> Suppressions:
     """Read and parse ``path``; every problem becomes a :class:`SuppressionError`."""
-    try:
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            raise SuppressionError(f"suppression file {path}: larger than {MAX_FILE_BYTES >> 20} MiB")
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise SuppressionError(f"cannot read suppression file {path}: {e.strerror or e}") from None
+    data = read_user_file(path, "suppression file", MAX_FILE_BYTES, SuppressionError)
     try:
         return parse_suppressions(data, path)
     except SuppressionError as e:
