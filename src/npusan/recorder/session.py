@@ -344,6 +344,8 @@ class Recorder:
                     entry = blocks.get(base)
                     if entry is not None:
                         a = ~entry[0] if w else entry[0]
+                        if entry[1] is None and off + ext > entry[2]:
+                            entry[2] = off + ext  # unknown size: grows as the encoder's do
                         if off == 0 and ext >= total:
                             rec.append(a)
                         else:
@@ -351,10 +353,14 @@ class Recorder:
                     else:
                         bid, b0 = enc.block(base)
                         a = ~bid if w else bid
-                        if b0 == base and off == 0 and ext >= total:
+                        off += base - b0
+                        entry = blocks[b0]
+                        if entry[1] is None and off + ext > entry[2]:
+                            entry[2] = off + ext
+                        if off == 0 and ext >= total:
                             rec.append(a)
                         else:
-                            rec.append([a, off + (base - b0), ext])
+                            rec.append([a, off, ext])
                 nk += 1
                 sink(rec)
         finally:
@@ -389,13 +395,18 @@ class Recorder:
         """Encode one queued kernel (the same record as :meth:`_drain`'s inlined path)."""
         enc = self.enc
         rec = [_KERNEL, enc.stream(handle, device), enc.string(name), self._stack(key)]
+        blocks = enc._blocks
         for base, off, ext, total, w in spans:
             bid, b0 = enc.block(base)
             a = ~bid if w else bid
-            if b0 == base and off == 0 and ext >= total:
+            off += base - b0
+            entry = blocks[b0]
+            if entry[1] is None and off + ext > entry[2]:
+                entry[2] = off + ext
+            if off == 0 and ext >= total:
                 rec.append(a)
             else:
-                rec.append([a, off + (base - b0), ext])
+                rec.append([a, off, ext])
         enc._emit(rec)
 
     def record_stream_op(self, t, stream_obj, key) -> None:
