@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, NoReturn, TypeVar
 
 import click
 
@@ -21,7 +21,7 @@ class UsageProblem(Exception):
     """Unusable user input other than a trace (a bad suppression file, an unwritable path...)."""
 
 
-def fail(message: str) -> "NoReturn":  # type: ignore[name-defined]
+def fail(message: str) -> NoReturn:
     click.echo(f"npusan: error: {message}", err=True)
     sys.exit(EXIT_UNUSABLE)
 

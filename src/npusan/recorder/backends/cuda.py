@@ -23,6 +23,7 @@ import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .base import Backend, RecorderCallbacks
+from .hooks import TraceHooks
 
 #: Attribute set on the registry module holding our forwarder (registered at most once).
 _HOOKS_ATTR = "_npusan_cuda_hooks"
@@ -46,20 +47,12 @@ HOOK_NAMES: Tuple[str, ...] = (
 )
 
 
-class _CudaHooks:
-    """The functions registered with ``torch.cuda._gpu_trace``; forward to ``target``.
+class _CudaHooks(TraceHooks):
+    """The functions registered with ``torch.cuda._gpu_trace``.
 
-    Each one returns at once when no recorder is installed (tracing stays on for the rest
-    of the process) and swallows every error: torch's registry would log a traceback.
+    Handles 0-2 name a stream on every device, so their device is never cached: it is the
+    calling thread's current device (the C++ callers hold a device guard).
     """
-
-    def __init__(self, get_device: Callable[[], int], get_stream: Callable[[int], int]) -> None:
-        self.target: Optional[RecorderCallbacks] = None
-        self.get_device = get_device
-        self.get_stream = get_stream
-        # Non-shared stream handle -> device, learned at creation; a lookup is cheaper
-        # than asking the runtime and stays right if a caller lacks a device guard.
-        self.dev_of: Dict[int, int] = {}
 
     def _dev(self, handle: int) -> int:
         if handle > _SHARED_HANDLES:
@@ -68,89 +61,9 @@ class _CudaHooks:
                 return d
         return self.get_device()
 
-    def event_creation(self, ev: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_event_created(ev)
-            except Exception:
-                pass
-
-    def event_deletion(self, ev: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_event_deleted(ev)
-            except Exception:
-                pass
-
-    def event_record(self, ev: int, stream: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_event_record(ev, stream, self._dev(stream))
-            except Exception:
-                pass
-
-    def event_wait(self, ev: int, stream: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_event_wait(ev, stream, self._dev(stream))
-            except Exception:
-                pass
-
-    def memory_allocation(self, ptr: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                dev = self.get_device()
-                r.on_alloc(ptr, self.get_stream(dev), dev, None)
-            except Exception:
-                pass
-
-    def memory_deallocation(self, ptr: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_free(ptr)
-            except Exception:
-                pass
-
-    def stream_creation(self, stream: int) -> None:
-        try:
-            dev = self.get_device()
-            if stream > _SHARED_HANDLES:
-                self.dev_of[stream] = dev
-            r = self.target
-            if r is not None:
-                r.on_stream_created(stream, dev)
-        except Exception:
-            pass
-
-    def device_synchronization(self) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_device_sync(self.get_device())
-            except Exception:
-                pass
-
-    def stream_synchronization(self, stream: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_stream_sync(stream, self._dev(stream))
-            except Exception:
-                pass
-
-    def event_synchronization(self, ev: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_event_sync(ev)
-            except Exception:
-                pass
+    def _learn_device(self, handle: int, device: int) -> None:
+        if handle > _SHARED_HANDLES:
+            self.dev_of[handle] = device
 
 
 def _torch() -> Any:

@@ -43,6 +43,7 @@ import warnings
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from .base import Backend, RecorderCallbacks
+from .hooks import TraceHooks
 
 _HOOKS_ATTR = "_npusan_npu_hooks"
 #: Sanitizer mode numbers of ``torch_npu._C._activate_npu_trace``.
@@ -76,120 +77,44 @@ def _warn_once(key: str, text: str) -> None:
         warnings.warn("npusan: " + text, RuntimeWarning, stacklevel=3)
 
 
-class _NpuHooks:
-    """The functions registered with ``torch_npu.utils._npu_trace``; forward to ``target``.
+class _NpuHooks(TraceHooks):
+    """The functions registered with ``torch_npu.utils._npu_trace``.
 
-    Thread-safe: hooks fire from task-queue worker threads too. The only state kept here
-    (stream -> device, recently deleted events) is guarded by a lock.
+    Thread-safe: hooks fire from task-queue worker threads too. The state kept here
+    (stream -> device, recently deleted events) is guarded by a lock. Adds the two hooks
+    CUDA lacks (record_stream, erase_stream) and drops the second report of an event's
+    deletion.
     """
 
     def __init__(self, get_device: Callable[[], int], get_stream: Callable[[int], int]) -> None:
-        self.target: Optional[RecorderCallbacks] = None
-        self.get_device = get_device
-        self.get_stream = get_stream
-        self.dev_of: Dict[int, int] = {}
+        super().__init__(get_device, get_stream)
         self._dead: Set[int] = set()
         self._lock = threading.Lock()
         self.duplicate_deletions = 0
 
-    def _dev(self, handle: int) -> int:
-        d = self.dev_of.get(handle)
-        return self.get_device() if d is None else d
+    def _learn_device(self, handle: int, device: int) -> None:
+        with self._lock:
+            self.dev_of[handle] = device
 
     def event_creation(self, ev: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                with self._lock:
-                    self._dead.discard(ev)
-                r.on_event_created(ev)
-            except Exception:
-                pass
+        with self._lock:
+            self._dead.discard(ev)
+        super().event_creation(ev)
 
     def event_deletion(self, ev: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                with self._lock:
-                    if ev in self._dead:  # the second report of one destruction
-                        self.duplicate_deletions += 1
-                        return
-                    if len(self._dead) >= _MAX_DEAD_EVENTS:
-                        self._dead.clear()
-                    self._dead.add(ev)
-                r.on_event_deleted(ev)
-            except Exception:
-                pass
+        with self._lock:
+            if ev in self._dead:  # the second report of one destruction
+                self.duplicate_deletions += 1
+                return
+            if len(self._dead) >= _MAX_DEAD_EVENTS:
+                self._dead.clear()
+            self._dead.add(ev)
+        super().event_deletion(ev)
 
     def event_record(self, ev: int, stream: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                with self._lock:  # a recorded event is alive (ids are reused)
-                    self._dead.discard(ev)
-                r.on_event_record(ev, stream, self._dev(stream))
-            except Exception:
-                pass
-
-    def event_wait(self, ev: int, stream: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_event_wait(ev, stream, self._dev(stream))
-            except Exception:
-                pass
-
-    def memory_allocation(self, ptr: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                dev = self.get_device()
-                r.on_alloc(ptr, self.get_stream(dev), dev, None)
-            except Exception:
-                pass
-
-    def memory_deallocation(self, ptr: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_free(ptr)
-            except Exception:
-                pass
-
-    def stream_creation(self, stream: int) -> None:
-        try:
-            dev = self.get_device()
-            with self._lock:
-                self.dev_of[stream] = dev
-            r = self.target
-            if r is not None:
-                r.on_stream_created(stream, dev)
-        except Exception:
-            pass
-
-    def device_synchronization(self) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_device_sync(self.get_device())
-            except Exception:
-                pass
-
-    def stream_synchronization(self, stream: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_stream_sync(stream, self._dev(stream))
-            except Exception:
-                pass
-
-    def event_synchronization(self, ev: int) -> None:
-        r = self.target
-        if r is not None:
-            try:
-                r.on_event_sync(ev)
-            except Exception:
-                pass
+        with self._lock:  # a recorded event is alive (ids are reused)
+            self._dead.discard(ev)
+        super().event_record(ev, stream)
 
     def record_stream(self, ptr: int, stream: int) -> None:
         r = self.target
