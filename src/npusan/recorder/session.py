@@ -351,16 +351,7 @@ class Recorder:
                         else:
                             rec.append([a, off, ext])
                     else:
-                        bid, b0 = enc.block(base)
-                        a = ~bid if w else bid
-                        off += base - b0
-                        entry = blocks[b0]
-                        if entry[1] is None and off + ext > entry[2]:
-                            entry[2] = off + ext
-                        if off == 0 and ext >= total:
-                            rec.append(a)
-                        else:
-                            rec.append([a, off, ext])
+                        rec.append(enc.storage_access(base, off, ext, total, w))
                 nk += 1
                 sink(rec)
         finally:
@@ -395,18 +386,7 @@ class Recorder:
         """Encode one queued kernel (the same record as :meth:`_drain`'s inlined path)."""
         enc = self.enc
         rec = [_KERNEL, enc.stream(handle, device), enc.string(name), self._stack(key)]
-        blocks = enc._blocks
-        for base, off, ext, total, w in spans:
-            bid, b0 = enc.block(base)
-            a = ~bid if w else bid
-            off += base - b0
-            entry = blocks[b0]
-            if entry[1] is None and off + ext > entry[2]:
-                entry[2] = off + ext
-            if off == 0 and ext >= total:
-                rec.append(a)
-            else:
-                rec.append([a, off, ext])
+        rec.extend(enc.storage_access(base, off, ext, total, w) for base, off, ext, total, w in spans)
         enc._emit(rec)
 
     def record_stream_op(self, t, stream_obj, key) -> None:

@@ -211,6 +211,22 @@ class RecordEncoder:
             return a
         return [a, ptr - base, int(nbytes)]
 
+    def storage_access(self, base: int, offset: int, nbytes: int, storage_nbytes: int, write: bool):
+        """Encode an access to ``[offset, offset + nbytes)`` of the storage based at ``base``.
+
+        What a recorder knows of a tensor view: its storage's base pointer and size and the
+        byte range the view can touch. Covering the whole storage encodes as the whole block.
+        """
+        bid, b0 = self.block(base)
+        a = ~bid if write else bid
+        offset += base - b0
+        entry = self._blocks[b0]
+        if entry[1] is None and offset + nbytes > entry[2]:
+            entry[2] = offset + nbytes
+        if offset == 0 and nbytes >= storage_nbytes:
+            return a
+        return [a, offset, nbytes]
+
     def kernel(
         self,
         handle: int,
