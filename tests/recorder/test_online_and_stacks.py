@@ -40,6 +40,9 @@ def test_online_raise_stops_at_the_racing_op_with_both_stacks():
     assert f"{here}:{_racy.__code__.co_firstlineno + 6} in _racy" in msg  # the read
     assert f"{here}:{_racy.__code__.co_firstlineno + 5} in _racy" in msg  # the write
     assert ei.value.finding.kind.value == "data-race"
+    # Worded like `npusan analyze`: streams named, and a fix to apply.
+    assert "stream #1 (sim:0)" in msg and "default stream (sim:0)" in msg
+    assert "\n  fix: " in msg and "wait_stream" in msg
 
 
 def test_online_warn_continues_and_computes_the_same(capfd):

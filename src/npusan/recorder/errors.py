@@ -5,7 +5,8 @@ Importing this module never imports torch (``npusan.RaceError`` is public).
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Optional
 
 
 class RaceError(RuntimeError):
@@ -42,7 +43,28 @@ def _side(label: str, acc) -> str:
     return "\n".join(lines)
 
 
-def format_finding(f: Any) -> str:
+def format_finding(f: Any, header: Optional[dict] = None) -> str:
+    """The finding as ``npusan analyze`` would print it (streams named, source quoted, a fix).
+
+    Falls back to a plain description if the report cannot be built: online mode runs
+    inside the user's program and must not fail there.
+    """
+    try:
+        from ..analyzer.findings import AnalysisResult, TraceSummary
+        from ..analyzer.reporters import ReportOptions, build_report
+        from ..analyzer.reporters.text import group_text
+
+        report = build_report(AnalysisResult(findings=[f], traces=[TraceSummary("<live>", dict(header or {}))]))
+        text = group_text(report, report.groups[0], ReportOptions()).rstrip("\n")
+        # Live, there is no "(1/1)" numbering and no trace to count occurrences in.
+        lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("seen:")]
+        lines[0] = re.sub(r"^error\[[a-z-]+\] \(\d+/\d+\): ", "", lines[0])
+        return "\n".join(lines)
+    except Exception:
+        return _plain(f)
+
+
+def _plain(f: Any) -> str:
     """A multi-line description of a finding, innermost frame first under each access."""
     kind = getattr(f.kind, "value", str(f.kind))
     title = _TITLES.get(kind, kind)

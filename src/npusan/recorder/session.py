@@ -508,7 +508,7 @@ class Recorder:
             if fp in self._reported:
                 continue
             self._reported.add(fp)
-            msg = format_finding(f)
+            msg = format_finding(f, self.engine.header if self.engine is not None else None)
             if self.online == "raise" and allow_raise:
                 raise RaceError(msg, f)
             try:
