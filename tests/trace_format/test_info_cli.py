@@ -37,6 +37,8 @@ def test_info_text(trace):
     assert any(line.split()[:2] == ["kernel", "2"] for line in out.splitlines())
     assert any(line.split()[:2] == ["events", "14"] for line in out.splitlines())
     assert "truncated" not in out
+    # streams named as `npusan analyze` names them
+    assert "stream #1 (cuda:0)" in out and "default stream (cuda:0)" in out
 
 
 def test_info_json(trace):

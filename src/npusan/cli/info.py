@@ -13,6 +13,9 @@ from typing import Any
 
 import click
 
+from ..analyzer.findings import stream_numbers
+from ..analyzer.reporters.describe import device_label
+from ..trace_format.header import is_default_stream
 from .errors import one_line_errors
 
 
@@ -102,18 +105,20 @@ def _render(s, no_color: bool) -> None:
 
     if s.streams:
         st = Table(title="Streams", box=box.SIMPLE_HEAD, title_justify="left", title_style="bold")
-        st.add_column("#", justify="right")
-        st.add_column("device", justify="right")
+        # Named as `npusan analyze` names them; the raw index is what the trace uses.
+        numbers = stream_numbers({x.index: (x.device, x.handle) for x in s.streams},
+                                 lambda d, h: is_default_stream(s.header, d, h))
+        st.add_column("stream", no_wrap=True)
+        st.add_column("index", justify="right")
         st.add_column("handle")
-        st.add_column("default")
         st.add_column("created in trace")
         st.add_column("kernels", justify="right")
         for x in s.streams:
+            name = "default stream" if x.default else f"stream #{numbers[x.index]}"
             st.add_row(
+                f"{name} ({device_label(s.header, x.device)})",
                 str(x.index),
-                str(x.device),
                 hex(x.handle) if x.handle >= 0 else str(x.handle),
-                "yes" if x.default else "",
                 "yes" if x.created else "no (first seen in use)",
                 f"{x.kernels:,}",
             )
