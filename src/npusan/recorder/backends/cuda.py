@@ -23,7 +23,7 @@ import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .base import Backend, RecorderCallbacks
-from .hooks import TraceHooks
+from .hooks import COMMON_HOOK_NAMES, TraceHooks
 
 #: Attribute set on the registry module holding our forwarder (registered at most once).
 _HOOKS_ATTR = "_npusan_cuda_hooks"
@@ -31,20 +31,8 @@ _HOOKS_ATTR = "_npusan_cuda_hooks"
 #: 1 (cudaStreamLegacy), 2 (cudaStreamPerThread).
 _SHARED_HANDLES = 2
 
-#: The ten hooks torch exposes (suffix after ``register_callback_for_``); the forwarder
-#: has a method of the same name for each.
-HOOK_NAMES: Tuple[str, ...] = (
-    "event_creation",
-    "event_deletion",
-    "event_record",
-    "event_wait",
-    "memory_allocation",
-    "memory_deallocation",
-    "stream_creation",
-    "device_synchronization",
-    "stream_synchronization",
-    "event_synchronization",
-)
+#: The ten hooks torch exposes; the forwarder has a method of the same name for each.
+HOOK_NAMES: Tuple[str, ...] = COMMON_HOOK_NAMES
 
 
 class _CudaHooks(TraceHooks):

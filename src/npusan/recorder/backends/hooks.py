@@ -9,9 +9,24 @@ traceback into the user's program, and the recorder must never harm it.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 from .base import RecorderCallbacks
+
+#: The hooks both runtimes fire (suffix after ``register_callback_for_`` on CUDA,
+#: ``register_callback_for_npu_`` on NPU); :class:`TraceHooks` has a method of each name.
+COMMON_HOOK_NAMES: Tuple[str, ...] = (
+    "event_creation",
+    "event_deletion",
+    "event_record",
+    "event_wait",
+    "memory_allocation",
+    "memory_deallocation",
+    "stream_creation",
+    "device_synchronization",
+    "stream_synchronization",
+    "event_synchronization",
+)
 
 
 class TraceHooks:

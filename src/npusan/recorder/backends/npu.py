@@ -43,7 +43,7 @@ import warnings
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from .base import Backend, RecorderCallbacks
-from .hooks import TraceHooks
+from .hooks import COMMON_HOOK_NAMES, TraceHooks
 
 _HOOKS_ATTR = "_npusan_npu_hooks"
 #: Sanitizer mode numbers of ``torch_npu._C._activate_npu_trace``.
@@ -53,20 +53,7 @@ KERNEL_MODE = 1
 _MAX_DEAD_EVENTS = 4096
 
 #: The twelve hooks of torch_npu's stream mode (suffix after ``register_callback_for_npu_``).
-HOOK_NAMES: Tuple[str, ...] = (
-    "event_creation",
-    "event_deletion",
-    "event_record",
-    "event_wait",
-    "memory_allocation",
-    "memory_deallocation",
-    "stream_creation",
-    "device_synchronization",
-    "stream_synchronization",
-    "event_synchronization",
-    "record_stream",
-    "erase_stream",
-)
+HOOK_NAMES: Tuple[str, ...] = COMMON_HOOK_NAMES + ("record_stream", "erase_stream")
 
 _warned: Set[str] = set()
 
