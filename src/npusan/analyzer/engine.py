@@ -888,17 +888,7 @@ def _run(eng, records):
 {shapes}
             if rec[0] == K:
                 S = rec[1]
-{switch}
-                k = (seq, S, rec[2], rec[3])
-                for a in rec[4:]:
-                    try:
-                        x = own[a] - a
-                    except (TypeError, IndexError):
-                        x = -1
-                    if x == S:
-                        slot[a] = k
-                    else:
-{slow_a}
+{general}
             else:
                 if vec is not None:
                     vec[lastS] = seq
@@ -959,17 +949,7 @@ def _run_direct(eng, source, absorb):
 {shapes}
                 if n >= 4 and rec[0] == K:
                     S = rec[1]
-{switch}
-                    k = (seq, S, rec[2], rec[3])
-                    for a in rec[4:]:
-                        try:
-                            x = own[a] - a
-                        except (TypeError, IndexError):
-                            x = -1
-                        if x == S:
-                            slot[a] = k
-                        else:
-{slow_a}
+{general}
                     continue
             if vec is not None:
                 vec[lastS] = seq
@@ -1027,48 +1007,35 @@ def _shape(count: int) -> str:
     return out + _indent(body, 4)
 
 
-def _generate_run():
+# Any kernel (any number of accesses, ranges included): the stream switch, then each access.
+_GENERAL = _SWITCH + """\
+k = (seq, S, rec[2], rec[3])
+for a in rec[4:]:
+    try:
+        x = own[a] - a
+    except (TypeError, IndexError):
+        x = -1
+    if x == S:
+        slot[a] = k
+    else:
+""" + _indent(_SLOW.format(a="a"), 8)
+
+def _generate(template: str, func: str, depth: int, **env):
+    """Compile one replay loop from its template; ``depth`` indents its kernel branches."""
     branches = []
     for i, count in enumerate((3, 2, 4, 1)):  # most frequent kernel shapes first
         branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(_shape(count), 4))
-    src = _RUN.format(
-        shapes=_indent("".join(branches), 12).rstrip("\n"),
-        switch=_indent(_SWITCH, 16).rstrip("\n"),
-        slow_a=_indent(_SLOW.format(a="a"), 28).rstrip("\n"),
+    src = template.format(
+        shapes=_indent("".join(branches), depth).rstrip("\n"),
+        general=_indent(_GENERAL, depth + 4).rstrip("\n"),
     )
-    env = {
-        "KERNEL": R.KERNEL,
-        "BLOCK_DEF": R.BLOCK_DEF,
-        "DEFINITIONS": R.DEFINITIONS,
-        "_CallbackError": _CallbackError,
-        "TraceFormatError": TraceFormatError,
-        "RecordError": RecordError,
-    }
-    exec(compile(src, "<npusan replay loop>", "exec"), env)  # noqa: S102 - our own template
-    return env["_run"], src
+    env.update(KERNEL=R.KERNEL, _CallbackError=_CallbackError, TraceFormatError=TraceFormatError,
+               RecordError=RecordError)
+    exec(compile(src, f"<npusan {func}>", "exec"), env)  # noqa: S102 - our own template
+    return env[func], src
 
 
-def _generate_run_direct():
-    branches = []
-    for i, count in enumerate((3, 2, 4, 1)):
-        branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(_shape(count), 4))
-    src = _RUN_DIRECT.format(
-        shapes=_indent("".join(branches), 16).rstrip("\n"),
-        switch=_indent(_SWITCH, 20).rstrip("\n"),
-        slow_a=_indent(_SLOW.format(a="a"), 32).rstrip("\n"),
-    )
-    lines = src.splitlines()
-    env = {
-        "KERNEL": R.KERNEL,
-        "FOR_LINE": lines.index("        for rec in source:") + 1,
-        "_CallbackError": _CallbackError,
-        "TraceFormatError": TraceFormatError,
-        "RecordError": RecordError,
-        "SourceError": SourceError,
-    }
-    exec(compile(src, "<npusan direct replay loop>", "exec"), env)  # noqa: S102 - our own template
-    return env["_run_direct"], src
-
-
-_run, _RUN_SOURCE = _generate_run()
-_run_direct, _RUN_DIRECT_SOURCE = _generate_run_direct()
+_run, _RUN_SOURCE = _generate(_RUN, "_run", 12, BLOCK_DEF=R.BLOCK_DEF, DEFINITIONS=R.DEFINITIONS)
+_run_direct, _RUN_DIRECT_SOURCE = _generate(_RUN_DIRECT, "_run_direct", 16, SourceError=SourceError)
+# The direct loop tells an error of its source (raised on the ``for`` line) from its own.
+_run_direct.__globals__["FOR_LINE"] = _RUN_DIRECT_SOURCE.splitlines().index("        for rec in source:") + 1
