@@ -43,6 +43,10 @@ class SourceCache:
         self._files[filename] = lines
         return lines
 
+    def lines(self, filename: str) -> Optional[list[str]]:
+        """Every line of ``filename`` (unstripped), or ``None`` when it cannot be read."""
+        return self._load(filename)
+
     def line(self, filename: str, lineno: int) -> Optional[str]:
         """The stripped source line ``lineno`` (1-based) of ``filename``, or ``None``."""
         lines = self._load(filename)

@@ -58,9 +58,11 @@ def test_missing_record_stream_fix_names_both_places():
     out = text([f])
     assert "returned to the allocator, free for reuse on default stream (cuda:0)" in out
     assert "right after line 11 add" in out
-    assert "x.record_stream(torch.cuda.current_stream())" in out
-    assert "before the free at train.py:12" in out and "torch.cuda.default_stream(0).wait_stream(s1)" in out
-    assert "where s1 is stream #1 (cuda:0), created at train.py:18" in out
+    # train.py is not readable here: placeholders that cannot compile, and a note saying so
+    assert "<x>.record_stream(torch.cuda.current_stream())" in out
+    assert "before the free at train.py:12" in out and "torch.cuda.default_stream(0).wait_stream(<s1>)" in out
+    assert "where <s1> is stream #1 (cuda:0), created at train.py:18" in out
+    assert "not readable here, so the names in this fix are not checked" in out
     assert "once in a.bin, after kernel 2" in out
 
 
@@ -92,10 +94,11 @@ def test_data_race_fix_uses_the_backends_stream_api(backend, mod):
     assert f"default stream ({backend}:0)" in out and f"stream #1 ({backend}:0)" in out
     assert fix == [
         "fix:       make the read at train.py:30 wait for the write at train.py:29; right before line 30 add",
-        f"{mod}.current_stream().wait_stream(s1)",
-        f"or, with an event: after line 29 add `event = {mod}.current_stream().record_event()`, "
-        f"and before line 30 add `{mod}.current_stream().wait_event(event)`",
-        f"where s1 is stream #1 ({backend}:0), created at train.py:18",
+        f"{mod}.current_stream().wait_stream(<s1>)",
+        f"or, with an event: after line 29 add `<event> = {mod}.current_stream().record_event()`, "
+        f"and before line 30 add `{mod}.current_stream().wait_event(<event>)`",
+        "(train.py is not readable here, so the names in this fix are not checked against it)",
+        f"where <s1> is stream #1 ({backend}:0), created at train.py:18",
     ]
     assert not any(f"{m}." in out for m in ("torch.cuda", "torch.npu", "npusan.sim") if m != mod)
 
@@ -108,10 +111,11 @@ def test_missing_record_stream_fix_uses_the_backends_stream_api(backend, mod):
     out, fix = fix_lines(backend, make_finding("missing-record-stream", **MISSING_RS))
     assert fix == [
         "fix:       tell the allocator about the use at train.py:11; right after line 11 add",
-        f"x.record_stream({mod}.current_stream())    # x: the 4.0 KiB tensor allocated at train.py:17",
+        f"<x>.record_stream({mod}.current_stream())    # <x>: the 4.0 KiB tensor allocated at train.py:17",
         f"or, before the free at train.py:12, make the allocating stream wait for the use: "
-        f"`{mod}.default_stream(0).wait_stream(s1)`",
-        f"where s1 is stream #1 ({backend}:0), created at train.py:18",
+        f"`{mod}.default_stream(0).wait_stream(<s1>)`",
+        "(train.py is not readable here, so the names in this fix are not checked against it)",
+        f"where <s1> is stream #1 ({backend}:0), created at train.py:18",
     ]
 
 
@@ -119,6 +123,7 @@ def test_a_default_stream_in_the_fix_is_named_by_its_api_and_needs_no_note():
     _, fix = fix_lines("npu", make_finding())  # later read on stream #1, earlier write on the default stream
     assert fix[1] == "torch.npu.current_stream().wait_stream(torch.npu.default_stream(0))"
     assert not any(line.startswith("where ") for line in fix)
+    assert fix[-1].startswith("(train.py is not readable here")
 
 
 def test_streams_of_other_devices_get_distinct_placeholders():
@@ -127,8 +132,8 @@ def test_streams_of_other_devices_get_distinct_placeholders():
     f = replace(f, access=replace(f.access, stream=replace(f.previous.stream, device=1)),
                 previous=replace(f.previous, stream=side1))
     _, fix = fix_lines("cuda", f)
-    assert fix[1] == "torch.cuda.current_stream().wait_stream(s1_dev1)"
-    assert fix[-1] == "where s1_dev1 is stream #1 (cuda:1), created at train.py:18"
+    assert fix[1] == "torch.cuda.current_stream().wait_stream(<s1_dev1>)"
+    assert fix[-1] == "where <s1_dev1> is stream #1 (cuda:1), created at train.py:18"
 
 
 def test_colors_only_when_asked():
@@ -163,45 +168,3 @@ def test_unknown_allocation_and_missing_stacks():
     assert "unknown-size tensor allocated before recording began" in out
     assert "(no stack recorded)" in out
     assert "an unknown location" in out  # the fix cannot name a line it does not know
-
-
-def test_fix_calls_tensors_and_streams_by_their_variable_names_when_the_source_is_readable(tmp_path):
-    from npusan.analyzer.findings import Frame
-    from npusan.analyzer.reporters.describe import assigned_name, fix
-    from npusan.analyzer.sources import SourceCache
-
-    src = tmp_path / "prog.py"
-    src.write_text("self.copy_stream = torch.cuda.Stream()\nbuf: torch.Tensor = torch.empty(4)\n"
-                   "else: y = 1\nx == y\nx += 1\na, b = f()\nx[0] = 1\n")
-    sources = SourceCache()
-    names = [assigned_name(Frame(str(src), n, "f"), sources) for n in range(1, 9)]
-    assert names == ["self.copy_stream", "buf", None, None, None, None, None, None]
-
-    f = make_finding("missing-record-stream", **MISSING_RS)
-    main = Frame("train.py", 60, "main")
-    side = replace(f.previous.stream, created_stack=(main, Frame(str(src), 1, "setup")))
-    f = replace(f, previous=replace(f.previous, stream=side),
-                block=replace(f.block, stack=(main, Frame(str(src), 2, "setup"))))
-    lines = fix(f, {"backend": "npu"}, sources)
-    assert lines[1].strip().startswith("buf.record_stream(torch.npu.current_stream())    # buf: the 4.0 KiB tensor")
-    assert lines[2].endswith("`torch.npu.default_stream(0).wait_stream(self.copy_stream)`")
-    assert lines[3].startswith("where self.copy_stream is stream #1 (npu:0), created at ")
-    # Without sources (or an unreadable file): placeholders, explained the same way.
-    assert fix(f, {"backend": "npu"})[3].startswith("where s1 is stream #1 (npu:0)")
-
-
-def test_two_streams_with_the_same_variable_name_fall_back_to_placeholders(tmp_path):
-    from npusan.analyzer.findings import Frame
-    from npusan.analyzer.reporters.describe import fix
-    from npusan.analyzer.sources import SourceCache
-
-    src = tmp_path / "prog.py"
-    src.write_text("s = torch.cuda.Stream()\n")
-    f = make_finding("missing-record-stream", **MISSING_RS)
-    made_here = (Frame(str(src), 1, "setup"),)
-    use = replace(f.previous.stream, created_stack=made_here)
-    alloc = replace(f.previous.stream, index=7, ordinal=2, handle=0x99, created_stack=made_here)
-    f = replace(f, previous=replace(f.previous, stream=use), block=replace(f.block, stream=alloc))
-    lines = fix(f, {"backend": "cuda"}, SourceCache())
-    assert lines[2].endswith("`s2.wait_stream(s1)`")
-    assert lines[3].startswith("where s1 is stream #1 (cuda:0)") and lines[4].startswith("where s2 is stream #2 (cuda:0)")

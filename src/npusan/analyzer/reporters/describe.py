@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import keyword
 import re
-from typing import Optional, Sequence
+import weakref
+from typing import Optional
 
 from ..findings import AccessInfo, Finding, Frame, Kind, StreamRef
+from ..pynames import OTHER, Scope, ScopeIndex
 from ..sources import SourceCache, display_path, user_site
 
 KIND_TITLES = {
@@ -51,12 +53,22 @@ def device_label(header: dict, device: int) -> str:
 
 
 def torch_module(header: dict) -> str:
-    """The Python module a user calls for streams on this backend."""
+    """The Python module a user calls for streams on this backend, by its full name."""
+    return _MODULES[_backend(header)][0]
+
+
+def _backend(header: dict) -> str:
     backend = header.get("backend") if isinstance(header, dict) else None
-    return _MODULES.get(backend, "torch.cuda")
+    return backend if backend in _MODULES else "cuda"
 
 
-_MODULES = {"npu": "torch.npu", "sim": "npusan.sim", "cuda": "torch.cuda"}
+#: Per backend: the full names that reach its stream API, and the import that binds the first.
+_MODULES = {
+    "npu": ("torch.npu", "torch_npu.npu"),
+    "sim": ("npusan.sim",),
+    "cuda": ("torch.cuda",),
+}
+_IMPORTS = {"npu": "import torch", "sim": "import npusan.sim", "cuda": "import torch"}
 
 
 def frame_label(fr: Optional[Frame]) -> str:
@@ -95,21 +107,6 @@ def stream_short(s: Optional[StreamRef], header: dict) -> str:
     if s is None:
         return "an unknown stream"
     return ("the " if s.is_default else "") + stream_label(s, header)
-
-
-def stream_code(s: Optional[StreamRef], header: dict, sources: Optional[SourceCache] = None) -> str:
-    """How the fix refers to a stream in Python: the default stream by its API call, others
-    by the variable their creation line assigned (``side = torch.cuda.Stream()``) when the
-    source can be read, else a placeholder (``s2`` for stream #2); :func:`fix` explains it."""
-    if s is None:
-        return "<stream>"
-    if s.is_default:
-        return f"{torch_module(header)}.default_stream({s.device})"
-    name = assigned_name(user_site(s.created_stack), sources)
-    if name is not None:
-        return name
-    n = stream_number(s)
-    return f"s{n}" if s.device == 0 else f"s{n}_dev{s.device}"
 
 
 #: ``name = ...``, ``self.name = ...`` or ``name: T = ...`` (not ``==``, ``+=``, ``a[i] =``).
@@ -181,84 +178,208 @@ def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
     return a.type
 
 
+_SCOPE_INDEXES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _scope_index(sources: Optional[SourceCache]) -> Optional[ScopeIndex]:
+    """One parse cache per SourceCache (a report's sources live as long as the report)."""
+    if sources is None:
+        return None
+    idx = _SCOPE_INDEXES.get(sources)
+    if idx is None:
+        idx = _SCOPE_INDEXES[sources] = ScopeIndex(sources)
+    return idx
+
+
+class Names:
+    """How code pasted at one line calls the stream API, streams and tensors.
+
+    Only names the program itself binds there are used: the module under the name its
+    imports give it (``from npusan import sim`` -> ``sim``), a stream or tensor under the
+    variable that created it when that variable is visible at the line. Anything else is
+    a placeholder that nothing at the line binds (so a pasted fix fails loudly instead of
+    silently using another object), and :attr:`notes` says what each stands for. Without
+    the source, placeholders are written ``<...>`` and a note says nothing was checked.
+    """
+
+    def __init__(self, header: dict, sources: Optional[SourceCache], site: Optional[Frame]) -> None:
+        self.header = header
+        self.sources = sources
+        self.site = site
+        self.index = _scope_index(sources)
+        self.scope: Optional[Scope] = None
+        if self.index is not None and site is not None:
+            self.scope = self.index.scope_at(site.filename, site.lineno)
+        self.notes: list[str] = []
+        self._streams: dict = {}  # StreamRef -> code
+        self._module: Optional[str] = None
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def module(self) -> str:
+        if self._module is not None:
+            return self._module
+        backend = _backend(self.header)
+        full = _MODULES[backend]
+        expr = self.scope.expression(full) if self.scope is not None else None
+        if expr is None:
+            expr = full[0]
+            if self.scope is None:
+                self._note(
+                    f"({_file(self.site)} is not readable here, so the names in this fix "
+                    f"are not checked against it)"
+                )
+            else:
+                self._note(
+                    f"({display_path(self.site.filename)} does not import {full[0]} under a "
+                    f"name visible at line {self.site.lineno}: add `{_IMPORTS[backend]}`)"
+                )
+        self._module = expr
+        return expr
+
+    def stream(self, s: Optional[StreamRef]) -> str:
+        if s is None:
+            return "<stream>"
+        if s.is_default:
+            return f"{self.module()}.default_stream({s.device})"
+        if s in self._streams:
+            return self._streams[s]
+        creation = user_site(s.created_stack)
+        name = self._visible(assigned_name(creation, self.sources), creation, local_only=False)
+        if name is None or name in self._streams.values():
+            n = stream_number(s)
+            base = f"s{n}" if s.device == 0 else f"s{n}_dev{s.device}"
+            name = self._placeholder(base)
+        self._streams[s] = name
+        self._note(f"where {name} is {stream_name(s, self.header)}")
+        return name
+
+    def tensor(self, allocated: Optional[Frame]) -> str:
+        name = self._visible(assigned_name(allocated, self.sources), allocated, local_only=True)
+        return name if name is not None else self._placeholder("x")
+
+    def event(self) -> str:
+        return self.scope.fresh("event") if self.scope is not None else "<event>"
+
+    def _placeholder(self, base: str) -> str:
+        return self.scope.fresh(base) if self.scope is not None else f"<{base}>"
+
+    def _visible(self, name: Optional[str], origin: Optional[Frame], local_only: bool) -> Optional[str]:
+        """``name`` (assigned at ``origin``) if at this line it still names that object."""
+        if name is None or self.scope is None or origin is None or self.index is None:
+            return None
+        there = self.index.scope_at(origin.filename, origin.lineno)
+        if there is None:
+            return None
+        same_file = origin.filename == self.site.filename
+        if name.startswith("self."):
+            ok = same_file and self.scope.cls is not None and self.scope.cls == there.cls
+            return name if ok and "self" in self.scope.names else None
+        if self.scope.names.get(name) != OTHER:
+            return None  # not a variable here (unbound, or an import)
+        if same_file and self.scope.function == there.function:
+            return name  # the same function's variable
+        return None if local_only else name  # a stream passed under the same name
+
+
 def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
     """A concrete suggestion naming the line to change; the first line is the summary.
 
     The code uses the stream API of the trace's backend (``torch.cuda``, ``torch.npu``
-    that torch_npu registers, or ``npusan.sim``), and relies on one fact: right before or
-    after an access's line, the current stream is the stream that access ran on. With
-    ``sources``, tensors and streams are called by the variable their allocation or
-    creation line assigned; otherwise by placeholders the fix explains.
+    that torch_npu registers, or ``npusan.sim``) under the name the program imports it as,
+    and relies on one fact: right before or after an access's line, the current stream is
+    the stream that access ran on. See :class:`Names` for how streams and tensors are named.
     """
-    mod = torch_module(header)
     later, earlier = f.access, f.previous
     at_later = user_site(later.stack)
     at_earlier = user_site(earlier.stack)
-    codes = _stream_codes((earlier.stream, f.block.stream), header, sources)
-
-    def code(s: Optional[StreamRef]) -> str:
-        return codes.get(s, "<stream>") if s is not None else "<stream>"
 
     if f.kind is Kind.DATA_RACE:
-        waited = code(earlier.stream)
+        here = Names(header, sources, at_later)
+        mod = here.module()
         lines = [
             f"make the {later.type} at {frame_label(at_later)} wait for the {earlier.type} "
             f"at {frame_label(at_earlier)}; right before line {_line(at_later)} add",
-            f"    {mod}.current_stream().wait_stream({waited})",
-            f"or, with an event: after line {_line(at_earlier)} add "
-            f"`event = {mod}.current_stream().record_event()`, and before line "
-            f"{_line(at_later)} add `{mod}.current_stream().wait_event(event)`",
+            f"    {mod}.current_stream().wait_stream({here.stream(earlier.stream)})",
         ]
-        used = [earlier.stream]
-    else:
-        use_stream = code(earlier.stream)
-        alloc_stream = code(f.block.stream)
-        var = "x"
-        if f.kind is Kind.MISSING_RECORD_STREAM:
-            tensor = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
-            var = assigned_name(user_site(f.block.stack), sources) or var
-        else:  # the block describes the new allocation; x is the old tensor
-            tensor = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
-        lines = [
-            f"tell the allocator about the use at {frame_label(at_earlier)}; right after "
-            f"line {_line(at_earlier)} add",
-            f"    {var}.record_stream({mod}.current_stream())    # {var}: {tensor}",
-        ]
-        if f.kind is Kind.MISSING_RECORD_STREAM:
-            before = f"the free at {frame_label(at_later)}" if not is_leak(f) else f"{var} is freed"
+        there = Names(header, sources, at_earlier)
+        if _same_function(here, there):
+            event = here.event()
             lines.append(
-                f"or, before {before}, make the allocating stream "
-                f"wait for the use: `{alloc_stream}.wait_stream({use_stream})`"
+                f"or, with an event: after line {_line(at_earlier)} add "
+                f"`{event} = {mod}.current_stream().record_event()`, and before line "
+                f"{_line(at_later)} add `{mod}.current_stream().wait_event({event})`"
             )
-        else:
-            lines.append(
-                f"or, before the old tensor is freed, make the allocating stream wait for the "
-                f"use: `{alloc_stream}.wait_stream({use_stream})` (the memory was reused by "
-                f"{later.op} at {frame_label(at_later)})"
-            )
-        used = [earlier.stream, f.block.stream]
-    return lines + _stream_notes(used, codes, header)
+        return lines + here.notes
+
+    use = Names(header, sources, at_earlier)
+    mod = use.module()
+    if f.kind is Kind.MISSING_RECORD_STREAM:
+        what = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
+        var = use.tensor(user_site(f.block.stack))
+    else:  # the block describes the new allocation; the tensor is the old one
+        what = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
+        var = use.tensor(None)
+    lines = [
+        f"tell the allocator about the use at {frame_label(at_earlier)}; right after "
+        f"line {_line(at_earlier)} add",
+        f"    {var}.record_stream({mod}.current_stream())    # {var}: {what}",
+    ]
+    if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f):
+        free = Names(header, sources, at_later)
+        lines.append(
+            f"or, before the free at {frame_label(at_later)}, make the allocating stream wait "
+            f"for the use: `{free.stream(f.block.stream)}.wait_stream({free.stream(earlier.stream)})`"
+        )
+        return lines + use.notes + [n for n in free.notes if n not in use.notes]
+    before = f"{var} is freed" if f.kind is Kind.MISSING_RECORD_STREAM else "the old tensor is freed"
+    lines.append(
+        f"or, before {before}, make the allocating stream wait for the use: "
+        f"`{use.stream(f.block.stream)}.wait_stream({use.stream(earlier.stream)})`"
+        + (f" (the memory was reused by {later.op} at {frame_label(at_later)})"
+           if f.kind is Kind.REUSE_RACE else "")
+    )
+    return lines + use.notes
+
+
+def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """The one wait that fixes a root cause whose earliest finding is ``f``.
+
+    Before a kernel, the current stream is the waiting stream; before a free it need not
+    be, so the allocating stream is named explicitly.
+    """
+    if f.access.seq:
+        site = user_site(f.access.stack)
+        here = Names(header, sources, site)
+        return [
+            f"make {stream_short(f.access.stream, header)} wait for "
+            f"{stream_short(f.previous.stream, header)} once; right before line {_line(site)} of "
+            f"{_file(site)} (the first access that needs it) add",
+            f"    {here.module()}.current_stream().wait_stream({here.stream(f.previous.stream)})",
+        ] + here.notes
+    site = user_site(f.access.stack)
+    here = Names(header, sources, site)
+    return [
+        f"make {stream_short(f.access.stream, header)} wait for "
+        f"{stream_short(f.previous.stream, header)} once; before the free at {frame_label(site)} add",
+        f"    {here.stream(f.access.stream)}.wait_stream({here.stream(f.previous.stream)})",
+    ] + here.notes
+
+
+def _same_function(a: Names, b: Names) -> bool:
+    """Whether both lines run in one function (so one local variable can carry an event)."""
+    if a.site is None or b.site is None or a.site.filename != b.site.filename:
+        return False
+    if a.scope is not None and b.scope is not None:
+        return a.scope.function == b.scope.function
+    return a.site.function == b.site.function  # unchecked: the event is a <placeholder>
+
+
+def _file(fr: Optional[Frame]) -> str:
+    return display_path(fr.filename) if fr is not None else "an unknown file"
 
 
 def _line(fr: Optional[Frame]) -> str:
     return str(fr.lineno) if fr is not None else "?"
-
-
-def _stream_codes(
-    streams: Sequence[Optional[StreamRef]], header: dict, sources: Optional[SourceCache]
-) -> dict:
-    """``{stream: how the fix writes it}``; placeholders if two streams share a variable name."""
-    refs = list(dict.fromkeys(s for s in streams if s is not None))
-    codes = {s: stream_code(s, header, sources) for s in refs}
-    if len(set(codes.values())) < len(codes):
-        codes = {s: stream_code(s, header) for s in refs}
-    return codes
-
-
-def _stream_notes(streams: Sequence[Optional[StreamRef]], codes: dict, header: dict) -> list[str]:
-    """Say which stream each variable or placeholder in the fix stands for."""
-    seen: dict[str, StreamRef] = {}
-    for s in streams:
-        if s is not None and not s.is_default:
-            seen.setdefault(codes[s], s)
-    return [f"where {code} is {stream_name(s, header)}" for code, s in seen.items()]
