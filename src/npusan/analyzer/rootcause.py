@@ -13,9 +13,9 @@ when one wait, inserted once, orders both:
 
 The second rule is exact for the first occurrence of each finding (kernel sequence numbers
 are launch order), so findings of two different bugs between the same streams stay
-apart: the second bug's producer runs after the first bug's consumer. Reuse races are only
-grouped with reuse races: their natural fix is ``record_stream`` at the old use, not a
-wait before the unrelated code that received the memory.
+apart: the second bug's producer runs after the first bug's consumer. A reuse race is a
+root cause of its own: its natural fix is ``record_stream`` at the old use, not a wait
+before the unrelated code that received the memory.
 """
 
 from __future__ import annotations
@@ -79,10 +79,6 @@ def wait_point(f: Finding) -> Optional[int]:
     return f.first_seq or None
 
 
-def _family(kind: Kind) -> str:
-    return "reuse" if kind is Kind.REUSE_RACE else "wait"
-
-
 def _stream_key(s: StreamRef) -> tuple:
     return (s.trace, s.device, s.handle, s.index)
 
@@ -100,10 +96,10 @@ def root_causes(groups: Iterable[Group]) -> list[RootCause]:
     for g in groups:
         f = g.finding
         point = wait_point(f)
-        if point is None:
+        if point is None or f.kind is Kind.REUSE_RACE:
             causes.append(RootCause([g], point=0))
             continue
-        key = (f.trace, _family(f.kind), _stream_key(f.access.stream), _stream_key(f.previous.stream))
+        key = (f.trace, _stream_key(f.access.stream), _stream_key(f.previous.stream))
         buckets.setdefault(key, []).append((point, order[id(g)], g))
     for items in buckets.values():
         open_: list[RootCause] = []

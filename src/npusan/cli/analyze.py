@@ -17,7 +17,7 @@ import click
 
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
 
-FORMATS = ("text", "json", "sarif", "junit")
+FORMATS = ("text", "json", "sarif", "junit", "short")
 #: Show a progress bar only once the analysis has taken this long (and stderr is a TTY).
 PROGRESS_AFTER_S = 0.5
 
@@ -121,12 +121,14 @@ def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
-              help="Report format: text, json, sarif or junit.")
+              help="Report format: text, json, sarif, junit or short (one line per finding).")
 @click.option("-o", "--output", default=None, metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--check-leaks", is_flag=True,
               help="Also check blocks still alive when a trace ends for missing record_stream.")
 @click.option("--no-group", is_flag=True, help="List every occurrence instead of one entry per bug.")
 @click.option("--full-stacks", is_flag=True, help="Show torch/npusan/Python frames instead of folding them.")
+@click.option("--expand", is_flag=True,
+              help="Text report: show every finding of a shared root cause in full, not only the first.")
 @click.option("--no-color", is_flag=True, help="Plain text even on a terminal.")
 @click.option("--suppress", "suppress_file", default=None, metavar="FILE",
               help="TOML file of findings to silence (see docs/suppressions.md).")
@@ -144,6 +146,7 @@ def analyze(
     check_leaks: bool,
     no_group: bool,
     full_stacks: bool,
+    expand: bool,
     no_color: bool,
     suppress_file: Optional[str],
     baseline_file: Optional[str],
@@ -205,6 +208,7 @@ def analyze(
     options = ReportOptions(
         group=not no_group,
         full_stacks=full_stacks,
+        expand=expand,
         color=color,
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
         check_leaks=check_leaks,

@@ -13,6 +13,7 @@ from typing import Callable, ClassVar, Optional
 from ..baseline import Baseline, KnownFinding
 from ..findings import AnalysisResult, Finding, Kind, TraceSummary, number_streams
 from ..grouping import Group, group_findings, ungrouped
+from ..rootcause import RootCause, root_cause_of, root_causes
 from ..suppressions import Suppressions
 
 
@@ -25,6 +26,7 @@ class ReportOptions:
     check_leaks: bool = False
     min_count: int = 1
     source_roots: tuple = ()  # extra directories to look for relative source files in
+    expand: bool = False  # True: every finding of a root cause in full, not only the first
 
 
 @dataclass
@@ -41,6 +43,20 @@ class Report:
     suppressions: Optional[Suppressions] = None
     grouped: bool = True
     check_leaks: bool = False
+    _causes: Optional[list] = field(default=None, repr=False)
+    _cause_of: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def causes(self) -> list:
+        """The groups as root causes (:mod:`~npusan.analyzer.rootcause`), in report order."""
+        if self._causes is None:
+            self._causes = root_causes(self.groups)
+            self._cause_of = root_cause_of(self._causes)
+        return self._causes
+
+    def cause_of(self, g: Group) -> Optional[RootCause]:
+        self.causes  # noqa: B018 (computes the mapping)
+        return self._cause_of.get(id(g))
 
     def header(self, trace: int) -> dict:
         if 0 <= trace < len(self.traces):

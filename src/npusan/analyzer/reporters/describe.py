@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..findings import AccessInfo, Finding, Frame, Kind, StreamRef
 from ..pynames import OTHER, Scope, ScopeIndex
-from ..sources import SourceCache, display_path, user_site
+from ..sources import SourceCache, display_path, internal_category, user_site
 
 KIND_TITLES = {
     Kind.DATA_RACE: "data race",
@@ -212,6 +212,7 @@ class Names:
             self.scope = self.index.scope_at(site.filename, site.lineno)
         self.notes: list[str] = []
         self._streams: dict = {}  # StreamRef -> code
+        self.placeholders: set = set()  # the stream codes that are placeholders
         self._module: Optional[str] = None
 
     def _note(self, text: str) -> None:
@@ -252,6 +253,7 @@ class Names:
             n = stream_number(s)
             base = f"s{n}" if s.device == 0 else f"s{n}_dev{s.device}"
             name = self._placeholder(base)
+            self.placeholders.add(name)
         self._streams[s] = name
         self._note(f"where {name} is {stream_name(s, self.header)}")
         return name
@@ -297,15 +299,15 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
     at_earlier = user_site(earlier.stack)
 
     if f.kind is Kind.DATA_RACE:
-        here = Names(header, sources, at_later)
+        here = wait_site(f, header, sources)
         mod = here.module()
         lines = [
             f"make the {later.type} at {frame_label(at_later)} wait for the {earlier.type} "
-            f"at {frame_label(at_earlier)}; right before line {_line(at_later)} add",
+            f"at {frame_label(at_earlier)}; right before {_before(here.site, at_later)} add",
             f"    {mod}.current_stream().wait_stream({here.stream(earlier.stream)})",
         ]
         there = Names(header, sources, at_earlier)
-        if _same_function(here, there):
+        if here.site is at_later and _same_function(here, there):
             event = here.event()
             lines.append(
                 f"or, with an event: after line {_line(at_earlier)} add "
@@ -351,12 +353,13 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
     be, so the allocating stream is named explicitly.
     """
     if f.access.seq:
-        site = user_site(f.access.stack)
-        here = Names(header, sources, site)
+        here = wait_site(f, header, sources)
+        first = "the first access that needs it" if here.site is user_site(f.access.stack) else (
+            f"the call that leads to the first access that needs it, at {frame_label(user_site(f.access.stack))}")
         return [
             f"make {stream_short(f.access.stream, header)} wait for "
-            f"{stream_short(f.previous.stream, header)} once; right before line {_line(site)} of "
-            f"{_file(site)} (the first access that needs it) add",
+            f"{stream_short(f.previous.stream, header)} once; right before line {_line(here.site)} of "
+            f"{_file(here.site)} ({first}) add",
             f"    {here.module()}.current_stream().wait_stream({here.stream(f.previous.stream)})",
         ] + here.notes
     site = user_site(f.access.stack)
@@ -366,6 +369,39 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
         f"{stream_short(f.previous.stream, header)} once; before the free at {frame_label(site)} add",
         f"    {here.stream(f.access.stream)}.wait_stream({here.stream(f.previous.stream)})",
     ] + here.notes
+
+
+def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> Names:
+    """Where a wait before ``f``'s later access goes, with the names there.
+
+    Right before the later access's line, unless the stream to wait for has no name
+    there: then before an enclosing call on the later access's stack where it has one
+    (``copy`` in ``main()``, which calls ``step()``, which reads). Only calls the earlier
+    access did not happen inside qualify, so the wait still comes after it.
+    """
+    later, earlier = list(f.access.stack), list(f.previous.stack)
+    innermost = user_site(later)
+    shared = 0
+    while shared < min(len(later), len(earlier)) and later[shared] == earlier[shared]:
+        shared += 1
+    first = Names(header, sources, innermost)
+    first.stream(f.previous.stream)
+    if not first.placeholders or first.scope is None:
+        return Names(header, sources, innermost)
+    for fr in reversed(later[shared:]):
+        if fr is innermost or internal_category(fr) is not None:
+            continue
+        names = Names(header, sources, fr)
+        names.stream(f.previous.stream)
+        if names.scope is not None and not names.placeholders:
+            return Names(header, sources, fr)
+    return Names(header, sources, innermost)
+
+
+def _before(site: Optional[Frame], access: Optional[Frame]) -> str:
+    if site is access or site is None:
+        return f"line {_line(access)}"
+    return f"line {site.lineno} of {_file(site)} (the call that leads to it)"
 
 
 def _same_function(a: Names, b: Names) -> bool:
@@ -383,3 +419,85 @@ def _file(fr: Optional[Frame]) -> str:
 
 def _line(fr: Optional[Frame]) -> str:
     return str(fr.lineno) if fr is not None else "?"
+
+
+def root_cause_title(rc, header: dict) -> str:
+    """"the default stream (cuda:0) does not wait for stream #1 (cuda:0), created at x.py:3"."""
+    f = rc.anchor
+    n = len(rc.groups)
+    kinds = ", ".join(_count(c, KIND_TITLES[Kind(k)], KIND_PLURALS[Kind(k)]) for k, c in rc.kinds().items())
+    return (
+        f"{stream_short(f.access.stream, header)} does not wait for {stream_name(f.previous.stream, header)}"
+        f": one missing synchronization, {_count(n, 'finding')} ({kinds}; "
+        f"{_count(rc.occurrences, 'occurrence')})"
+    )
+
+
+def root_cause_fix(rc, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """The one fix of a root cause: the wait for several findings, a finding's own fix for one."""
+    if len(rc.groups) == 1:
+        return fix(rc.anchor, header, sources)
+    return wait_fix(rc.anchor, header, sources)
+
+
+def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optional[Frame]:
+    """The line :func:`root_cause_fix` tells the user to change (its first code line)."""
+    f = rc.anchor
+    if len(rc.groups) == 1 and f.kind is not Kind.DATA_RACE:
+        return user_site(f.previous.stack)  # record_stream right after the use
+    if f.access.seq:
+        return wait_site(f, header, sources).site
+    return user_site(f.access.stack)
+
+
+def tensors(rc, sources: Optional[SourceCache] = None) -> list[dict]:
+    """The memory a root cause's findings touch: one entry per allocation site and size.
+
+    ``{"name": variable or None, "size": bytes or None, "allocated_at": Frame or None,
+    "findings": n}``, in the order the findings come.
+    """
+    out: dict = {}
+    for g in rc.groups:
+        b = g.finding.block
+        site = user_site(b.stack)
+        key = (site, b.size)
+        if key not in out:
+            out[key] = {"name": assigned_name(site, sources), "size": b.size, "allocated_at": site, "findings": 0}
+        out[key]["findings"] += 1
+    return list(out.values())
+
+
+def tensor_label(t: dict) -> str:
+    """"out (256 B, allocated at x.py:16)" or "1.0 KiB allocated at x.py:9 (2 findings)"."""
+    where = f"allocated at {frame_label(t['allocated_at'])}" if t["allocated_at"] else "allocated before recording"
+    size = human_size(t["size"])
+    text = f"{t['name']} ({size}, {where})" if t["name"] else f"{size} {where}"
+    return text + (f" ({t['findings']} findings)" if t["findings"] > 1 else "")
+
+
+def compact_line(f: Finding) -> str:
+    """A finding in one line under its root cause (whose title already names the streams)."""
+    site, earlier = user_site(f.access.stack), user_site(f.previous.stack)
+    loc = frame_label(site) if site is not None else f.access.op
+    size = human_size(f.block.size)
+    if f.kind is Kind.DATA_RACE:
+        what = (f"{f.access.type} by {f.access.op} of the {size} tensor {allocation_site(f)}; "
+                f"earlier {f.previous.type} by {f.previous.op} at {frame_label(earlier)}")
+    elif f.kind is Kind.MISSING_RECORD_STREAM:
+        what = f"the {size} tensor {allocation_site(f)} freed; used by {f.previous.op} at {frame_label(earlier)}"
+    else:
+        what = f"{size} block re-allocated and touched by {f.access.op}; old use by {f.previous.op} at {frame_label(earlier)}"
+    return f"{loc}: {f.kind.value}: {what}"
+
+
+def _count(n: int, word: str, plural: Optional[str] = None) -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
+def short_line(f: Finding, header: dict) -> str:
+    """One compiler-style line: ``file:line: kind: summary``."""
+    site = user_site(f.access.stack)
+    loc = frame_label(site) if site is not None else f.access.op
+    earlier = user_site(f.previous.stack)
+    tail = f"; earlier {f.previous.type} at {frame_label(earlier)}" if earlier is not None else ""
+    return f"{loc}: {f.kind.value}: {title(f, header)}{tail}"

@@ -12,12 +12,13 @@ from typing import Any, Optional
 from ... import __version__
 from ..findings import AccessInfo, BlockInfo, StreamRef
 from ..grouping import Group
+from ..rootcause import RootCause
 from ..sources import SourceCache
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.1"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.2"
 
 
 def frames_json(stack) -> list:
@@ -62,6 +63,7 @@ def block_json(b: BlockInfo, header: dict) -> dict:
 def group_json(report: Report, g: Group, sources: Optional[SourceCache] = None) -> dict:
     f = g.finding
     header = report.header(f.trace)
+    cause = report.cause_of(g)
     return {
         "kind": f.kind.value,
         "title": D.title(f, header),
@@ -76,6 +78,33 @@ def group_json(report: Report, g: Group, sources: Optional[SourceCache] = None) 
         "last": {"trace": g.last.trace, "seq": g.last.seq},
         "omitted": g.omitted,
         "fix": D.fix(f, header, sources),
+        "root_cause": cause.number if cause is not None else None,
+    }
+
+
+def root_cause_json(report: Report, c: RootCause, sources: Optional[SourceCache] = None) -> dict:
+    f = c.anchor
+    header = report.header(f.trace)
+    site = D.fix_site(c, header, sources)
+    return {
+        "id": c.number,
+        "title": D.root_cause_title(c, header),
+        "waiter": stream_json(f.access.stream, header),
+        "waited": stream_json(f.previous.stream, header),
+        "at": frames_json([site])[0] if site is not None else None,
+        "fix": D.root_cause_fix(c, header, sources),
+        "findings": c.fingerprints,
+        "kinds": c.kinds(),
+        "occurrences": c.occurrences,
+        "tensors": [
+            {
+                "name": t["name"],
+                "size": t["size"],
+                "allocated_at": frames_json([t["allocated_at"]])[0] if t["allocated_at"] else None,
+                "findings": t["findings"],
+            }
+            for t in D.tensors(c, sources)
+        ],
     }
 
 
@@ -102,6 +131,7 @@ def report_json(report: Report, options: ReportOptions) -> dict:
         "tool": {"name": "npusan", "version": __version__},
         "grouped": report.grouped,
         "findings": [group_json(report, g, sources) for g in report.groups],
+        "root_causes": [root_cause_json(report, c, sources) for c in report.causes],
         "summary": {
             "findings": len(report.groups),
             "occurrences": report.occurrences,

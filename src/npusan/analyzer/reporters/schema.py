@@ -105,6 +105,43 @@ REPORT_SCHEMA = {
                     "last": {"$ref": "#/$defs/occurrence"},
                     "omitted": {"type": "integer", "minimum": 0},
                     "fix": {"type": "array", "items": {"type": "string"}},
+                    "root_cause": {"type": ["integer", "null"], "minimum": 1},
+                },
+            },
+        },
+        "root_causes": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "title", "waiter", "waited", "at", "fix", "findings", "kinds", "occurrences", "tensors"],
+                "properties": {
+                    "id": {"type": "integer", "minimum": 1},
+                    "title": {"type": "string"},
+                    "waiter": {"$ref": "#/$defs/stream"},
+                    "waited": {"$ref": "#/$defs/stream"},
+                    "at": {"oneOf": [{"$ref": "#/$defs/frame"}, {"type": "null"}]},
+                    "fix": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                    "findings": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": "^[0-9a-f]{16,64}$"},
+                        "minItems": 1,
+                    },
+                    "kinds": {"type": "object", "propertyNames": _kind,
+                              "additionalProperties": {"type": "integer", "minimum": 1}},
+                    "occurrences": {"type": "integer", "minimum": 1},
+                    "tensors": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "size", "allocated_at", "findings"],
+                            "properties": {
+                                "name": {"type": ["string", "null"]},
+                                "size": {"type": ["integer", "null"]},
+                                "allocated_at": {"oneOf": [{"$ref": "#/$defs/frame"}, {"type": "null"}]},
+                                "findings": {"type": "integer", "minimum": 1},
+                            },
+                        },
+                    },
                 },
             },
         },

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..findings import AccessInfo, Kind
 from ..grouping import Group
+from ..rootcause import RootCause
 from ..sources import Folded, SourceCache, display_path, fold, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
@@ -33,11 +34,43 @@ class TextReporter(Reporter):
 
     def render(self, report: Report, options: ReportOptions) -> str:
         w = _Writer(SourceCache(options.source_roots), options)
-        for i, g in enumerate(report.groups, 1):
-            w.group(report, g, i, len(report.groups))
+        n = len(report.groups)
+        numbers = {id(g): i for i, g in enumerate(_display_order(report), 1)}
+        for c in report.causes:
+            if len(c.groups) == 1:
+                w.group(report, c.groups[0], numbers[id(c.groups[0])], n)
+                w.line()
+                continue
+            w.root_cause(report, c, numbers)
             w.line()
+            for g in c.groups if options.expand else c.groups[:1]:
+                w.group(report, g, numbers[id(g)], n)
+                w.line()
         _summary(w, report, options)
         return w.render()
+
+
+def _display_order(report: Report) -> list:
+    """Findings in the order the text report shows them: root cause by root cause."""
+    return [g for c in report.causes for g in c.groups]
+
+
+@register
+class ShortReporter(Reporter):
+    """``--format short``: one compiler-style line per finding (``file:line: kind: summary``)."""
+
+    name = "short"
+    extension = ".txt"
+
+    def render(self, report: Report, options: ReportOptions) -> str:
+        out = []
+        for c in report.causes:
+            for g in c.groups:
+                line = D.short_line(g.finding, report.header(g.finding.trace))
+                if len(c.groups) > 1:
+                    line += f" [root cause #{c.number}]"
+                out.append(_CONTROL.sub("\ufffd", line) + "\n")
+        return "".join(out)
 
 
 def group_text(report: Report, g: Group, options: ReportOptions, index: int = 1, total: int = 1) -> str:
@@ -137,6 +170,31 @@ class _Writer:
         leaked = verb == "free" and a.op != "free"
         if a.stack or not leaked:  # a block never freed has no stack to show for it
             self.stack(a.stack)
+
+    def root_cause(self, report: Report, c: RootCause, numbers: dict) -> None:
+        """A root cause several findings share: the one fix first, then the findings, compactly."""
+        f = c.anchor
+        header = report.header(f.trace)
+        self.line((f"root cause #{c.number}", "bold red"), ": ", (D.root_cause_title(c, header), "bold"))
+        site = user_site(f.access.stack)
+        if site is not None:
+            self.line(("--> ", "blue"), f"{display_path(site.filename)}:{site.lineno}", indent=1)
+        advice = D.root_cause_fix(c, header, self.sources)
+        self.labelled("fix", (advice[0], "green"))
+        for extra in advice[1:]:
+            self.line(" " * (LABEL_WIDTH + 1), (extra, "green"), indent=1)
+        labels = [D.tensor_label(t) for t in D.tensors(c, self.sources)]
+        self.labelled("tensors", "; ".join(labels))
+        pad = " " * (LABEL_WIDTH + 1)
+        for k, g in enumerate(c.groups):
+            times = "" if g.count == 1 else f" ({g.count} times)"
+            text = f"({numbers[id(g)]}/{len(report.groups)}) {D.compact_line(g.finding)}{times}"
+            if k == 0:
+                self.labelled("findings", text)
+            else:
+                self.line(pad, text, indent=1)
+        if not self.options.expand:
+            self.line(pad, ("the first of them in full below (--expand shows each one)", "dim"), indent=1)
 
     def group(self, report: Report, g: Group, i: int, n: int) -> None:
         f = g.finding
