@@ -22,8 +22,10 @@ example: $(STAMP)
 	$(BIN)/npusan record --backend sim -o out/example.npusan -- $(BIN)/python -m npusan.examples.multistream
 	$(BIN)/npusan analyze out/example.npusan; rc=$$?; test $$rc -le 1
 
-## Install what the tests need and run them (GPU tests skip without CUDA).
+## Install what the tests need and run them (GPU tests skip without CUDA). The HTML report
+## is checked in a real browser: Debian's chromium, installed here when missing.
 test: $(STAMP)
+	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	$(BIN)/python -m pytest -q
 
 ## The CPU benchmarks (analyzer and recorder); numbers are recorded in docs/benchmarks.md.

@@ -277,10 +277,49 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
     }
 
 
+#: Kernels kept per side of each access in :func:`kernels_near` (the HTML report's pictures).
+NEAR = 6
+#: At most this many kernels are kept in all (a report with thousands of findings).
+NEAR_MAX_KERNELS = 20_000
+
+
+def kernels_near(path, seqs, radius: int = NEAR) -> tuple[dict, dict]:
+    """The kernels within ``radius`` of each kernel seq in ``seqs``, read in one streaming pass.
+
+    Returns ``({seq: (stream index, op)}, {stream index: stream name})``; memory is bounded by
+    the kernels kept (:data:`NEAR_MAX_KERNELS`), whatever the trace's size.
+    """
+    window = _Windows([s for s in seqs if s], radius)
+    kept: dict[int, tuple] = {}
+    with TraceReader(path) as reader:
+        header = reader.header if isinstance(reader.header, dict) else {}
+        symbols = reader.symbols
+        created: dict[int, Optional[int]] = {}
+        seq = 0
+        for rec in reader.records():
+            t = rec[0]
+            if t == R.KERNEL:
+                seq += 1
+                if window.keeps(seq) and len(kept) < NEAR_MAX_KERNELS:
+                    kept[seq] = (rec[1], symbols.string(rec[2]))
+            elif t == R.STREAM_CREATED:
+                created.setdefault(rec[1], rec[2])
+        is_default = functools.partial(is_default_stream, header)
+        numbers = stream_numbers(symbols.streams, is_default)
+        names = {}
+        for sidx, (dev, handle) in symbols.streams.items():
+            default = is_default(dev, handle)
+            ref = StreamRef(dev, handle, sidx, default,
+                            tuple(_frame(x) for x in symbols.frames_of(created.get(sidx))),
+                            ordinal=None if default else numbers.get(sidx))
+            names[sidx] = D.stream_label(ref, header)
+    return kept, names
+
+
 def _frame(x):
     from .findings import Frame
 
     return Frame(*x)
 
 
-__all__ = ["export_chrome", "find"]
+__all__ = ["export_chrome", "find", "kernels_near"]

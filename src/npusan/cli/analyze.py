@@ -17,7 +17,7 @@ import click
 
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
 
-FORMATS = ("text", "json", "sarif", "junit", "short")
+FORMATS = ("text", "json", "sarif", "junit", "short", "html")
 #: Show a progress bar only once the analysis has taken this long (and stderr is a TTY).
 PROGRESS_AFTER_S = 0.5
 
@@ -121,7 +121,7 @@ def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
-              help="Report format: text, json, sarif, junit or short (one line per finding).")
+              help="Report format: text, json, sarif, junit, short (one line per finding) or html (one self-contained page).")
 @click.option("-o", "--output", default=None, metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--check-leaks", is_flag=True,
               help="Also check blocks still alive when a trace ends for missing record_stream.")

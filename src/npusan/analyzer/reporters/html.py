@@ -1,0 +1,273 @@
+"""The HTML report: one self-contained file to open in a browser or attach to a bug report.
+
+Everything is inline (CSS, a few lines of script, SVG pictures): the page fetches nothing,
+so it opens offline and leaks nothing. Findings are grouped by root cause, each with both
+stacks and their source lines, its fix, and a small picture of the streams around it (the
+traces are read again for those, in one bounded streaming pass each). Every string that
+comes from a trace is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+from typing import Optional
+
+from ... import __version__
+from ..findings import AccessInfo, Kind
+from ..grouping import Group
+from ..rootcause import RootCause
+from ..sources import Folded, SourceCache, display_path, fold
+from . import describe as D
+from .base import Report, Reporter, ReportOptions, register
+from .json_report import jsonable
+
+
+def e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2127;background:#f6f7f9}
+header,main{max-width:1100px;margin:0 auto;padding:12px 20px}
+h1{font-size:22px;margin:8px 0}h2{font-size:17px;margin:0 0 6px}h3{font-size:15px;margin:0}
+.summary{font-size:15px}.bad{color:#b3261e}.good{color:#1e7d32}.dim{color:#667}
+section.cause{background:#fff;border:1px solid #d8dce2;border-left:5px solid #b3261e;
+border-radius:6px;margin:16px 0;padding:12px 16px}
+details.finding{border-top:1px solid #e3e6ea;padding:8px 0}
+details.finding>summary{cursor:pointer;font-weight:600}
+pre{background:#f1f3f5;padding:8px 10px;border-radius:4px;white-space:pre-wrap;margin:6px 0}
+pre.fix{background:#eaf6ec;border-left:3px solid #1e7d32}
+table{border-collapse:collapse}td,th{padding:2px 10px 2px 0;vertical-align:top;text-align:left}
+.stack{font-family:ui-monospace,monospace;font-size:12.5px}
+.stack .src{color:#114;font-weight:600;padding-left:3em;white-space:pre}
+.tag{display:inline-block;border-radius:3px;padding:0 6px;font-size:12px;background:#fde7e5;color:#b3261e}
+nav ol{margin:4px 0 0 0}svg{background:#fbfcfd;border:1px solid #e3e6ea;border-radius:4px}
+"""
+
+#: Builds the table of contents from the sections (the page is complete without it).
+SCRIPT = """
+document.addEventListener('DOMContentLoaded', function () {
+  var list = document.getElementById('toc-list');
+  document.querySelectorAll('section.cause').forEach(function (s) {
+    var li = document.createElement('li'), a = document.createElement('a');
+    a.href = '#' + s.id; a.textContent = s.dataset.title; li.appendChild(a); list.appendChild(li);
+  });
+  document.body.dataset.ready = 'toc:' + list.children.length;
+});
+"""
+
+LANE_H = 22
+SLOT_W = 22
+LABEL_W = 190
+
+
+@register
+class HtmlReporter(Reporter):
+    name = "html"
+    extension = ".html"
+
+    def render(self, report: Report, options: ReportOptions) -> str:
+        sources = SourceCache(options.source_roots)
+        near = _nearby_kernels(report)
+        out = [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            # No network, ever: scripts and styles only from this page, images only inline.
+            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            "<title>npusan report</title>",
+            f"<style>{CSS}</style><script>{SCRIPT}</script></head><body>",
+            "<header>",
+            f'<h1>npusan report <span class="dim">({e(__version__)})</span></h1>',
+            _summary(report),
+            '<nav><strong>Root causes</strong><ol id="toc-list"></ol></nav>',
+            "</header><main>",
+        ]
+        numbers = {id(g): i for i, g in enumerate((g for c in report.causes for g in c.groups), 1)}
+        for c in report.causes:
+            out.append(_cause(report, c, numbers, sources, near))
+        out.append(_traces(report))
+        out.append("</main></body></html>\n")
+        return "\n".join(out)
+
+
+def _summary(report: Report) -> str:
+    n = len(report.groups)
+    if not n:
+        return '<p class="summary good" id="summary">No stream-synchronization problems found.</p>'
+    kinds = ", ".join(
+        f"{c[0]} {D.KIND_TITLES[Kind(k)] if c[0] == 1 else D.KIND_PLURALS[Kind(k)]}"
+        for k, c in report.counts_by_kind().items() if c[0]
+    )
+    causes = len(report.causes)
+    return (
+        f'<p class="summary bad" id="summary">{n} finding{"s" if n != 1 else ""} ({e(kinds)}; '
+        f'{report.occurrences} occurrences) from {causes} root cause{"s" if causes != 1 else ""}.</p>'
+    )
+
+
+def _cause(report: Report, c: RootCause, numbers: dict, sources: SourceCache, near: dict) -> str:
+    f = c.anchor
+    header = report.header(f.trace)
+    title = D.root_cause_title(c, header)
+    parts = [f'<section class="cause" id="cause-{c.number}" data-title="{e(title)}">',
+             f"<h2>Root cause #{c.number}: {e(title)}</h2>",
+             f'<pre class="fix">{e(chr(10).join(D.root_cause_fix(c, header, sources)))}</pre>']
+    if len(c.groups) > 1:
+        tensors = "".join(f"<li>{e(D.tensor_label(t))}</li>" for t in D.tensors(c, sources))
+        parts.append(f"<p>Tensors:</p><ul>{tensors}</ul>")
+    for k, g in enumerate(c.groups):
+        parts.append(_finding(report, g, numbers[id(g)], sources, near, open_=k == 0))
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def _finding(report: Report, g: Group, i: int, sources: SourceCache, near: dict, open_: bool) -> str:
+    f = g.finding
+    header = report.header(f.trace)
+    later, earlier = ("later", "earlier")
+    if f.kind is Kind.MISSING_RECORD_STREAM:
+        later, earlier = ("not freed" if D.is_leak(f) else "freed", "used")
+    elif f.kind is Kind.REUSE_RACE:
+        later, earlier = ("reused", "old use")
+    rows = [_access_row(later, f.access, f.kind, True, header, sources),
+            _access_row(earlier, f.previous, f.kind, False, header, sources)]
+    alloc = f"block {f.block.address:#x} ({D.human_size(f.block.size)})"
+    if f.block.stream is not None:
+        alloc += f" on {D.stream_name(f.block.stream, header)}"
+    rows.append(f"<tr><th>allocated</th><td>{e(alloc)}{_stack(f.block.stack, sources)}</td></tr>")
+    fix = "\n".join(D.fix(f, header, sources))
+    rows.append(f'<tr><th>fix</th><td><pre class="fix">{e(fix)}</pre></td></tr>')
+    seen = f"{g.count} occurrence{'s' if g.count != 1 else ''} in " + ", ".join(
+        report.trace_path(t) for t in g.traces)
+    rows.append(f"<tr><th>seen</th><td>{e(seen)}; fingerprint <code>{e(g.fingerprint)}</code></td></tr>")
+    picture = _timeline(f, near.get(f.trace))
+    return (
+        f'<details class="finding" id="finding-{i}"{" open" if open_ else ""}>'
+        f'<summary><span class="tag">{e(f.kind.value)}</span> ({i}/{len(report.groups)}) '
+        f"{e(D.title(f, header))}</summary>"
+        f"{picture}<table>{''.join(rows)}</table></details>"
+    )
+
+
+def _access_row(label: str, a: AccessInfo, kind: Kind, is_later: bool, header: dict, sources: SourceCache) -> str:
+    verb = D.access_verb(a, kind, is_later)
+    if verb == "free":
+        what = ("returned to the allocator" if a.op == "free" else "still allocated when the trace ended")
+        what += f", on {D.stream_name(a.stream, header)}"
+    else:
+        what = f"{verb} by {a.op} on {D.stream_name(a.stream, header)}"
+    if a.seq:
+        what += f" [kernel {a.seq}]"
+    return f"<tr><th>{e(label)}</th><td>{e(what)}{_stack(a.stack, sources)}</td></tr>"
+
+
+def _stack(stack, sources: SourceCache) -> str:
+    if not stack:
+        return '<div class="stack dim">(no stack recorded)</div>'
+    lines = []
+    for item in fold(stack):
+        if isinstance(item, Folded):
+            lines.append(f'<div class="dim">{e(item)}</div>')
+            continue
+        lines.append(f"<div>{e(display_path(item.filename))}:{item.lineno} in {e(item.function)}</div>")
+        src = sources.line(item.filename, item.lineno)
+        if src is not None:
+            lines.append(f'<div class="src">{item.lineno:>6} | {e(src)}</div>')
+    return f'<div class="stack">{"".join(lines)}</div>'
+
+
+def _nearby_kernels(report: Report) -> dict:
+    """``{trace index: (kernels, stream names)}`` around the reported findings, or absent."""
+    from ..timeline import kernels_near
+    from ...trace_format.errors import TraceFormatError
+
+    seqs: dict[int, list] = {}
+    for g in report.groups:
+        f = g.finding
+        seqs.setdefault(f.trace, []).extend(s for s in (f.access.seq, f.previous.seq, f.first_seq) if s)
+    out = {}
+    for trace, centers in seqs.items():
+        try:
+            out[trace] = kernels_near(report.trace_path(trace), centers)
+        except (OSError, TraceFormatError, ValueError, TypeError, KeyError, IndexError):
+            continue  # not readable here (or not a file): the report goes without pictures
+    return out
+
+
+def _timeline(f, near: Optional[tuple]) -> str:
+    """An SVG of the streams around a finding: kernels by launch order, both accesses marked."""
+    if near is None:
+        return '<p class="dim">(no timeline: the trace is not readable here)</p>'
+    kernels, names = near
+    marks = {a.seq: role for a, role in ((f.previous, "earlier"), (f.access, "later")) if a.seq}
+    centers = [s for s in (f.access.seq, f.previous.seq, f.first_seq) if s]
+    if not centers:
+        return ""
+    from ..timeline import NEAR
+
+    shown = sorted(s for s in kernels if any(abs(s - c) <= NEAR for c in centers))
+    if not shown:
+        return ""
+    lanes: list[int] = []
+    for s in (f.previous.stream, f.access.stream):
+        if s is not None and s.index not in lanes:
+            lanes.append(s.index)
+    for s in shown:
+        if kernels[s][0] not in lanes:
+            lanes.append(kernels[s][0])
+    x_of = {s: LABEL_W + i * SLOT_W for i, s in enumerate(shown)}
+    width = max(560, LABEL_W + len(shown) * SLOT_W + 10)
+    height = len(lanes) * LANE_H + 22
+    parts = [f'<svg class="timeline" width="{width}" height="{height}" '
+             f'role="img" aria-label="streams around the finding">']
+    for row, sidx in enumerate(lanes):
+        y = row * LANE_H + 4
+        parts.append(f'<text x="4" y="{y + 15}" font-size="12">{e(names.get(sidx, f"stream {sidx}"))}</text>')
+        parts.append(f'<line x1="{LABEL_W - 4}" y1="{y + 10}" x2="{width}" y2="{y + 10}" stroke="#dde"/>')
+    free_x = None
+    for s in shown:
+        sidx, op = kernels[s]
+        y = lanes.index(sidx) * LANE_H + 4
+        role = marks.get(s)
+        color = {"earlier": "#e8a33d", "later": "#b3261e"}.get(role, "#8da2bf")
+        parts.append(f'<rect x="{x_of[s]}" y="{y + 2}" width="{SLOT_W - 4}" height="16" rx="2" fill="{color}">'
+                     f"<title>kernel {s}: {e(op)}{' (' + role + ' access)' if role else ''}</title></rect>")
+        if not f.access.seq and s == f.first_seq:
+            free_x = x_of[s] + SLOT_W - 2
+    if free_x is not None and f.access.stream is not None and f.access.stream.index in lanes:
+        y = lanes.index(f.access.stream.index) * LANE_H + 4
+        parts.append(f'<line x1="{free_x}" y1="{y}" x2="{free_x}" y2="{y + 20}" stroke="#b3261e" stroke-width="3">'
+                     "<title>free</title></line>")
+    parts.append(f'<text x="{LABEL_W}" y="{height - 4}" font-size="11" fill="#667">kernels in launch order '
+                 f"(orange: earlier access, red: later access; hover for ops)</text></svg>")
+    return "".join(parts)
+
+
+def _traces(report: Report) -> str:
+    rows = []
+    for t in report.traces:
+        h = t.header if isinstance(t.header, dict) else {}
+        meta = jsonable({k: v for k, v in h.items() if k not in ("strings",)})
+        start = h.get("start_time")
+        when = ""
+        if isinstance(start, (int, float)) and not isinstance(start, bool):
+            try:
+                when = f"{datetime.datetime.fromtimestamp(start, datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+            except (OverflowError, OSError, ValueError):
+                when = ""
+        state = "TRUNCATED: analyzed up to its last complete record" if t.truncated else "ended cleanly"
+        items = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in sorted(meta.items()))
+        warnings = "".join(f'<li class="bad">{e(w)}</li>' for w in t.warnings)
+        rows.append(
+            f'<div class="trace"><h3>{e(t.path)}</h3><p>{t.events} events, {t.kernels} kernels, {e(state)}'
+            f'{", recorded " + e(when) if when else ""}</p>'
+            f"{'<ul>' + warnings + '</ul>' if warnings else ''}"
+            f"<details><summary>trace metadata</summary><table>{items}</table></details></div>"
+        )
+    return '<section id="traces"><h2>Traces</h2>' + "".join(rows) + "</section>"
+
+
+__all__ = ["HtmlReporter"]
