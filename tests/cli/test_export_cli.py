@@ -48,3 +48,28 @@ def test_export_unusable_traces(run, workdir):
         assert r.exit_code == 2
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("npusan: error: ") and name in lines[0]
+
+
+def test_export_refuses_to_overwrite_without_force(scenario, run, workdir):
+    trace = scenario("data_race")
+    (workdir / "t.json").write_text("keep me")
+    r = run("export", trace, "-o", "t.json")
+    assert r.exit_code == 2 and "t.json exists; add --force to overwrite it" in r.stderr
+    assert (workdir / "t.json").read_text() == "keep me"
+    r = run("export", trace, "-o", "t.json", "--force")
+    assert r.exit_code == 0 and json.loads((workdir / "t.json").read_text())["traceEvents"]
+    assert not [p for p in workdir.iterdir() if p.name.startswith(".npusan-export-")]
+
+
+def test_export_says_what_it_left_out_and_all_exports_everything(run, workdir):
+    from tests.analyzer.test_timeline_streaming import long_trace
+
+    long_trace(workdir / "long.bin", 100, race_at=50)
+    r = run("export", "long.bin", "--max-kernels", "20", "-o", "a.json")
+    assert r.exit_code == 0
+    assert "kept 20 of 200 kernels" in r.stderr and "--all exports everything" in r.stderr
+    assert json.loads((workdir / "a.json").read_text())["otherData"]["kernels_left_out"] == 180
+    r = run("export", "long.bin", "--all", "-o", "b.json")
+    assert r.exit_code == 0 and "exported all 200 kernels" in r.stderr
+    r = run("export", "long.bin", "--all", "--max-kernels", "5")
+    assert r.exit_code == 2 and "--all exports everything" in r.stderr

@@ -12,10 +12,13 @@ findings, once to draw, so memory stays bounded by what is drawn.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 from bisect import bisect_right
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import IO, Callable, Iterator, Optional
 
 from ..trace_format import records as R
 from ..trace_format.header import is_default_stream
@@ -37,17 +40,20 @@ def _tid(sidx: int) -> int:
     return sidx + 1
 
 
-def find(path, *, check_leaks: bool = False):
+def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None):
     """Pass 1: replay ``path``; return (findings, {id(finding): record index at first occurrence})."""
     from .engine import Engine
 
     where: dict[int, int] = {}
     with TraceReader(path) as reader:
         position = [0]
+        total = reader.size if progress is not None else None
 
         def counted():
             for rec in reader.records():
                 position[0] += 1
+                if progress is not None and not position[0] % PROGRESS_EVERY:
+                    progress("finding", reader.position(), total)
                 yield rec
 
         engine = Engine(
@@ -109,9 +115,122 @@ def _marker_args(f: Finding, role: str, header: dict) -> dict:
     }
 
 
-def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: bool = False) -> dict:
-    """The Chrome Trace Event document for the trace at ``path``."""
-    findings, first_at = find(path, check_leaks=check_leaks)
+@dataclass
+class ExportLimits:
+    """What an export keeps. The default keeps a timeline a viewer can open.
+
+    ``around``: only the kernels within N of a finding's accesses (None: no window; by
+    default a window of :data:`DEFAULT_AROUND` when the trace has findings).
+    ``max_kernels``: at most this many kernel slices (the first ones kept), None for no cap.
+    ``auto_window``: with ``around`` None, use a window of :data:`DEFAULT_AROUND` if the
+    trace has findings (the default export).
+    """
+
+    around: Optional[int] = None
+    max_kernels: Optional[int] = None
+    auto_window: bool = False
+
+    @classmethod
+    def default(cls) -> "ExportLimits":
+        return cls(None, DEFAULT_MAX_KERNELS, auto_window=True)
+
+
+#: Default window (kernels on each side of a finding's accesses) and cap of a default export:
+#: Perfetto and chrome://tracing open a few hundred MB of JSON at most; a kernel slice with
+#: its arguments is about 200 bytes.
+DEFAULT_AROUND = 1000
+DEFAULT_MAX_KERNELS = 500_000
+
+
+@dataclass
+class ExportStats:
+    """What an export drew and what it left out (filled in while the events stream out)."""
+
+    kernels: int = 0  # kernels in the trace
+    drawn: int = 0  # kernel slices written
+    findings: int = 0
+    truncated: bool = False
+    backend: Optional[str] = None
+    limits: ExportLimits = field(default_factory=ExportLimits)  # as applied
+
+    @property
+    def left_out(self) -> int:
+        return self.kernels - self.drawn
+
+    def describe(self) -> str:
+        """One line for stderr: what was kept, what was left out, how to get everything."""
+        if not self.left_out:
+            return f"exported all {self.kernels:,} kernels"
+        why = []
+        if self.limits.around is not None:
+            why.append(f"{self.limits.around:,} kernels around each of the {self.findings:,} findings' accesses")
+        if self.limits.max_kernels is not None and self.drawn >= self.limits.max_kernels:
+            why.append(f"at most {self.limits.max_kernels:,} kernels")
+        return (f"kept {self.drawn:,} of {self.kernels:,} kernels ({'; '.join(why)}); "
+                f"left out {self.left_out:,}; --all exports everything")
+
+
+def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: bool = False,
+                  max_kernels: Optional[int] = None) -> dict:
+    """The Chrome Trace Event document for the trace at ``path``, in memory (small traces, API).
+
+    :func:`write_chrome` writes the same document with flat memory.
+    """
+    limits = ExportLimits(around_findings, max_kernels)
+    stats = ExportStats(limits=limits)
+    events = list(chrome_events(path, limits, stats, check_leaks=check_leaks))
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(path, stats)}
+
+
+def write_chrome(path, out: IO[str], limits: ExportLimits, *, check_leaks: bool = False,
+                 progress: Optional[Callable[[str, int, Optional[int]], None]] = None) -> ExportStats:
+    """Write the Chrome Trace Event JSON for ``path`` to ``out`` one event at a time.
+
+    Memory stays flat in the trace's size: nothing is kept per drawn event.
+    """
+    stats = ExportStats(limits=limits)
+    dumps = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
+    out.write('{"traceEvents":[\n')
+    first = True
+    for ev in chrome_events(path, limits, stats, check_leaks=check_leaks, progress=progress):
+        if not first:
+            out.write(",\n")
+        out.write(dumps(ev))
+        first = False
+    out.write('\n],"displayTimeUnit":"ms","otherData":')
+    out.write(dumps(_other_data(path, stats)))
+    out.write("}\n")
+    return stats
+
+
+def _other_data(path, stats: ExportStats) -> dict:
+    return {
+        "npusan": "timeline export",
+        "trace": str(path),
+        "backend": stats.backend,
+        "kernels": stats.kernels,
+        "kernels_drawn": stats.drawn,
+        "kernels_left_out": stats.left_out,
+        "findings": stats.findings,
+        "truncated": stats.truncated,
+        "around_findings": stats.limits.around,
+        "max_kernels": stats.limits.max_kernels,
+        "timestamps": f"synthetic: one {TICK} us slot per kernel or synchronization, in trace order",
+    }
+
+
+#: Progress is reported every this many records.
+PROGRESS_EVERY = 1 << 14
+
+
+def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks: bool = False,
+                  progress: Optional[Callable[[str, int, Optional[int]], None]] = None) -> Iterator[dict]:
+    """The timeline's events in order, track names last; ``stats`` is filled in as they go."""
+    findings, first_at = find(path, check_leaks=check_leaks, progress=progress)
+    stats.findings = len(findings)
+    if limits.auto_window and limits.around is None and findings:
+        limits = dataclasses.replace(limits, around=DEFAULT_AROUND)
+    stats.limits = limits
 
     # Where each marker goes: kernel markers by seq, host-side ones (frees) by record index.
     by_seq: dict[int, list] = {}
@@ -129,20 +248,19 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
             else:  # found at the end of the trace (leak check)
                 at_end.append((f, role, acc))
                 centers.append(f.first_seq)
-    window = _Windows(centers, around_findings)
+    window = _Windows(centers, limits.around)
+    cap = limits.max_kernels
 
-    events: list[dict] = []
     with TraceReader(path) as reader:
         header = reader.header if isinstance(reader.header, dict) else {}
+        stats.backend = str(header.get("backend"))
         symbols = reader.symbols
         created: dict[int, Optional[int]] = {}
-        used_tids: set[int] = set()
         recorded: dict[int, tuple] = {}  # event -> (ts, tid, kept)
-        blocks: dict[int, tuple] = {}  # bid -> (ptr, size)
-        seq = 0
-        tick = 0
-        flow_id = 0
-        index = 0
+        blocks: dict[int, tuple] = {}  # bid -> (ptr, size), live blocks only
+        total = reader.size if progress is not None else None
+        seq = tick = flow_id = index = 0
+        full = False  # the kernel cap is reached: nothing more is drawn
 
         def stream_ref(sidx: int, numbers: dict) -> StreamRef:
             dev, handle = symbols.streams.get(sidx, (-1, -1))
@@ -153,20 +271,16 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
                 ordinal=None if default else numbers.get(sidx),
             )
 
-        def slice_(name, cat, ts, dur, tid, args) -> None:
-            used_tids.add(tid)
-            events.append({"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur,
-                           "pid": PID, "tid": tid, "args": args})
+        def slice_(name, cat, ts, dur, tid, args) -> dict:
+            return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": PID, "tid": tid, "args": args}
 
-        def instant(name, cat, ts, tid, args, scope="t") -> None:
-            used_tids.add(tid)
-            events.append({"name": name, "cat": cat, "ph": "i", "s": scope, "ts": ts,
-                           "pid": PID, "tid": tid, "args": args})
+        def instant(name, cat, ts, tid, args, scope="t") -> dict:
+            return {"name": name, "cat": cat, "ph": "i", "s": scope, "ts": ts, "pid": PID, "tid": tid, "args": args}
 
-        def markers(items, ts) -> None:
+        def markers(items, ts) -> Iterator[dict]:
             for f, role, acc in items:
                 tid = _tid(acc.stream.index) if acc.stream is not None else HOST_TID
-                instant(f"{f.kind.value}: {acc.op}", "finding", ts, tid, _marker_args(f, role, header))
+                yield instant(f"{f.kind.value}: {acc.op}", "finding", ts, tid, _marker_args(f, role, header))
 
         def user_frame(stack_id) -> str:
             fr = symbols.frames_of(stack_id)
@@ -174,11 +288,16 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
 
         for rec in reader.records():
             index += 1
+            if progress is not None and not index % PROGRESS_EVERY:
+                progress("writing", reader.position(), total)
             t = rec[0]
             if t == R.KERNEL:
                 seq += 1
                 tick += 1
-                if not window.keeps(seq):
+                if full or not window.keeps(seq):
+                    continue
+                if cap is not None and stats.drawn >= cap:
+                    full = True
                     continue
                 ts = tick * TICK
                 acc = []
@@ -189,92 +308,82 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
                     if off is not None:
                         where += f"+{off}:{n}"
                     acc.append(("W " if write else "R ") + where)
-                slice_(symbols.string(rec[2]), "kernel", ts, KERNEL_DUR, _tid(rec[1]),
-                       {"seq": seq, "accesses": acc, "at": user_frame(rec[3])})
+                stats.drawn += 1
+                yield slice_(symbols.string(rec[2]), "kernel", ts, KERNEL_DUR, _tid(rec[1]),
+                             {"seq": seq, "accesses": acc, "at": user_frame(rec[3])})
                 if seq in by_seq:
-                    markers(by_seq.pop(seq), ts + KERNEL_DUR // 2)
+                    yield from markers(by_seq.pop(seq), ts + KERNEL_DUR // 2)
                 continue
-            kept = window.keeps(seq) or window.keeps(seq + 1)
+            kept = not full and (window.keeps(seq) or window.keeps(seq + 1))
             if t == R.STREAM_CREATED:
                 created.setdefault(rec[1], rec[2])
             elif t == R.ALLOC:
                 blocks[rec[1]] = (rec[2], rec[3])
+            elif t == R.FREE:
+                blocks.pop(rec[1], None)
             elif t == R.EVENT_RECORD:
                 tick += 1
                 ts = tick * TICK
                 recorded[rec[1]] = (ts, _tid(rec[2]), kept)
                 if kept:
-                    slice_("record event", "sync", ts, SYNC_DUR, _tid(rec[2]), {"event": rec[1], "at": user_frame(rec[3])})
+                    yield slice_("record event", "sync", ts, SYNC_DUR, _tid(rec[2]), {"event": rec[1], "at": user_frame(rec[3])})
             elif t == R.EVENT_WAIT:
                 tick += 1
                 ts = tick * TICK
                 if kept:
                     tid = _tid(rec[2])
-                    slice_("wait event", "sync", ts, SYNC_DUR, tid, {"event": rec[1], "at": user_frame(rec[3])})
+                    yield slice_("wait event", "sync", ts, SYNC_DUR, tid, {"event": rec[1], "at": user_frame(rec[3])})
                     src = recorded.get(rec[1])
                     if src is not None and src[2]:
                         flow_id += 1
-                        events.append({"name": "event", "cat": "sync", "ph": "s", "id": flow_id,
-                                       "ts": src[0] + 1, "pid": PID, "tid": src[1]})
-                        events.append({"name": "event", "cat": "sync", "ph": "f", "bp": "e", "id": flow_id,
-                                       "ts": ts + 1, "pid": PID, "tid": tid})
+                        yield {"name": "event", "cat": "sync", "ph": "s", "id": flow_id,
+                               "ts": src[0] + 1, "pid": PID, "tid": src[1]}
+                        yield {"name": "event", "cat": "sync", "ph": "f", "bp": "e", "id": flow_id,
+                               "ts": ts + 1, "pid": PID, "tid": tid}
             elif t == R.EVENT_DELETED or t == R.EVENT_CREATED:
                 recorded.pop(rec[1], None)
             elif t == R.EVENT_SYNC:
                 tick += 1
                 if kept:
-                    instant("event synchronize", "sync", tick * TICK, HOST_TID, {"event": rec[1], "at": user_frame(rec[2])})
+                    yield instant("event synchronize", "sync", tick * TICK, HOST_TID, {"event": rec[1], "at": user_frame(rec[2])})
             elif t == R.STREAM_SYNC:
                 tick += 1
                 if kept:
-                    instant("stream synchronize", "sync", tick * TICK, _tid(rec[1]), {"at": user_frame(rec[2])})
+                    yield instant("stream synchronize", "sync", tick * TICK, _tid(rec[1]), {"at": user_frame(rec[2])})
             elif t == R.DEVICE_SYNC:
                 tick += 1
                 if kept:
-                    instant("device synchronize", "sync", tick * TICK, HOST_TID,
-                            {"device": rec[1], "at": user_frame(rec[2])}, scope="g")
+                    yield instant("device synchronize", "sync", tick * TICK, HOST_TID,
+                                  {"device": rec[1], "at": user_frame(rec[2])}, scope="g")
             elif t in (R.RECORD_STREAM, R.ERASE_STREAM):
                 tick += 1
                 if kept:
                     name = "record_stream" if t == R.RECORD_STREAM else "erase_stream"
                     ptr = blocks.get(rec[1], (None,))[0]
-                    instant(name, "memory", tick * TICK, _tid(rec[2]),
-                            {"block": f"{ptr:#x}" if isinstance(ptr, int) else rec[1], "at": user_frame(rec[3])})
+                    yield instant(name, "memory", tick * TICK, _tid(rec[2]),
+                                  {"block": f"{ptr:#x}" if isinstance(ptr, int) else rec[1], "at": user_frame(rec[3])})
             elif t == R.NOTE:
-                instant(f"note: {rec[2]}", "note", tick * TICK, HOST_TID, {"level": rec[1]})
+                yield instant(f"note: {rec[2]}", "note", tick * TICK, HOST_TID, {"level": rec[1]})
             if index in by_record:
                 tick += 1
-                markers(by_record.pop(index), tick * TICK)
+                yield from markers(by_record.pop(index), tick * TICK)
         tick += 1
-        markers([m for items in by_seq.values() for m in items] + at_end, tick * TICK)
-        truncated = reader.truncated
+        yield from markers([m for items in by_seq.values() for m in items] + at_end, tick * TICK)
+        stats.kernels = seq
+        stats.truncated = reader.truncated
 
-        meta = [{"name": "process_name", "ph": "M", "pid": PID, "tid": HOST_TID,
-                 "args": {"name": f"npusan: {os.path.basename(str(path))}"}},
-                {"name": "thread_name", "ph": "M", "pid": PID, "tid": HOST_TID, "args": {"name": "host"}},
-                {"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": HOST_TID, "args": {"sort_index": 0}}]
+        yield {"name": "process_name", "ph": "M", "pid": PID, "tid": HOST_TID,
+               "args": {"name": f"npusan: {os.path.basename(str(path))}"}}
+        yield {"name": "thread_name", "ph": "M", "pid": PID, "tid": HOST_TID, "args": {"name": "host"}}
+        yield {"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": HOST_TID, "args": {"sort_index": 0}}
         numbers = stream_numbers(symbols.streams, functools.partial(is_default_stream, header))
         for sidx in sorted(symbols.streams):
             tid = _tid(sidx)
             ref = stream_ref(sidx, numbers)
-            meta.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
-                         "args": {"name": D.stream_name(ref, header)}})
-            meta.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
-                         "args": {"sort_index": tid if ref.is_default else 1000 + tid}})
-    return {
-        "traceEvents": meta + events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "npusan": "timeline export",
-            "trace": str(path),
-            "backend": str(header.get("backend")),
-            "kernels": seq,
-            "findings": len(findings),
-            "truncated": truncated,
-            "around_findings": around_findings,
-            "timestamps": f"synthetic: one {TICK} us slot per kernel or synchronization, in trace order",
-        },
-    }
+            yield {"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
+                   "args": {"name": D.stream_name(ref, header)}}
+            yield {"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
+                   "args": {"sort_index": tid if ref.is_default else 1000 + tid}}
 
 
 #: Kernels kept per side of each access in :func:`kernels_near` (the HTML report's pictures).

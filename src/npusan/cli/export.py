@@ -1,17 +1,57 @@
-"""`npusan export TRACE --format chrome -o timeline.json`: a picture instead of seq numbers."""
+"""`npusan export TRACE --format chrome -o timeline.json`: a picture instead of seq numbers.
+
+The timeline is written one event at a time (memory stays flat however long the trace is),
+with a progress bar on a terminal. By default it keeps what a viewer can open: a window
+around the findings, at most a few hundred thousand kernels, and says on stderr what it
+left out; ``--all`` exports everything.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+import sys
+import tempfile
+import time
 from typing import Optional
 
 import click
 
 from ..trace_format.errors import TraceFormatError
-from .analyze import check_writable, write_output
+from .analyze import PROGRESS_AFTER_S, check_writable, warn
 from .errors import UsageProblem, one_line_errors
 
 FORMATS = ("chrome",)
+
+
+class _Progress:
+    """A rich bar on stderr for the two passes, shown only on a terminal and after a moment."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.monotonic()
+        self.bar = None
+        self.tasks: dict = {}
+
+    def __call__(self, phase: str, done: int, total: Optional[int]) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.monotonic() - self.start < PROGRESS_AFTER_S:
+                return
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), DownloadColumn(),
+                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.bar.start()
+        if phase not in self.tasks:
+            label = "finding bugs" if phase == "finding" else "writing timeline"
+            self.tasks[phase] = self.bar.add_task(label, total=total)
+        self.bar.update(self.tasks[phase], completed=done, total=total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 @click.command()
@@ -19,24 +59,82 @@ FORMATS = ("chrome",)
 @click.option("--format", "fmt", default="chrome", metavar="FORMAT", show_default=True,
               help="Timeline format: chrome (Chrome Trace Event JSON for Perfetto / chrome://tracing).")
 @click.option("-o", "--output", default=None, metavar="FILE", help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--around-findings", default=None, type=int, metavar="N",
-              help="Keep only the N kernels before and after each finding's accesses.")
+              help="Keep only the N kernels before and after each finding's accesses "
+                   "(default: 1000 when the trace has findings).")
+@click.option("--max-kernels", default=None, type=int, metavar="N",
+              help="Keep at most the first N kernels (default: 500000, what a viewer can open).")
+@click.option("--all", "everything", is_flag=True, help="Export every kernel: no window, no limit.")
 @click.option("--check-leaks", is_flag=True, help="Also mark blocks never freed (as npusan analyze --check-leaks).")
 @one_line_errors
-def export(trace: str, fmt: str, output: Optional[str], around_findings: Optional[int], check_leaks: bool) -> None:
+def export(trace: str, fmt: str, output: Optional[str], force: bool, around_findings: Optional[int],
+           max_kernels: Optional[int], everything: bool, check_leaks: bool) -> None:
     """Export TRACE as a timeline: one track per stream, sync arrows, findings marked."""
-    from ..analyzer.timeline import export_chrome
+    from ..analyzer.timeline import ExportLimits
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown timeline format '{fmt}' (expected one of {', '.join(FORMATS)})")
     if around_findings is not None and around_findings < 0:
         raise UsageProblem(f"--around-findings must be 0 or more (got {around_findings})")
+    if max_kernels is not None and max_kernels < 1:
+        raise UsageProblem(f"--max-kernels must be at least 1 (got {max_kernels})")
+    if everything and (around_findings is not None or max_kernels is not None):
+        raise UsageProblem("--all exports everything: it does not go with --around-findings or --max-kernels")
     if output is not None:
         check_writable(output)
+        if os.path.exists(output) and not force:
+            raise UsageProblem(f"{output} exists; add --force to overwrite it")
+    if everything:
+        limits = ExportLimits()
+    else:
+        limits = ExportLimits.default()
+        if around_findings is not None:
+            limits.around, limits.auto_window = around_findings, False
+        if max_kernels is not None:
+            limits.max_kernels = max_kernels
+
     try:
-        doc = export_chrome(trace, around_findings=around_findings, check_leaks=check_leaks)
+        with open(trace, "rb"):
+            pass
     except OSError as e:
         raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
+    progress = _Progress(enabled=sys.stderr.isatty())
+    try:
+        stats = _write(trace, output, limits, check_leaks, progress)
+    except OSError as e:
+        raise UsageProblem(f"cannot write the timeline to {output or 'stdout'}: {e.strerror or e}") from None
     except TraceFormatError as e:
         raise type(e)(f"{trace}: {e}") from None
-    write_output(output, json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n")
+    finally:
+        progress.close()
+    if stats.left_out or output is not None:
+        warn_or_note = warn if stats.left_out else _note
+        warn_or_note(f"{trace}: {stats.describe()}")
+
+
+def _note(message: str) -> None:
+    click.echo(f"npusan: {message}", err=True)
+
+
+def _write(trace: str, output: Optional[str], limits, check_leaks: bool, progress):
+    """Stream the timeline to stdout, or to a temporary file renamed over ``output`` when done
+    (an interrupted export never leaves half a file under the name asked for)."""
+    from ..analyzer.timeline import write_chrome
+
+    if output is None:
+        out = sys.stdout
+        return write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
+    directory = os.path.dirname(os.path.abspath(output))
+    fd, tmp = tempfile.mkstemp(prefix=".npusan-export-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
+            stats = write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
+        os.replace(tmp, output)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return stats
