@@ -280,3 +280,21 @@ def test_analyze_and_export_work_without_torch(scenario, workdir):
     assert out.stdout.split() == ["analyze", "1", "export", "0"], out.stderr
     assert json.loads((workdir / "r.sarif").read_text())["runs"][0]["results"]
     assert json.loads((workdir / "t.json").read_text())["traceEvents"]
+
+
+def test_source_root_option_and_detection(scenario, run, workdir):
+    import json as _json
+
+    trace = scenario("data_race")
+    r = run("analyze", trace, "--format", "sarif", "--source-root", str(workdir))
+    doc = _json.loads(r.stdout)
+    assert doc["runs"][0]["originalUriBaseIds"]["SRCROOT"]["uri"] == workdir.as_uri() + "/"
+    (workdir / "pyproject.toml").write_text("")  # the detected root: nearest folder with it
+    (workdir / "sub").mkdir()
+    import os
+
+    os.chdir(workdir / "sub")
+    doc = _json.loads(run("analyze", workdir / trace, "--format", "sarif").stdout)
+    assert doc["runs"][0]["originalUriBaseIds"]["SRCROOT"]["uri"] == workdir.as_uri() + "/"
+    r = run("analyze", workdir / trace, "--source-root", str(workdir / "nope"))
+    assert r.exit_code == 2 and "--source-root" in r.stderr and "not a directory" in r.stderr

@@ -138,6 +138,9 @@ def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):
               help="Exit 1 only for these kinds (data-race, missing-record-stream, reuse-race).")
 @click.option("--min-count", default=1, type=int, metavar="N", show_default=True,
               help="Report (and fail on) only findings that occurred at least N times.")
+@click.option("--source-root", default=None, metavar="DIR",
+              help="SARIF and JUnit name files relative to DIR (default: the nearest folder "
+                   "above the working directory with .git or pyproject.toml).")
 @one_line_errors
 def analyze(
     traces: tuple,
@@ -152,6 +155,7 @@ def analyze(
     baseline_file: Optional[str],
     fail_on: Optional[str],
     min_count: int,
+    source_root: Optional[str],
 ) -> None:
     """Analyze one or more traces and report stream-synchronization bugs.
 
@@ -166,6 +170,14 @@ def analyze(
     if min_count < 1:
         raise UsageProblem(f"--min-count must be at least 1 (got {min_count})")
     fail_kinds = parse_kinds(fail_on)
+    if source_root is not None:
+        if not os.path.isdir(source_root):
+            raise UsageProblem(f"--source-root {source_root}: not a directory")
+        source_root = os.path.abspath(source_root)
+    else:
+        from ..trace_format.sourcelines import find_source_root
+
+        source_root = find_source_root(os.getcwd())
     if output is not None:
         check_writable(output)
     try:
@@ -213,6 +225,7 @@ def analyze(
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
         check_leaks=check_leaks,
         min_count=min_count,
+        source_root=source_root,
     )
     write_output(output, get_reporter(fmt).render(report, options))
 

@@ -53,3 +53,14 @@ def test_control_characters_cannot_break_the_xml():
     text, root = junit([f])
     assert "\x01" not in text
     assert root.find("testsuite/testcase/failure") is not None
+
+
+def test_files_are_relative_to_the_source_root(tmp_path):
+    root = tmp_path / "checkout"
+    f = make_finding(later=(str(root / "pkg" / "train.py"), 21, "f"))
+    options = ReportOptions(source_root=str(root))
+    tree = ET.fromstring(get_reporter("junit").render(build_report(make_result([f])), options))
+    (case,) = tree.iter("testcase")
+    assert case.get("file") == "pkg/train.py" and case.get("name").startswith("data-race at pkg/train.py:21 [")
+    props = {p.get("name"): p.get("value") for p in tree.iter("property")}
+    assert props["source_root"] == str(root)

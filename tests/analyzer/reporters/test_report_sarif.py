@@ -7,7 +7,7 @@ import jsonschema
 import pytest
 
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
-from npusan.analyzer.reporters.sarif import FINGERPRINT_KEY, artifact_uri
+from npusan.analyzer.reporters.sarif import FINGERPRINT_KEY, artifact_location, artifact_uri
 from tests.cli.npusan_scenarios import make_finding, make_result
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "data" / "sarif-schema-2.1.0.json").read_text())
@@ -33,7 +33,7 @@ def test_valid_and_shaped_as_promised():
     assert r1["ruleId"] == "missing-record-stream" and rules[r1["ruleIndex"]]["id"] == "missing-record-stream"
     # The later access is the primary location; the earlier access and the allocation are related.
     loc = r0["locations"][0]["physicalLocation"]
-    assert loc == {"artifactLocation": {"uri": "train.py"}, "region": {"startLine": 21}}
+    assert loc == {"artifactLocation": {"uri": "train.py", "uriBaseId": "SRCROOT"}, "region": {"startLine": 21}}
     related = {x["id"]: x for x in r0["relatedLocations"]}
     assert related[1]["physicalLocation"]["region"]["startLine"] == 19
     assert "earlier access" in related[1]["message"]["text"]
@@ -93,3 +93,34 @@ def test_truncated_traces_are_reported_as_notifications():
 )
 def test_artifact_uris(name, uri):
     assert artifact_uri(name) == uri
+
+
+def test_locations_are_relative_to_the_source_root(tmp_path):
+    root = tmp_path / "checkout"
+    inside = str(root / "pkg" / "train.py")
+    f = make_finding(later=(inside, 21, "f"), earlier=("/elsewhere/lib.py", 19, "g"))
+    report = build_report(make_result([f]))
+    doc = json.loads(get_reporter("sarif").render(report, ReportOptions(source_root=str(root))))
+    jsonschema.validate(doc, SCHEMA)
+    (run,) = doc["runs"]
+    assert run["originalUriBaseIds"] == {"SRCROOT": {"uri": root.as_uri() + "/"}}
+    res = run["results"][0]
+    assert res["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": "pkg/train.py", "uriBaseId": "SRCROOT"}
+    earlier = res["relatedLocations"][0]["physicalLocation"]["artifactLocation"]
+    assert earlier == {"uri": "file:///elsewhere/lib.py"}  # outside the root: absolute
+    assert "file://" + str(root) not in json.dumps(res["locations"])
+
+
+@pytest.mark.parametrize(
+    "name, root, loc",
+    [
+        ("/src/proj/a/b.py", "/src/proj", {"uri": "a/b.py", "uriBaseId": "SRCROOT"}),
+        ("/src/proj/a/b.py", "/src/proj/", {"uri": "a/b.py", "uriBaseId": "SRCROOT"}),
+        ("/src/project2/b.py", "/src/proj", {"uri": "file:///src/project2/b.py"}),
+        ("rel/b.py", None, {"uri": "rel/b.py", "uriBaseId": "SRCROOT"}),
+        ("../up/b.py", "/src/proj", {"uri": "../up/b.py"}),
+        ("/abs/b.py", None, {"uri": "file:///abs/b.py"}),
+    ],
+)
+def test_artifact_locations(name, root, loc):
+    assert artifact_location(name, root) == loc

@@ -27,6 +27,8 @@ class ReportOptions:
     min_count: int = 1
     source_roots: tuple = ()  # extra directories to look for relative source files in
     expand: bool = False  # True: every finding of a root cause in full, not only the first
+    #: SARIF and JUnit name files relative to this folder (--source-root, or the detected one).
+    source_root: Optional[str] = None
 
 
 @dataclass

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from typing import Optional
 
 from ..grouping import Group
 from ..sources import display_path, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
+from .sarif import relative_to_root
 from .text import group_text
 
 #: Characters XML 1.0 cannot carry at all (control characters other than tab/newline/CR).
@@ -23,11 +25,17 @@ def _x(s: str) -> str:
     return _XML_BAD.sub("\ufffd", s)
 
 
-def case_name(g: Group) -> str:
+def case_name(g: Group, root: Optional[str] = None) -> str:
     f = g.finding
     site = user_site(f.access.stack)
-    where = f"{display_path(site.filename)}:{site.lineno}" if site else f.access.op
+    where = f"{junit_path(site.filename, root)}:{site.lineno}" if site else f.access.op
     return f"{f.kind.value} at {where} [{g.fingerprint[:12]}]"
+
+
+def junit_path(filename: str, root: Optional[str]) -> str:
+    """A file as CI dashboards resolve it: relative to the source root when under it."""
+    rel = relative_to_root(filename, root)
+    return rel if rel is not None else display_path(filename)
 
 
 @register
@@ -49,16 +57,19 @@ class JunitReporter(Reporter):
             if t.truncated:
                 ET.SubElement(props, "property", name="truncated", value=_x(str(t.path)))
         ET.SubElement(props, "property", name="suppressed", value=str(len(report.suppressed)))
+        if options.source_root is not None:
+            ET.SubElement(props, "property", name="source_root", value=_x(options.source_root))
         if not report.groups:
             ET.SubElement(
                 suite, "testcase", classname="npusan", name="no stream-synchronization findings"
             )
         for i, g in enumerate(report.groups, 1):
             f = g.finding
-            case = ET.SubElement(suite, "testcase", classname=f"npusan.{f.kind.value}", name=_x(case_name(g)))
+            case = ET.SubElement(suite, "testcase", classname=f"npusan.{f.kind.value}",
+                                 name=_x(case_name(g, options.source_root)))
             site = user_site(f.access.stack)
             if site is not None:
-                case.set("file", _x(display_path(site.filename)))
+                case.set("file", _x(junit_path(site.filename, options.source_root)))
                 case.set("line", str(site.lineno))
             failure = ET.SubElement(
                 case, "failure", type=f.kind.value, message=_x(D.title(f, report.header(f.trace)))

@@ -8,6 +8,7 @@ locations only (``Finding.fingerprint()``), so a bug keeps its identity across r
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import PureWindowsPath
 from typing import Optional
 from urllib.parse import quote
@@ -25,9 +26,13 @@ FINGERPRINT_KEY = "npusanFingerprint/v1"
 RULES = list(Kind)
 
 
+#: The ``uriBaseId`` of files under the source root (``--source-root``, or the detected one).
+SRCROOT = "SRCROOT"
+
+
 @functools.lru_cache(maxsize=8192)
 def artifact_uri(filename: str) -> str:
-    """A URI reference for a file named in a stack (relative names stay relative)."""
+    """A URI reference for a file name (relative names stay relative)."""
     name = filename.replace("\\", "/")
     if PureWindowsPath(filename).drive:
         return "file:///" + quote(name, safe="/:")
@@ -36,20 +41,54 @@ def artifact_uri(filename: str) -> str:
     return quote(name, safe="/")
 
 
-def physical_location(fr: Optional[Frame]) -> Optional[dict]:
+def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
+    """``filename`` relative to ``root`` ('/'-separated), or None if it is not under it.
+
+    Relative names are taken as relative to the root already (how stacks name files of the
+    program's own folder, and how a checkout names them).
+    """
+    if not filename or filename.startswith("<"):
+        return None
+    if not (os.path.isabs(filename) or PureWindowsPath(filename).drive):
+        name = filename.replace("\\", "/")
+        return None if name.startswith("../") or "/../" in name else name
+    if root is None:
+        return None
+    base = root.rstrip("/\\")
+    if filename.startswith(base + os.sep) or filename.startswith(base + "/"):
+        return filename[len(base) + 1:].replace("\\", "/")
+    return None
+
+
+def artifact_location(filename: str, root: Optional[str]) -> dict:
+    """``{"uri", "uriBaseId"}`` relative to the source root when the file is under it (code
+    scanning places such results on the checkout), else an absolute ``file://`` URI."""
+    rel = relative_to_root(filename, root)
+    if rel is not None:
+        return {"uri": quote(rel, safe="/"), "uriBaseId": SRCROOT}
+    return {"uri": artifact_uri(filename)}
+
+
+def root_uri(root: str) -> str:
+    """``file:///abs/root/`` (SARIF wants the trailing slash on a base URI)."""
+    return artifact_uri(os.path.abspath(root)).rstrip("/") + "/"
+
+
+def physical_location(fr: Optional[Frame], root: Optional[str] = None) -> Optional[dict]:
     if fr is None or not fr.filename:
         return None
-    loc: dict = {"artifactLocation": {"uri": artifact_uri(fr.filename)}}
+    loc: dict = {"artifactLocation": artifact_location(fr.filename, root)}
     if isinstance(fr.lineno, int) and fr.lineno >= 1:
         loc["region"] = {"startLine": fr.lineno}
     return loc
 
 
-def location(fr: Optional[Frame], message: str, id_: Optional[int] = None, logical: str = "") -> dict:
+def location(fr: Optional[Frame], message: str, id_: Optional[int] = None, logical: str = "",
+             root: Optional[str] = None) -> dict:
     out: dict = {}
     if id_ is not None:
         out["id"] = id_
-    phys = physical_location(fr)
+    phys = physical_location(fr, root)
     if phys is not None:
         out["physicalLocation"] = phys
     elif logical:
@@ -58,11 +97,11 @@ def location(fr: Optional[Frame], message: str, id_: Optional[int] = None, logic
     return out
 
 
-def sarif_stack(stack, message: str) -> dict:
+def sarif_stack(stack, message: str, root: Optional[str] = None) -> dict:
     """A SARIF stack: frames innermost first (SARIF's order; the trace stores outermost first)."""
     frames = []
     for fr in reversed(stack):
-        frames.append({"location": location(fr, fr.function)})
+        frames.append({"location": location(fr, fr.function, root=root)})
     return {"message": {"text": message}, "frames": frames}
 
 
@@ -77,7 +116,7 @@ def rule(kind: Kind) -> dict:
     }
 
 
-def result(report: Report, g: Group, sources: Optional[SourceCache] = None) -> dict:
+def result(report: Report, g: Group, sources: Optional[SourceCache] = None, root: Optional[str] = None) -> dict:
     f = g.finding
     header = report.header(f.trace)
     later_label = "free" if f.kind is Kind.MISSING_RECORD_STREAM else f"{f.access.type} by {f.access.op}"
@@ -90,21 +129,21 @@ def result(report: Report, g: Group, sources: Optional[SourceCache] = None) -> d
     text = f"{D.title(f, header)}. {later[0].upper() + later[1:]}; earlier: {earlier}. Fix: " + " ".join(
         line.strip() for line in fix
     )
-    related = [location(user_site(f.previous.stack), "earlier access: " + earlier, 1, f.previous.op)]
+    related = [location(user_site(f.previous.stack), "earlier access: " + earlier, 1, f.previous.op, root)]
     site = user_site(f.block.stack)
     if site is not None or f.block.stream is not None:
-        related.append(location(site, alloc, 2, "allocation"))
-    stacks = [sarif_stack(f.access.stack, "later access: " + later)]
+        related.append(location(site, alloc, 2, "allocation", root))
+    stacks = [sarif_stack(f.access.stack, "later access: " + later, root)]
     if f.previous.stack:
-        stacks.append(sarif_stack(f.previous.stack, "earlier access: " + earlier))
+        stacks.append(sarif_stack(f.previous.stack, "earlier access: " + earlier, root))
     if f.block.stack:
-        stacks.append(sarif_stack(f.block.stack, alloc))
+        stacks.append(sarif_stack(f.block.stack, alloc, root))
     return {
         "ruleId": f.kind.value,
         "ruleIndex": RULES.index(f.kind),
         "level": "error",
         "message": {"text": text},
-        "locations": [location(user_site(f.access.stack), later, logical=f.access.op)],
+        "locations": [location(user_site(f.access.stack), later, logical=f.access.op, root=root)],
         "relatedLocations": related,
         "stacks": stacks,
         "partialFingerprints": {FINGERPRINT_KEY: g.fingerprint},
@@ -117,41 +156,39 @@ def result(report: Report, g: Group, sources: Optional[SourceCache] = None) -> d
     }
 
 
-def sarif_doc(report: Report, sources: Optional[SourceCache] = None) -> dict:
-    return {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
+def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optional[str] = None) -> dict:
+    """The SARIF log; file locations are relative to ``root`` (``uriBaseId`` SRCROOT) when under it."""
+    run = {
+        "tool": {
+            "driver": {
+                "name": "npusan",
+                "version": __version__,
+                "rules": [rule(k) for k in RULES],
+            }
+        },
+        "invocations": [
             {
-                "tool": {
-                    "driver": {
-                        "name": "npusan",
-                        "version": __version__,
-                        "rules": [rule(k) for k in RULES],
-                    }
-                },
-                "invocations": [
-                    {
-                        "executionSuccessful": True,
-                        "toolExecutionNotifications": [
-                            {"level": "warning", "message": {"text": f"{t.path}: {w}"}}
-                            for t in report.traces
-                            for w in t.warnings
-                        ],
-                    }
-                ],
-                "artifacts": [
-                    {"location": {"uri": artifact_uri(str(t.path))}, "roles": ["analysisTarget"]}
+                "executionSuccessful": True,
+                "toolExecutionNotifications": [
+                    {"level": "warning", "message": {"text": f"{t.path}: {w}"}}
                     for t in report.traces
+                    for w in t.warnings
                 ],
-                "results": [result(report, g, sources) for g in report.groups],
-                "properties": {
-                    "suppressed": len(report.suppressed),
-                    "truncatedTraces": [str(t.path) for t in report.traces if t.truncated],
-                },
             }
         ],
+        "artifacts": [
+            {"location": {"uri": artifact_uri(str(t.path))}, "roles": ["analysisTarget"]}
+            for t in report.traces
+        ],
+        "results": [result(report, g, sources, root) for g in report.groups],
+        "properties": {
+            "suppressed": len(report.suppressed),
+            "truncatedTraces": [str(t.path) for t in report.traces if t.truncated],
+        },
     }
+    if root is not None:
+        run["originalUriBaseIds"] = {SRCROOT: {"uri": root_uri(root)}}
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
 @register
@@ -160,7 +197,8 @@ class SarifReporter(Reporter):
     extension = ".sarif"
 
     def render(self, report: Report, options: ReportOptions) -> str:
-        return dump_json(sarif_doc(report, SourceCache(options.source_roots)), len(report.groups))
+        doc = sarif_doc(report, SourceCache(options.source_roots), options.source_root)
+        return dump_json(doc, len(report.groups))
 
 
-__all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "FINGERPRINT_KEY"]
+__all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "artifact_location", "relative_to_root", "FINGERPRINT_KEY"]
