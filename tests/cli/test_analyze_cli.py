@@ -253,13 +253,20 @@ def test_progress_bar_appears_only_after_a_moment_and_only_when_enabled(monkeypa
     p = A._Progress(["dir/a.bin"], enabled=True)
     p(0, 10, 100)
     assert p.bar is None  # too early: fast analyses never flash a bar
-    monkeypatch.setattr(A, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(importlib.import_module("npusan.cli.progress"), "PROGRESS_AFTER_S", 0.0)
     p(0, 50, 100)
     assert p.bar is not None
     task = p.bar.tasks[0]
-    assert (task.completed, task.total, task.description) == (50, 100, "a.bin")
+    assert (task.completed, task.total, task.description) == (50, 100, "[bold]analyzing[/] a.bin")
     p(0, 80, None)  # unknown size
     p.close()
+    # npusan export: one bar per pass
+    E = importlib.import_module("npusan.cli.export")
+    e = E._Progress(enabled=True)
+    e("finding", 5, 10)
+    e("writing", 7, 10)
+    assert [t.description for t in e.bar.tasks] == ["[bold]finding bugs[/]", "[bold]writing timeline[/]"]
+    e.close()
 
 
 def test_analyze_and_export_work_without_torch(scenario, workdir):

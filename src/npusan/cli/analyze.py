@@ -10,16 +10,14 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from typing import Optional, Sequence
 
 import click
 
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
+from .progress import LazyProgress
 
 FORMATS = ("text", "json", "sarif", "junit", "short", "html")
-#: Show a progress bar only once the analysis has taken this long (and stderr is a TTY).
-PROGRESS_AFTER_S = 0.5
 
 
 def warn(message: str) -> None:
@@ -67,48 +65,16 @@ def write_output(path: Optional[str], text: str) -> None:
         raise UsageProblem(f"cannot write the report to {path}: {e.strerror or e}") from None
 
 
-class _Progress:
-    """A rich progress bar on stderr that appears only for analyses that take a moment."""
+class _Progress(LazyProgress):
+    """The analysis progress bar: one task, named after the trace being read."""
 
     def __init__(self, paths: Sequence[str], enabled: bool) -> None:
+        super().__init__(enabled)
         self.paths = list(paths)
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.bar = None
-        self.task = None
 
     def __call__(self, trace: int, done: int, total: Optional[int]) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            if time.monotonic() - self.start < PROGRESS_AFTER_S:
-                return
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeRemainingColumn,
-            )
-
-            self.bar = Progress(
-                TextColumn("[bold]analyzing[/] {task.description}"),
-                BarColumn(),
-                DownloadColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            )
-            self.bar.start()
         name = os.path.basename(self.paths[trace]) if 0 <= trace < len(self.paths) else ""
-        if self.task is None:
-            self.task = self.bar.add_task(name, total=total)
-        self.bar.update(self.task, completed=done, total=total, description=name)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        self.update("analyze", f"[bold]analyzing[/] {name}", done, total)
 
 
 def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):

@@ -11,47 +11,24 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 from typing import Optional
 
 import click
 
 from ..trace_format.errors import TraceFormatError
-from .analyze import PROGRESS_AFTER_S, check_writable, warn
+from .analyze import check_writable, warn
 from .errors import UsageProblem, one_line_errors
+from .progress import LazyProgress
 
 FORMATS = ("chrome",)
 
 
-class _Progress:
-    """A rich bar on stderr for the two passes, shown only on a terminal and after a moment."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.start = time.monotonic()
-        self.bar = None
-        self.tasks: dict = {}
+class _Progress(LazyProgress):
+    """The export's two passes as two bars."""
 
     def __call__(self, phase: str, done: int, total: Optional[int]) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            if time.monotonic() - self.start < PROGRESS_AFTER_S:
-                return
-            from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(), DownloadColumn(),
-                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-            self.bar.start()
-        if phase not in self.tasks:
-            label = "finding bugs" if phase == "finding" else "writing timeline"
-            self.tasks[phase] = self.bar.add_task(label, total=total)
-        self.bar.update(self.tasks[phase], completed=done, total=total)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+        label = "[bold]finding bugs[/]" if phase == "finding" else "[bold]writing timeline[/]"
+        self.update(phase, label, done, total)
 
 
 @click.command()

@@ -35,6 +35,15 @@ def race_at(path: str, later: str, earlier: str, created: str, *, later_file=Non
     return replace(f, access=replace(f.access, stream=f.previous.stream), previous=replace(f.previous, stream=side))
 
 
+def missing_rs(path: str, free: str, use: str, allocated: str):
+    """A missing record_stream: allocated at ``allocated``, used on a side stream at ``use``,
+    freed at ``free`` (lines found by their text)."""
+    f = make_finding("missing-record-stream", later_op="free", later_type="write", later_seq=0, first_seq=2,
+                     later=(path, line(path, free), "f"), earlier=(path, line(path, use), "f"),
+                     earlier_op="aten::mul.Tensor", earlier_type="read")
+    return replace(f, block=replace(f.block, stack=(Frame(path, line(path, allocated), "f"),)))
+
+
 SIM = {"backend": "sim"}
 
 
@@ -116,10 +125,7 @@ def test_placeholder_tensor_never_collides_with_a_variable(tmp_path):
                 y = x * 2
             del x
         """)
-    f = make_finding("missing-record-stream", later_op="free", later_type="write", later_seq=0, first_seq=2,
-                     later=(path, line(path, "del x"), "use"), earlier=(path, line(path, "y = x * 2"), "use"),
-                     earlier_op="aten::mul.Tensor", earlier_type="read")
-    f = replace(f, block=replace(f.block, stack=(Frame(path, line(path, "buf = sim_alloc()"), "make"),)))
+    f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
     lines = fix(f, SIM, SourceCache())
     # the allocation line calls it ``buf``, but that variable lives in make(); at the use both
     # ``x`` and ``y`` are variables, so the placeholder is one that nothing there binds
@@ -136,10 +142,7 @@ def test_tensor_allocated_in_the_same_function_is_called_by_its_variable(tmp_pat
                 y = tmp * 2
             del tmp
         """)
-    f = make_finding("missing-record-stream", later_op="free", later_type="write", later_seq=0, first_seq=2,
-                     later=(path, line(path, "del tmp"), "step"), earlier=(path, line(path, "y = tmp * 2"), "step"),
-                     earlier_op="aten::mul.Tensor", earlier_type="read")
-    f = replace(f, block=replace(f.block, stack=(Frame(path, line(path, "tmp = sim_alloc()"), "step"),)))
+    f = missing_rs(path, "del tmp", "y = tmp * 2", "tmp = sim_alloc()")
     side = replace(f.previous.stream, created_stack=())
     f = replace(f, previous=replace(f.previous, stream=side))
     lines = fix(f, SIM, SourceCache())
