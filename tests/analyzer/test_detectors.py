@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from npusan.analyzer import engine as engine_mod
 from npusan.analyzer.engine import MAX_SEGMENTS, Engine
 from npusan.analyzer.findings import Kind
 from npusan.trace_format import records as R
@@ -81,8 +80,7 @@ def test_many_ranges_are_capped_and_merged_conservatively():
     blocks(p, X, size=1 << 20)
     for i in range(4 * MAX_SEGMENTS):
         p.kernel(S1 if i % 2 else S2, "aten::fill_", writes=[(X + 64 * i, 32)])
-    b = p.engine._blocks[0]
-    assert len(b[engine_mod._SEGS]) <= MAX_SEGMENTS
+    assert len(p.engine.blocks[0].segments) <= MAX_SEGMENTS
     assert p.races() == []
     # Nothing is lost by merging: each stream's writes still race with an unsynced read.
     p.kernel(S0, "aten::sum", reads=[(X + 64 * 3, 8)])

@@ -1,64 +1,65 @@
-"""The replay engine: the sync-state matrix of DESIGN.md and the three detectors.
+"""The replay engine in plain Python: the executable specification of npusan's rules.
 
-One :class:`Engine` replays one trace (a file through :meth:`Engine.run`, or live records
-through :meth:`Engine.feed` in online mode). Streams are the trace's stream indexes (one
-per (device, handle)); ``current[S]`` is a dict per stream, events keep snapshots, the
-host has its own dict, exactly as DESIGN.md's table says.
+One :class:`Engine` replays one trace: records come from a file (:meth:`Engine.run_direct`,
+fed by the trace reader), from any iterable of records (:meth:`Engine.run`), or one by one
+from a live recorder (:meth:`Engine.feed`, online mode). Each record type has one method
+below, named after the rule it implements (``stream_created``, ``event_recorded``,
+``kernel`` ...), written to be read next to the rules in ``docs/semantics.md``.
 
-An access reference ``k`` is one tuple per kernel, ``(seq, stream, op, stack)``, shared by
-all its accesses (frees are shaped the same way, with the op a string). Nothing else is
-built per kernel or per access. (Keeping the records themselves would save the tuple but
-costs more: a dead record is freed long after it was read, out of cache.)
+The compiled core (:mod:`npusan.analyzer.native`) implements exactly these rules and is
+tested against this module: same findings, same counts and occurrences, same error
+messages. This module is what runs when the compiled core is not built.
 
-Per-block state (a list, indexes ``_W`` .. ``_DEF``):
+State (streams are the trace's stream indexes, one per (device, handle)):
 
-* whole-block mode: ``W`` is the last write (a ``k``) or None, ``R`` maps a stream to its
-  latest read since that write (CSAN's rules; the latest read per stream is enough
-  because a stream's accesses are ordered);
-* range mode (after the first ``[a, offset, nbytes]`` access): ``SEGS`` is a sorted list of
-  segments ``[lo, hi, writes, reads]`` covering the block (``[0, size)``, or as far as
-  accesses reach when the size is unknown), where ``writes`` is a tuple of
-  ``(k, access)`` pairs (normally one) and ``reads`` maps a stream to ``(k, access)``. A
-  write of a sub-range replaces the state of those bytes only. At most
-  :data:`MAX_SEGMENTS` segments are kept; beyond that the narrowest neighbours are merged
-  conservatively: the merged segment keeps every write (latest per stream) both as writes
-  and as reads, so a later access is checked against everything either half had (this can
-  only add reports, never lose one). A whole-block write returns the block to whole mode;
-* fast path: when every piece of a block's state is one stream's own (whole mode, no
-  reuse ghosts), that stream "owns" it and the state lives in two arrays indexed by the
-  encoded access (``Engine._own``/``Engine._slot``, see ``__init__``): an owner's access is
-  then a single store in the replay loop. Any other access takes the block back
-  (``_take_over``) and goes through ``_slow_access``. A fresh allocation is owned by its
-  allocation stream.
+* ``current[S]``: ``{P: seq}``, stream S has observed every kernel of stream P with a
+  sequence number up to seq; ``host``: what the host has observed; ``recorded[E]``: the
+  snapshot taken when event E was last recorded.
+* per live block (:class:`Block`): its allocation (stream, stack), the accesses that later
+  accesses must be ordered after, the latest use per other stream (for the missing
+  ``record_stream`` check at free), the streams ``record_stream`` named, and reuse ghosts.
 
-Cross-stream uses for the missing-record_stream check are not written on every access:
-an access stays visible in the state until another stream's write drops it, and only then
-is it folded into ``USES`` (latest per stream). At free the check merges ``USES`` with what
-is still in the state. Unsynchronized, unrecorded uses at a free become "ghosts" (bounded:
-:data:`MAX_GHOSTS`) that a later allocation overlapping the address range inherits, for
-the reuse-race check.
+Memory state of a block, for the data-race rules: in *whole* mode, the last write and the
+latest read per stream since that write (a stream's own accesses are in program order, so
+its latest read is enough). After the first byte-range access the block is in *range* mode:
+a sorted list of segments covering the block, each with its own writes and reads. A write
+of a sub-range replaces the state of those bytes only. At most :data:`MAX_SEGMENTS`
+segments are kept; beyond that the narrowest adjacent pair is merged conservatively (the
+merged segment keeps the latest write per stream both as a write and as a read, so a later
+access is checked against everything either half had: merging can add reports, never lose
+one). A write that covers the whole block returns it to whole mode.
+
+Reuse ghosts: an unsynchronized, unrecorded use found at a free is remembered (at most
+:data:`MAX_GHOSTS`, oldest evicted first); a later allocation overlapping the freed range
+inherits it, and the first access to the new block that is not ordered after the old use
+is a reuse race. A ghost every stream has observed can never race again and is pruned; the
+pruning scan runs at most once per ``MAX_GHOSTS // 2`` new ghosts, so a program whose
+streams never synchronize back keeps a constant cost per free.
 
 Findings are deduplicated while replaying by (kind, both streams, ops, stacks and access
-types) into counts, first/last seq, up to :data:`MAX_ADDRESSES` addresses and
+types) into counts, first/last sequence number, up to :data:`MAX_ADDRESSES` addresses and
 :data:`MAX_OCCURRENCES` occurrences; :class:`~npusan.analyzer.findings.Finding` objects are
-built only for ``on_finding`` and in :meth:`Engine.finish`. Memory is bounded by the live
-blocks, streams and events and by the capped findings, never by the trace length.
+built for ``on_finding`` (at the first occurrence) and in :meth:`Engine.finish`.
+
+Every table is keyed by id in a dict, so memory follows what the trace uses, never the
+size of its ids; it is bounded by the live blocks, streams and events and the capped
+findings, never by the trace length.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from ..trace_format import records as R
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.symbols import MAX_TABLE, SymbolTable
 from .findings import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
 
-#: Distinct byte-range segments kept per block before neighbours are merged (see module doc).
+#: Distinct byte-range segments kept per block before neighbours are merged.
 MAX_SEGMENTS = 32
-#: Streams per trace (stream indexes must be below this).
-MAX_STREAMS = 1 << 16
+#: Distinct streams one trace may use.
+MAX_STREAMS = 4096
 #: Distinct findings kept per trace; later distinct ones are only counted (``dropped``).
 MAX_FINDINGS = 10_000
 #: Occurrences ``(seq, previous_seq, address)`` kept per finding.
@@ -69,18 +70,20 @@ MAX_ADDRESSES = 16
 MAX_GHOSTS = 256
 #: Ghost uses attached to one re-allocated block.
 MAX_BLOCK_GHOSTS = 32
+#: Ids (blocks, strings, stacks) are below this (docs/trace-format.md, section 6).
+MAX_ID = MAX_TABLE
+#: Largest pointer, size, offset or event handle (msgpack's unsigned 64-bit range).
+MAX_U64 = (1 << 64) - 1
 
 INF = float("inf")
 
 #: Op names of the host-side "accesses" of a missing-record_stream finding.
-_FREE_OP = "free"
-_LEAK_OP = "end of trace (never freed)"
+FREE_OP = "free"
+LEAK_OP = "end of trace (never freed)"
 
-# Block state layout.
-_W, _R, _SEGS, _GHOSTS, _USES, _RECORDED, _PTR, _SIZE, _ASTREAM, _ASTACK, _BID, _DEF = range(12)
-
-#: Stored in ``_own`` where no stream has the fast path (see ``_own``'s comment).
-_NOBODY = -(1 << 62)
+#: Where each record type keeps its stream index (for "stream index N is not defined").
+STREAM_FIELD = {R.STREAM_CREATED: 1, R.EVENT_RECORD: 2, R.EVENT_WAIT: 2, R.STREAM_SYNC: 1, R.ALLOC: 4,
+                R.RECORD_STREAM: 2, R.ERASE_STREAM: 2, R.KERNEL: 1}
 
 _DATA_RACE = Kind.DATA_RACE
 _MISSING = Kind.MISSING_RECORD_STREAM
@@ -101,30 +104,101 @@ class SourceError(Exception):
     """
 
 
-class _CallbackError(Exception):
-    """Carries an exception raised by ``on_finding`` through the malformed-input handler."""
+class Access(NamedTuple):
+    """One access of a kernel (or a free: ``op`` is then :data:`FREE_OP` or :data:`LEAK_OP`).
+
+    ``offset``/``nbytes`` are None for the whole block. Identity matters: two segments hold
+    "the same state" only if they hold the very same Access objects.
+    """
+
+    seq: int
+    stream: int
+    op: object  # a string id (int) for kernels, None if the record's op is not an id
+    stack: Optional[int]
+    write: bool
+    offset: Optional[int] = None
+    nbytes: Optional[int] = None
+
+
+class Segment:
+    """Bytes ``[lo, hi)`` of a block in range mode: their writes and latest read per stream."""
+
+    __slots__ = ("lo", "hi", "writes", "reads")
+
+    def __init__(self, lo, hi, writes: tuple, reads: dict) -> None:
+        self.lo, self.hi, self.writes, self.reads = lo, hi, writes, reads
+
+    def same_state(self, other: "Segment") -> bool:
+        if len(self.writes) != len(other.writes) or any(x is not y for x, y in zip(self.writes, other.writes)):
+            return False
+        if len(self.reads) != len(other.reads):
+            return False
+        return all(other.reads.get(P) is a for P, a in self.reads.items())
+
+
+class Ghost(NamedTuple):
+    """An unsynchronized use of a freed block: ``[ptr, ptr + size)`` may still be in use."""
+
+    ptr: int
+    size: Optional[int]
+    use: Access
+
+
+class Block:
+    """The replay state of one live block (see the module docstring)."""
+
+    __slots__ = ("bid", "ptr", "size", "stream", "stack", "defn", "write", "reads", "segments", "uses",
+                 "recorded", "ghosts")
+
+    def __init__(self, bid, ptr, size, stream, stack, defn) -> None:
+        self.bid = bid
+        self.ptr = ptr
+        self.size = size
+        self.stream = stream  # allocation stream; None for memory allocated before recording
+        self.stack = stack
+        self.defn = defn  # the BLOCK_DEF entry it was made from, or None
+        self.write: Optional[Access] = None  # whole mode: the last write
+        self.reads: dict = {}  # whole mode: stream -> its latest read since the last write
+        self.segments: Optional[list] = None  # range mode
+        self.uses: dict = {}  # stream (not the allocation stream) -> its latest access
+        self.recorded: set = set()  # streams named by record_stream
+        self.ghosts: list = []
+
+    def end(self):
+        """One past the last byte tracked (the size; unknown: as far as accesses reached)."""
+        if self.segments is not None:
+            return self.segments[-1].hi
+        return self.size or INF
 
 
 class _Occurrences:
-    """Everything kept for one distinct finding key while replaying."""
+    """Everything kept for one distinct finding while replaying."""
 
-    __slots__ = ("kind", "access", "previous", "block", "count", "first", "last", "addresses",
-                 "occurrences", "finding")
+    __slots__ = ("kind", "access", "previous", "block", "count", "first", "last", "addresses", "occurrences",
+                 "finding")
 
-    def __init__(self, kind, access, previous, block, seq, pseq, addr):
+    def __init__(self, kind, access: Access, previous: Access, block: tuple) -> None:
         self.kind = kind
-        self.access = access  # (k, acc): k = (seq, stream, op, stack); acc the encoded access
+        self.access = access
         self.previous = previous
-        self.block = block  # (ptr, size, alloc sidx, alloc stack)
-        self.count = 1
-        self.first = self.last = seq
-        self.addresses = [addr]
-        self.occurrences = [(seq, pseq, addr)]
+        self.block = block  # (ptr, size, allocation stream, allocation stack)
+        self.count = 0
+        self.first = self.last = access.seq
+        self.addresses: list = []
+        self.occurrences: list = []
         self.finding: Optional[Finding] = None
+
+    def add(self, seq: int, pseq: int, addr: int) -> None:
+        self.count += 1
+        self.last = seq
+        if len(self.addresses) < MAX_ADDRESSES and addr not in self.addresses:
+            self.addresses.append(addr)
+        if len(self.occurrences) < MAX_OCCURRENCES:
+            self.occurrences.append((seq, pseq, addr))
 
 
 class Engine:
-    """Replays the records of one trace; see the module docstring and DESIGN.md."""
+    """Replays the records of one trace; see the module docstring and docs/semantics.md."""
 
     def __init__(
         self,
@@ -140,85 +214,117 @@ class Engine:
         self.check_leaks = check_leaks
         self.on_finding = on_finding
         self.trace_index = trace_index
-        self.seq = 0
+        self.seq = 0  # kernels replayed; the last kernel's sequence number
         self.events = 0  # non-definition records processed, kernels included
         self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
-        self._cur: dict[int, dict[int, int]] = {}  # current[S] = {P: seq}
-        self._host: dict[int, int] = {}
-        self._events: dict[int, dict[int, int]] = {}  # recorded[E]
-        self._created_stack: dict[int, Optional[int]] = {}
-        self._blocks: list = []  # bid -> state list or None
-        # The fast path's two arrays, ``2 * cap`` long, indexed by the encoded access
-        # itself: ``a = bid`` (a read) hits the front half, ``a = ~bid`` (a write, a
-        # negative index) the back half. ``_own[a] - a == S`` iff stream S owns the block
-        # (every piece of its state is S's own, whole-block mode, no ghosts); then
-        # ``_slot[bid]`` is S's latest read (stale if older than the write) and
-        # ``_slot[~bid]`` the last write, and an access is one store. Keys are offset by
-        # the index, so an index that lands in the wrong half (an undefined block id)
-        # yields S' - 2*cap or S' + 2*cap, never a stream index as long as every stream
-        # index is below 2*cap (``_stream`` grows the arrays to keep it so).
-        self._own: list = []
-        self._slot: list = []
-        self._cap = 0
-        self._live_ptr: dict[int, int] = {}  # base pointer -> bid of the live block
-        self._stale_defs: dict[int, tuple] = {}  # bid -> BLOCK_DEF value already freed
-        self._ghosts: deque = deque()
-        self._occ: dict[tuple, _Occurrences] = {}
-        self._leaks_checked = False
+        self.current: dict[int, dict[int, int]] = {}
+        self.host: dict[int, int] = {}
+        self.recorded: dict[int, dict[int, int]] = {}
+        self.created_stack: dict[int, Optional[int]] = {}
+        self.blocks: dict[int, Block] = {}  # bid -> live block
+        self.live_ptr: dict[int, int] = {}  # base pointer -> bid of the live block there
+        self.stale_defs: dict[int, object] = {}  # bid -> BLOCK_DEF entry whose block was freed
+        self.ghosts: deque = deque()
+        self.ghosts_since_prune = 0
+        self.found: dict[tuple, _Occurrences] = {}
+        self.leaks_checked = False
         self.direct_tail: tuple = (None, 0)  # see run_direct
-        self._default_streams = self._parse_default_streams(self.header.get("default_streams"))
-        self._handlers = {
-            R.STREAM_CREATED: self._on_stream_created,
-            R.EVENT_CREATED: self._on_event_created,
-            R.EVENT_DELETED: self._on_event_deleted,
-            R.EVENT_RECORD: self._on_event_record,
-            R.EVENT_WAIT: self._on_event_wait,
-            R.EVENT_SYNC: self._on_event_sync,
-            R.STREAM_SYNC: self._on_stream_sync,
-            R.DEVICE_SYNC: self._on_device_sync,
-            R.ALLOC: self._on_alloc,
-            R.FREE: self._on_free,
-            R.RECORD_STREAM: self._on_record_stream,
-            R.ERASE_STREAM: self._on_erase_stream,
+        self._default_streams = _parse_default_streams(self.header.get("default_streams"))
+        self._rules = {
+            R.STREAM_CREATED: self.stream_created,
+            R.EVENT_CREATED: self.event_created,
+            R.EVENT_DELETED: self.event_deleted,
+            R.EVENT_RECORD: self.event_recorded,
+            R.EVENT_WAIT: self.event_waited,
+            R.EVENT_SYNC: self.event_synchronized,
+            R.STREAM_SYNC: self.stream_synchronized,
+            R.DEVICE_SYNC: self.device_synchronized,
+            R.ALLOC: self.allocated,
+            R.FREE: self.freed,
+            R.RECORD_STREAM: self.record_stream,
+            R.ERASE_STREAM: self.erase_stream,
+            R.KERNEL: self.kernel,
         }
 
-    # ------------------------------------------------------------------ public API
+    # ------------------------------------------------------------------ feeding records
 
     @property
     def kernels(self) -> int:
         return self.seq
 
     def feed(self, rec: list) -> None:
-        """Online mode: route one record (definition or not) from a RecordEncoder."""
-        t = rec[0]
+        """Online mode: one record (definition or not) from a RecordEncoder."""
+        t = rec[0] if rec.__class__ is list and rec else None
         if t in R.DEFINITIONS:
             self.symbols.define(rec)
             if t == R.BLOCK_DEF:
-                self._forget_block(rec[1])
+                self.forget_block(rec[1])
         else:
-            self.run((rec,))
+            self.process(rec)
 
-    def process(self, rec: list) -> None:
-        """Handle one non-definition record."""
-        self.run((rec,))
+    def flush(self) -> None:
+        """Nothing is buffered here (the compiled core buffers online records)."""
 
-    def run(self, records: Iterable[list]) -> None:
-        """The fast replay loop over non-definition records (definitions are tolerated)."""
-        _run(self, records)
+    def process(self, rec) -> None:
+        """Replay one record that no reader has checked (definitions are absorbed)."""
+        t = check_shape(rec, self.seq)
+        if t in R.DEFINITIONS:
+            try:
+                self.symbols.define(rec)
+            except TraceFormatError as e:
+                raise RecordError(describe(rec, self.seq, str(e))) from None
+        elif t in self._rules:
+            self.apply(rec)
+        elif t == R.NOTE:
+            self.events += 1
+        # END and record types of a newer minor version: nothing to replay
+
+    def run(self, records: Iterable) -> None:
+        """Replay records in order (what ``TraceReader.records()`` yields, or any records)."""
+        for rec in records:
+            self.process(rec)
+
+    def apply(self, rec: list) -> None:
+        """Replay one event record of a known type and at least its minimum length."""
+        self.events += 1
+        self._rules[rec[0]](rec)
 
     def run_direct(self, source: Iterable, absorb: Callable) -> bool:
-        """The replay loop reading records straight from ``source`` (a msgpack unpacker).
+        """Replay records read straight from ``source`` (a msgpack unpacker).
 
-        Kernel records of the fast-path form (a list of 4+ fields whose first equals
-        KERNEL) are replayed here; every other record goes through ``absorb(rec, seq)``
-        first (``TraceReader.direct_absorb``: validation, definitions, END), which returns
-        the record to replay, None to skip it, or False to stop (END). Returns True if it
-        stopped at END, False if ``source`` ran out. An exception raised by ``source``
-        itself comes out as :class:`SourceError`. Afterwards (also after an error)
-        ``direct_tail`` is ``(last record handled, kernel records read)``, what the
-        reader needs to name a record in an error message.
+        Kernel records (a list of 4+ fields whose first is the int KERNEL) are replayed at
+        once; every other record goes through ``absorb(rec, kernels)`` first
+        (``TraceReader.direct_absorb``: checks, definitions, END), which returns the record
+        to replay, None to skip it, or False at the END record. Returns True if it stopped
+        at END, False if ``source`` ran out. An exception raised by ``source`` itself comes
+        out as :class:`SourceError`. Afterwards (also after an error) ``direct_tail`` is
+        ``(last record handled, kernel records read)``, what the reader needs to name a
+        record in an error message.
         """
-        return _run_direct(self, source, absorb)
+        it = iter(source)
+        rec = None
+        kernels = self.seq
+        try:
+            while True:
+                try:
+                    rec = next(it)
+                except StopIteration:
+                    return False
+                except Exception as e:
+                    raise SourceError() from e
+                if rec.__class__ is list and len(rec) >= 4 and rec[0].__class__ is int and rec[0] == R.KERNEL:
+                    kernels += 1  # counted as read even if it turns out malformed
+                    self.apply(rec)
+                    continue
+                rec = absorb(rec, kernels)
+                if rec is False:
+                    return True
+                if rec is not None and rec[0] in self._rules:
+                    self.apply(rec)
+                elif rec is not None:
+                    self.events += 1  # a NOTE
+        finally:
+            self.direct_tail = (rec, kernels)
 
     def finish(self) -> list:
         """End of trace: the leak check (once, if ``check_leaks``), then the resolved findings.
@@ -227,13 +333,14 @@ class Engine:
         exit after an earlier look) returns the findings so far; the leak check is not
         repeated.
         """
-        if self.check_leaks and not self._leaks_checked:
-            self._leaks_checked = True
-            for b in self._blocks:
-                if b is not None and b[_ASTREAM] is not None:
-                    self._check_free(b, None, ghost=False)
+        if self.check_leaks and not self.leaks_checked:
+            self.leaks_checked = True
+            for bid in sorted(self.blocks):
+                b = self.blocks[bid]
+                if b.stream is not None:
+                    self.check_free(b, Access(self.seq, b.stream, LEAK_OP, None, True), ghosts=False)
         out = []
-        for occ in self._occ.values():
+        for occ in self.found.values():
             f = occ.finding or self._build(occ)
             occ.finding = f
             f.count = occ.count
@@ -245,797 +352,493 @@ class Engine:
         out.sort(key=lambda f: (f.first_seq, f.kind.value))
         return out
 
-    # ------------------------------------------------------------------ bookkeeping
+    # ------------------------------------------------------------------ streams and events
 
-    @staticmethod
-    def _parse_default_streams(ds) -> set:
-        out = set()
-        if isinstance(ds, dict):
-            for dev, handle in ds.items():
-                try:
-                    out.add((int(dev), int(handle)))
-                except (TypeError, ValueError):
-                    continue
-        return out
+    def stream(self, rec: list, field: int) -> dict:
+        """``current[S]`` for the stream named by ``rec[field]``, created (backfill) if new.
 
-    def _describe_bad(self, rec, e: Exception) -> str:
-        t = rec[0] if isinstance(rec, list) and rec else None
-        name = R.RECORD_NAMES.get(t, "?") if isinstance(t, int) else "?"
-        return f"malformed {name} record after kernel {self.seq}: {_short(rec)} ({type(e).__name__}: {e})"
-
-    # ------------------------------------------------------------------ streams & events
-
-    def _stream(self, S) -> dict:
-        """The sync vector of stream S, creating it (backfill) if first seen."""
-        vec = self._cur.get(S)
-        if vec is None:
-            if S not in self.symbols.streams:
-                raise RecordError(f"record refers to stream index {S!r}, which is not defined")
-            if not 0 <= S < MAX_STREAMS:
-                raise RecordError(f"stream index {S} is over this analyzer's limit of {MAX_STREAMS} streams")
-            if S >= 2 * self._cap:
-                self._grow(S // 2 + 1)
-            self._host[S] = 0
-            vec = self._cur[S] = dict(self._host)
+        A stream first seen without a creation record starts from the host's state, as a
+        created one does.
+        """
+        S = rec[field]
+        vec = self.current.get(S) if S.__class__ is int else None
+        if vec is not None:
+            return vec
+        if S.__class__ is not int or S not in self.symbols.streams:
+            raise RecordError(describe(rec, self.seq, f"record refers to stream index {S!r}, which is not defined"))
+        if len(self.current) >= MAX_STREAMS:
+            raise RecordError(describe(rec, self.seq, f"more than {MAX_STREAMS} streams in one trace"))
+        self.host[S] = 0
+        vec = self.current[S] = dict(self.host)
         return vec
 
-    def _on_stream_created(self, rec):
-        S = rec[1]
-        if S in self._cur:
-            return  # PyTorch creates each (pool) stream once: a second creation is ignored
-        self._stream(S)
-        self._created_stack[S] = rec[2]
+    def stream_created(self, rec: list) -> None:
+        """``host[S] = 0; current[S] = copy(host)``; a second creation is ignored."""
+        if rec[1].__class__ is int and rec[1] in self.current:
+            return  # PyTorch creates each (pool) stream once
+        self.stream(rec, 1)
+        self.created_stack[rec[1]] = stack_id(rec[2])
 
-    def _on_event_created(self, rec):
-        self._events[_event_id(rec[1])] = {}
+    def event_created(self, rec: list) -> None:
+        """``recorded[E] = {}`` (wipes a snapshot left by an event with the same handle)."""
+        self.recorded[event_id(rec, self.seq)] = {}
 
-    def _on_event_deleted(self, rec):
-        self._events.pop(_event_id(rec[1]), None)
+    def event_deleted(self, rec: list) -> None:
+        self.recorded.pop(event_id(rec, self.seq), None)
 
-    def _on_event_record(self, rec):
-        e = rec[1]
-        if e.__class__ is not int:
-            _event_id(e)
-        vec = self._cur.get(rec[2])
-        self._events[e] = (vec if vec is not None else self._stream(rec[2])).copy()
+    def event_recorded(self, rec: list) -> None:
+        """``recorded[E] = copy(current[S])``: a re-record overwrites, no merge."""
+        e = event_id(rec, self.seq)
+        self.recorded[e] = dict(self.stream(rec, 2))
 
-    def _on_event_wait(self, rec):
-        e = rec[1]
-        if e.__class__ is not int:
-            _event_id(e)
-        vec = self._cur.get(rec[2])
-        if vec is None:
-            vec = self._stream(rec[2])
-        snap = self._events.get(e)
-        if snap:
-            for P, v in snap.items():
-                if vec.get(P, -1) < v:
-                    vec[P] = v
+    def event_waited(self, rec: list) -> None:
+        """Stream S merges ``recorded[E]`` (an event never recorded: nothing to learn)."""
+        e = event_id(rec, self.seq)
+        vec = self.stream(rec, 2)
+        merge(vec, self.recorded.get(e, {}))
 
-    def _on_event_sync(self, rec):
-        snap = self._events.get(_event_id(rec[1]))
-        if snap:
-            for vec in self._cur.values():
-                _merge(vec, snap)
-            _merge(self._host, snap)
+    def event_synchronized(self, rec: list) -> None:
+        """The host and every stream merge ``recorded[E]``."""
+        snap = self.recorded.get(event_id(rec, self.seq), {})
+        for vec in self.current.values():
+            merge(vec, snap)
+        merge(self.host, snap)
 
-    def _on_stream_sync(self, rec):
-        src = dict(self._stream(rec[1]))
-        for vec in self._cur.values():
-            _merge(vec, src)
-        _merge(self._host, src)
+    def stream_synchronized(self, rec: list) -> None:
+        """The host and every stream merge ``current[S]``."""
+        src = dict(self.stream(rec, 1))
+        for vec in self.current.values():
+            merge(vec, src)
+        merge(self.host, src)
 
-    def _on_device_sync(self, rec):
+    def device_synchronized(self, rec: list) -> None:
+        """``host[S] = current[S][S]`` for the device's streams; then every stream merges host."""
         dev = rec[1]
-        if dev is not None and not isinstance(dev, int):
-            raise RecordError(f"device synchronize names device {dev!r}, not an integer")
-        host = self._host
-        streams = self.symbols.streams
-        for S, vec in self._cur.items():
-            if dev is None or streams[S][0] == dev:
-                host[S] = max(host.get(S, -1), vec[S])
-        for vec in self._cur.values():
-            _merge(vec, host)
+        if dev is not None and dev.__class__ is not int:
+            raise RecordError(describe(rec, self.seq, f"device synchronize names device {dev!r}, not an integer"))
+        for S, vec in self.current.items():
+            if dev is None or self.symbols.streams[S][0] == dev:
+                self.host[S] = max(self.host.get(S, -1), vec[S])
+        for vec in self.current.values():
+            merge(vec, self.host)
+
+    def ordered(self, vec: dict, earlier: Access) -> bool:
+        """Happens-before: the stream whose state is ``vec`` has observed ``earlier``."""
+        return vec.get(earlier.stream, -1) >= earlier.seq
+
+    def ordered_everywhere(self, earlier: Access) -> bool:
+        return all(vec.get(earlier.stream, -1) >= earlier.seq for vec in self.current.values())
 
     # ------------------------------------------------------------------ blocks
 
-    def _new_block(self, bid, ptr, size, astream, astack, defn=None) -> list:
-        if not isinstance(bid, int) or not 0 <= bid < MAX_TABLE:
-            raise RecordError(f"block id {bid!r} out of range")
-        if not isinstance(ptr, int) or not (size is None or (isinstance(size, int) and size >= 0)):
-            raise RecordError(f"block {bid} has a malformed pointer or size")
-        if bid >= self._cap:
-            self._grow(bid + 1)
-        blocks = self._blocks
-        old = blocks[bid]
-        if old is not None:  # allocation of a live block: its free was not recorded
-            self._drop_block(old)
-        other = self._live_ptr.get(ptr)
-        if other is not None and blocks[other] is not None:
-            self._drop_block(blocks[other])
-        b = [None, {}, None, None, None, None, ptr, size, astream, astack, bid, defn]
-        blocks[bid] = b
-        self._live_ptr[ptr] = bid
+    def allocated(self, rec: list) -> None:
+        """A new block on stream S; it inherits reuse ghosts over its address range."""
+        bid, ptr, size, stack = rec[1], rec[2], rec[3], stack_id(rec[5])
+        check_block(rec, self.seq, bid, ptr, size)
+        S = rec[4]
+        self.stream(rec, 4)
+        b = self.new_block(bid, ptr, size, S, stack, None)
+        if self.ghosts:
+            self.attach_ghosts(b)
+
+    def freed(self, rec: list) -> None:
+        """The missing-record_stream check (skipped for memory allocated before recording)."""
+        b = self.block(rec, rec[1])
+        if b.stream is not None:
+            free = Access(self.seq, b.stream, FREE_OP, stack_id(rec[2]), True)
+            self.check_free(b, free, ghosts=True)
+        self.drop_block(b)
+
+    def record_stream(self, rec: list) -> None:
+        b = self.block(rec, rec[1])
+        self.stream(rec, 2)
+        b.recorded.add(rec[2])
+
+    def erase_stream(self, rec: list) -> None:
+        b = self.block(rec, rec[1])
+        self.stream(rec, 2)
+        b.recorded.discard(rec[2])
+
+    def new_block(self, bid, ptr, size, stream, stack, defn) -> Block:
+        old = self.blocks.get(bid)
+        if old is not None:  # allocation of a live id: its free was not recorded
+            self.drop_block(old)
+        other = self.live_ptr.get(ptr)
+        if other is not None:  # a live block at the same base: its free was not recorded
+            self.drop_block(self.blocks[other])
+        b = self.blocks[bid] = Block(bid, ptr, size, stream, stack, defn)
+        self.live_ptr[ptr] = bid
         return b
 
-    def _grow(self, n: int) -> None:
-        """Room for block ids below ``n``, in place (the replay loop holds the lists)."""
-        cap = self._cap
-        new = max(n, 2 * cap, 64)
-        fill = new - cap
-        self._own[cap:cap] = [_NOBODY] * (2 * fill)  # the back half moves back with its keys
-        self._slot[cap:cap] = [None] * (2 * fill)
-        self._blocks.extend([None] * fill)
-        self._cap = new
+    def drop_block(self, b: Block) -> None:
+        del self.blocks[b.bid]
+        if self.live_ptr.get(b.ptr) == b.bid:
+            del self.live_ptr[b.ptr]
+        if b.defn is not None:
+            self.stale_defs[b.bid] = b.defn
 
-    def _take_over(self, b) -> None:
-        """Bring a block out of fast-path ownership: its state goes back into ``W``/``R``."""
-        bid = b[_BID]
-        own = self._own
-        key = own[bid]
-        if key == _NOBODY:
-            return
-        S = key - bid
-        own[bid] = own[~bid] = _NOBODY
-        slot = self._slot
-        w, r = slot[~bid], slot[bid]
-        slot[bid] = slot[~bid] = None
-        b[_W] = w
-        b[_R] = {S: r} if r is not None and (w is None or r[0] > w[0]) else {}
+    def forget_block(self, bid) -> None:
+        """Online, a BLOCK_DEF names a new block: live state under that id is stale."""
+        b = self.blocks.get(bid) if bid.__class__ is int else None
+        if b is not None:
+            self.drop_block(b)
+        self.stale_defs.pop(bid, None)
 
-    def _hand_over(self, b, S) -> None:
-        """Give stream S the fast path for a block whose state is all S's own."""
-        bid = b[_BID]
-        rd = b[_R]
-        slot = self._slot
-        slot[~bid] = b[_W]
-        slot[bid] = rd.pop(S) if rd else None
-        b[_W] = None
-        self._own[bid] = S + bid
-        self._own[~bid] = S + ~bid
+    def block(self, rec, bid) -> Block:
+        """The live block ``bid``; memory known only from a BLOCK_DEF becomes a block here."""
+        b = self.blocks.get(bid) if bid.__class__ is int else None
+        if b is not None:
+            return b
+        defn = self.symbols.blocks.get(bid) if bid.__class__ is int else None
+        if defn is None or self.stale_defs.get(bid) is defn:
+            raise RecordError(describe(rec, self.seq,
+                                       f"record refers to block id {bid!r}, which is not defined or was freed"))
+        ptr, size = defn
+        check_block(rec, self.seq, bid, ptr, size)
+        return self.new_block(bid, ptr, size, None, None, defn)
 
-    def _drop_block(self, b) -> None:
-        bid = b[_BID]
-        self._take_over(b)
-        self._blocks[bid] = None
-        if self._live_ptr.get(b[_PTR]) == bid:
-            del self._live_ptr[b[_PTR]]
-        if b[_DEF] is not None:
-            self._stale_defs[bid] = b[_DEF]
+    # ------------------------------------------------------------------ kernels
 
-    def _forget_block(self, bid) -> None:
-        """A BLOCK_DEF arrived through :meth:`feed`: any live state under that id is stale."""
-        if bid.__class__ is int and 0 <= bid < self._cap and self._blocks[bid] is not None:
-            self._drop_block(self._blocks[bid])
-        self._stale_defs.pop(bid, None)
+    def kernel(self, rec: list) -> None:
+        """``seq += 1; current[S][S] = seq``, then each access in record order.
 
-    def _block(self, bid) -> list:
-        """Live state of block ``bid``; a block known only from BLOCK_DEF is materialized."""
-        if bid.__class__ is int and 0 <= bid < self._cap:
-            b = self._blocks[bid]
-            if b is not None:
-                return b
-        defn = self.symbols.blocks.get(bid) if isinstance(bid, int) else None
-        if defn is None or self._stale_defs.get(bid) is defn:
-            raise RecordError(f"record refers to block id {bid!r}, which is not defined or was freed")
-        return self._new_block(bid, defn[0], defn[1], None, None, defn)
+        The record is checked whole before anything happens, so a malformed kernel is not
+        half replayed.
+        """
+        vec = self.stream(rec, 1)
+        targets = [self.access_target(rec, a) for a in rec[4:]]
+        self.seq += 1
+        S = rec[1]
+        vec[S] = self.seq
+        op, stack = string_id(rec[2]), stack_id(rec[3])
+        for b, write, lo, hi in targets:
+            if lo is not None and lo == hi:
+                continue  # an empty range touches nothing
+            acc = Access(self.seq, S, op, stack, write, lo, None if lo is None else hi - lo)
+            self.access(b, S, vec, acc)
 
-    def _on_alloc(self, rec):
-        _, bid, ptr, size, S, stack = rec[:6]
-        self._stream(S)
-        b = self._new_block(bid, ptr, size, S, stack)
-        if self._ghosts:
-            self._attach_ghosts(b)
-        if not b[_GHOSTS]:
-            # A fresh block is most likely first used on its allocation stream: give that
-            # stream the fast path now (empty state is trivially its own).
-            self._hand_over(b, S)
-
-    def _on_free(self, rec):
-        b = self._block(rec[1])
-        if b[_ASTREAM] is not None:
-            self._check_free(b, rec, ghost=True)
-        self._drop_block(b)
-
-    def _on_record_stream(self, rec):
-        b = self._block(rec[1])
-        self._stream(rec[2])
-        if b[_RECORDED] is None:
-            b[_RECORDED] = set()
-        b[_RECORDED].add(rec[2])
-
-    def _on_erase_stream(self, rec):
-        b = self._block(rec[1])
-        self._stream(rec[2])
-        if b[_RECORDED]:
-            b[_RECORDED].discard(rec[2])
-
-    # ------------------------------------------------------------------ accesses (slow path)
-
-    def _slow_access(self, S, vec, k, a) -> None:
-        """Any access the inline fast path did not take (see the module docstring)."""
+    def access_target(self, rec: list, a) -> tuple:
+        """``(block, is_write, lo, hi)`` of one encoded access (lo is None: whole block)."""
         if a.__class__ is int:
             write = a < 0
-            bid = ~a if write else a
-            if 0 <= bid < self._cap:
-                b = self._blocks[bid]
-                if b is not None and b[_SEGS] is None and not b[_GHOSTS]:
-                    # The common case, inline: a whole-block access in whole mode.
-                    if self._own[bid] != _NOBODY:
-                        self._take_over(b)
-                    self._whole(b, S, vec, k, a, write)
-                    w = b[_W]
-                    rd = b[_R]
-                    if (w is None or w[1] == S) and (not rd or (len(rd) == 1 and S in rd)):
-                        self._hand_over(b, S)
-                    return
-            lo = hi = None
+            return self.block(rec, ~a if write else a), write, None, None
+        if a.__class__ is not list or len(a) != 3:
+            raise RecordError(describe(rec, self.seq, f"kernel access {a!r} is neither an int nor "
+                                       "[block, offset, nbytes]"))
+        x, off, n = a
+        if x.__class__ is not int or off.__class__ is not int or n.__class__ is not int or off < 0 or n < 0:
+            raise RecordError(describe(rec, self.seq, f"kernel access {a!r} has a malformed block, offset or size"))
+        write = x < 0
+        return self.block(rec, ~x if write else x), write, off, off + n
+
+    def access(self, b: Block, S: int, vec: dict, acc: Access) -> None:
+        """One access: the reuse check, the data-race rules, the use for record_stream."""
+        if b.ghosts:
+            self.check_ghosts(b, S, vec, acc)
+        if acc.offset is None and b.segments is None:
+            self.whole_access(b, S, vec, acc)
         else:
-            if not isinstance(a, list) or len(a) != 3:
-                raise RecordError(f"kernel access {a!r} is neither an int nor [block, offset, nbytes]")
-            x, off, n = a
-            if not (isinstance(x, int) and isinstance(off, int) and isinstance(n, int)) or off < 0 or n < 0:
-                raise RecordError(f"kernel access {a!r} has a malformed block, offset or size")
-            write = x < 0
-            bid = ~x if write else x
-            lo, hi = off, off + n
-        b = self._block(bid)
-        self._take_over(b)
-        if lo is not None and lo == hi:
-            return  # an empty range touches nothing
-        if b[_GHOSTS]:
-            self._check_ghosts(b, S, vec, k, a)
-        if lo is None and b[_SEGS] is None:
-            self._whole(b, S, vec, k, a, write)
+            self.range_access(b, S, vec, acc)
+        if b.stream is not None and S != b.stream:
+            b.uses[S] = acc  # the latest use per stream; dict order: first use
+
+    def whole_access(self, b: Block, S: int, vec: dict, acc: Access) -> None:
+        """CSAN's rules: a read against the last write; a write against every read since
+        the last write, or against the last write if there were none."""
+        w = b.write
+        if not acc.write:
+            if w is not None and w.stream != S and not self.ordered(vec, w):
+                self.report(_DATA_RACE, acc, w, b)
+            b.reads[S] = acc
+            return
+        if b.reads:
+            for P, r in b.reads.items():
+                if P != S and not self.ordered(vec, r):
+                    self.report(_DATA_RACE, acc, r, b)
+        elif w is not None and w.stream != S and not self.ordered(vec, w):
+            self.report(_DATA_RACE, acc, w, b)
+        b.write = acc
+        b.reads = {}
+
+    def range_access(self, b: Block, S: int, vec: dict, acc: Access) -> None:
+        """The same rules per segment; each earlier kernel is reported once per access."""
+        if b.segments is None:  # whole mode -> range mode: one segment with the whole state
+            writes = (b.write,) if b.write is not None else ()
+            b.segments = [Segment(0, b.size or INF, writes, dict(b.reads))]
+            b.write, b.reads = None, {}
+        segs = b.segments
+        end = segs[-1].hi
+        if acc.offset is None:
+            lo, hi = 0, end  # a whole-block access covers exactly what is tracked
         else:
-            self._ranged(b, S, vec, k, a, write, 0 if lo is None else lo, INF if hi is None else hi)
-        # Fast-path eligibility: everything in the block is S's own.
-        if b[_SEGS] is None and not b[_GHOSTS]:
-            w = b[_W]
-            rd = b[_R]
-            if (w is None or w[1] == S) and (not rd or (len(rd) == 1 and S in rd)):
-                self._hand_over(b, S)
+            lo, hi = acc.offset, acc.offset + acc.nbytes
+            if hi > end:  # bytes past the known extent: nothing has touched them yet
+                segs.append(Segment(end, hi, (), {}))
+        i, j = split(segs, lo, hi)
+        reported: set = set()
 
-    def _whole(self, b, S, vec, k, a, write) -> None:
-        w = b[_W]
-        rd = b[_R]
-        bid = b[_BID]
-        if not write:
-            if w is not None and w[1] != S and vec.get(w[1], -1) < w[0]:
-                self._report(_DATA_RACE, k, a, w, ~bid, b)
-            rd[S] = k
-            return
-        if rd:
-            for P, pk in rd.items():
-                if P != S:
-                    if vec.get(P, -1) < pk[0]:
-                        self._report(_DATA_RACE, k, a, pk, bid, b)
-                    self._fold_use(b, pk, bid)
-        elif w is not None and w[1] != S and vec.get(w[1], -1) < w[0]:
-            self._report(_DATA_RACE, k, a, w, ~bid, b)
-        if w is not None and w[1] != S:
-            self._fold_use(b, w, ~bid)
-        b[_W] = k
-        b[_R] = {}
+        def check(earlier: Access) -> None:
+            if earlier.stream != S and not self.ordered(vec, earlier) and earlier.seq not in reported:
+                reported.add(earlier.seq)
+                self.report(_DATA_RACE, acc, earlier, b)
 
-    def _fold_use(self, b, pk, pacc) -> None:
-        """An access of another stream is dropped from the state: keep it as a use."""
-        P = pk[1]
-        if b[_ASTREAM] is None or P == b[_ASTREAM]:
-            return
-        uses = b[_USES]
-        if uses is None:
-            b[_USES] = {P: (pk, pacc)}
-            return
-        u = uses.get(P)
-        if u is None or u[0][0] < pk[0]:
-            uses[P] = (pk, pacc)
-
-    def _to_segments(self, b) -> list:
-        bid = b[_BID]
-        w = b[_W]
-        end = b[_SIZE] or INF  # a block of unknown size extends as far as accesses reach
-        segs = [[0, end, ((w, ~bid),) if w is not None else (), {P: (pk, bid) for P, pk in b[_R].items()}]]
-        b[_SEGS] = segs
-        b[_W] = None
-        b[_R] = {}
-        return segs
-
-    def _ranged(self, b, S, vec, k, a, write, lo, hi) -> None:
-        segs = b[_SEGS] or self._to_segments(b)
-        end = segs[-1][1]
-        if hi == INF:  # a whole-block access covers exactly what is tracked
-            hi = end
-        elif hi > end:  # bytes past the known size: nothing has touched them yet
-            segs.append([end, hi, (), {}])
-        # Split so that segment boundaries fall on lo and hi.
-        i = 0
-        while segs[i][1] <= lo:
-            i += 1
-        s = segs[i]
-        if s[0] < lo:
-            segs.insert(i + 1, [lo, s[1], s[2], dict(s[3])])
-            s[1] = lo
-            i += 1
-        j = i
-        while segs[j][1] < hi:
-            j += 1
-        s = segs[j]
-        if s[1] > hi:
-            segs.insert(j + 1, [hi, s[1], s[2], dict(s[3])])
-            s[1] = hi
-        j += 1
-        reported = set()
-        if not write:
-            entry = (k, a)
+        if not acc.write:
             for s in segs[i:j]:
-                for wk, wacc in s[2]:
-                    if wk[1] != S and vec.get(wk[1], -1) < wk[0] and id(wk) not in reported:
-                        reported.add(id(wk))
-                        self._report(_DATA_RACE, k, a, wk, wacc, b)
-                s[3][S] = entry
+                for w in s.writes:
+                    check(w)
+                s.reads[S] = acc
         else:
-            wt = ((k, a),)
             for s in segs[i:j]:
-                rd = s[3]
-                if rd:
-                    for P, (pk, pacc) in rd.items():
-                        if P != S:
-                            if vec.get(P, -1) < pk[0] and id(pk) not in reported:
-                                reported.add(id(pk))
-                                self._report(_DATA_RACE, k, a, pk, pacc, b)
-                            self._fold_use(b, pk, pacc)
-                else:
-                    for wk, wacc in s[2]:
-                        if wk[1] != S and vec.get(wk[1], -1) < wk[0] and id(wk) not in reported:
-                            reported.add(id(wk))
-                            self._report(_DATA_RACE, k, a, wk, wacc, b)
-                for wk, wacc in s[2]:
-                    if wk[1] != S:
-                        self._fold_use(b, wk, wacc)
-                s[2] = wt
-                s[3] = {}
+                for earlier in (s.reads.values() if s.reads else s.writes):
+                    check(earlier)
+                s.writes = (acc,)
+                s.reads = {}
             if i == 0 and j == len(segs):  # the whole block was written: back to whole mode
-                b[_SEGS] = None
-                b[_W] = k
-                b[_R] = {}
+                b.segments = None
+                b.write = acc
+                b.reads = {}
                 return
-        self._coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
+        coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
 
-    @staticmethod
-    def _same_state(s, t) -> bool:
-        if len(s[2]) != len(t[2]) or any(x[0] is not y[0] or x[1] is not y[1] for x, y in zip(s[2], t[2])):
-            return False
-        r1, r2 = s[3], t[3]
-        if len(r1) != len(r2):
-            return False
-        for P, e in r1.items():
-            f = r2.get(P)
-            if f is None or f[0] is not e[0] or f[1] is not e[1]:
-                return False
-        return True
+    # ------------------------------------------------------------------ record_stream and reuse
 
-    def _coalesce(self, segs, i, j) -> None:
-        n = i
-        while n < j - 1 and n < len(segs) - 1:
-            if self._same_state(segs[n], segs[n + 1]):
-                segs[n][1] = segs[n + 1][1]
-                del segs[n + 1]
-                j -= 1
-            else:
-                n += 1
-        while len(segs) > MAX_SEGMENTS:
-            # Merge the narrowest adjacent pair (conservatively, see the module docstring).
-            best = min(range(len(segs) - 1), key=lambda m: segs[m + 1][1] - segs[m][0])
-            s, t = segs[best], segs[best + 1]
-            writes: dict = {}
-            reads: dict = {}
-            for wk, wacc in s[2] + t[2]:
-                cur = writes.get(wk[1])
-                if cur is None or cur[0][0] < wk[0]:
-                    writes[wk[1]] = (wk, wacc)
-            for src in (s[3], t[3], writes):
-                for P, e in src.items():
-                    cur = reads.get(P)
-                    if cur is None or cur[0][0] < e[0][0]:
-                        reads[P] = e
-            s[1] = t[1]
-            s[2] = tuple(writes.values())
-            s[3] = reads
-            del segs[best + 1]
-
-    # ------------------------------------------------------------------ record_stream & reuse
-
-    def _uses(self, b) -> dict:
-        """Latest use per stream other than the allocation stream: ``{P: (k, acc)}``."""
-        A = b[_ASTREAM]
-        bid = b[_BID]
-        self._take_over(b)
-        out = dict(b[_USES] or ())
-
-        def put(pk, pacc):
-            P = pk[1]
-            if P != A:
-                u = out.get(P)
-                if u is None or u[0][0] < pk[0]:
-                    out[P] = (pk, pacc)
-
-        if b[_SEGS] is None:
-            if b[_W] is not None:
-                put(b[_W], ~bid)
-            for pk in b[_R].values():
-                put(pk, bid)
-        else:
-            for s in b[_SEGS]:
-                for wk, wacc in s[2]:
-                    put(wk, wacc)
-                for pk, pacc in s[3].values():
-                    put(pk, pacc)
-        return out
-
-    def _check_free(self, b, rec, ghost: bool) -> None:
-        A = b[_ASTREAM]
-        avec = self._cur.get(A, {})
-        recorded = b[_RECORDED] or ()
-        # The free as an access reference shaped like a kernel's (seq, stream, op, stack).
-        free_k = (self.seq, A, _FREE_OP, rec[2]) if rec is not None else (self.seq, A, _LEAK_OP, None)
-        for P, (pk, pacc) in self._uses(b).items():
-            if P in recorded or avec.get(P, -1) >= pk[0]:
+    def check_free(self, b: Block, free: Access, ghosts: bool) -> None:
+        """Each use of another stream must be recorded or ordered before the allocation
+        stream's current state, compared with the use's own seq (0 means "knew the stream
+        existed", not "synchronized")."""
+        avec = self.current[b.stream]
+        for P, use in b.uses.items():
+            if P in b.recorded or self.ordered(avec, use):
                 continue
-            self._report(_MISSING, free_k, ~b[_BID], pk, pacc, b)
-            if ghost:
-                self._add_ghost(b, pk, pacc)
+            self.report(_MISSING, free, use, b)
+            if ghosts:
+                self.add_ghost(Ghost(b.ptr, b.size, use))
 
-    def _add_ghost(self, b, pk, pacc) -> None:
-        ghosts = self._ghosts
-        if len(ghosts) >= MAX_GHOSTS:
-            self._prune_ghosts()
-            if len(ghosts) >= MAX_GHOSTS:
-                ghosts.popleft()
-        ghosts.append((b[_PTR], b[_SIZE], pk, pacc))
+    def add_ghost(self, g: Ghost) -> None:
+        if len(self.ghosts) >= MAX_GHOSTS:
+            if self.ghosts_since_prune >= MAX_GHOSTS // 2:
+                self.prune_ghosts()
+            if len(self.ghosts) >= MAX_GHOSTS:
+                self.ghosts.popleft()
+        self.ghosts.append(g)
+        self.ghosts_since_prune += 1
 
-    def _ordered_everywhere(self, pk) -> bool:
-        P, p = pk[1], pk[0]
-        return all(vec.get(P, -1) >= p for vec in self._cur.values())
+    def prune_ghosts(self) -> None:
+        """Drop ghosts every stream has observed (they can never race again)."""
+        keep = [g for g in self.ghosts if not self.ordered_everywhere(g.use)]
+        self.ghosts = deque(keep)
+        self.ghosts_since_prune = 0
 
-    def _prune_ghosts(self) -> None:
-        keep = [g for g in self._ghosts if not self._ordered_everywhere(g[2])]
-        self._ghosts.clear()
-        self._ghosts.extend(keep)
+    def attach_ghosts(self, b: Block) -> None:
+        found = [g for g in self.ghosts if overlaps(g.ptr, g.size, b.ptr, b.size)
+                 and not self.ordered_everywhere(g.use)]
+        b.ghosts = found[-MAX_BLOCK_GHOSTS:]
 
-    def _attach_ghosts(self, b) -> None:
-        ptr, size = b[_PTR], b[_SIZE]
-        found = []
-        stale = False
-        for g in self._ghosts:
-            gptr, gsize = g[0], g[1]
-            if gsize is None and size is None:
-                hit = gptr == ptr
-            elif gsize is None:
-                hit = ptr <= gptr < ptr + size
-            elif size is None:
-                hit = gptr <= ptr < gptr + gsize
-            else:
-                hit = gptr < ptr + size and ptr < gptr + gsize
-            if hit:
-                if self._ordered_everywhere(g[2]):
-                    stale = True
-                    continue
-                found.append(g)
-        if stale:
-            self._prune_ghosts()
-        if found:
-            b[_GHOSTS] = found[-MAX_BLOCK_GHOSTS:]
-
-    def _check_ghosts(self, b, S, vec, k, a) -> None:
+    def check_ghosts(self, b: Block, S: int, vec: dict, acc: Access) -> None:
+        """A reuse race is reported once per re-allocated block and ghost."""
         keep = []
-        for g in b[_GHOSTS]:
-            pk = g[2]
-            if pk[1] != S and vec.get(pk[1], -1) < pk[0]:
-                self._report(_REUSE, k, a, pk, g[3], b)
-                continue  # reported once per re-allocated block
-            if not self._ordered_everywhere(pk):
+        for g in b.ghosts:
+            if g.use.stream != S and not self.ordered(vec, g.use):
+                self.report(_REUSE, acc, g.use, b)
+            elif not self.ordered_everywhere(g.use):
                 keep.append(g)
-        b[_GHOSTS] = keep or None
+        b.ghosts = keep
 
     # ------------------------------------------------------------------ findings
 
-    def _report(self, kind, k, acc, pk, pacc, b) -> None:
-        key = (kind, k[1], k[2], k[3], acc < 0 if acc.__class__ is int else acc[0] < 0,
-               pk[1], pk[2], pk[3], pacc < 0 if pacc.__class__ is int else pacc[0] < 0)
-        addr = b[_PTR]
-        occ = self._occ.get(key)
-        if occ is not None:
-            occ.count += 1
-            occ.last = k[0]
-            if len(occ.addresses) < MAX_ADDRESSES and addr not in occ.addresses:
-                occ.addresses.append(addr)
-            if len(occ.occurrences) < MAX_OCCURRENCES:
-                occ.occurrences.append((k[0], pk[0], addr))
-            return
-        if len(self._occ) >= MAX_FINDINGS:
-            self.dropped += 1
-            return
-        occ = self._occ[key] = _Occurrences(
-            kind, (k, acc), (pk, pacc), (addr, b[_SIZE], b[_ASTREAM], b[_ASTACK]), k[0], pk[0], addr
-        )
-        if self.on_finding is not None:
-            occ.finding = self._build(occ)
-            try:
+    def report(self, kind: Kind, acc: Access, earlier: Access, b: Block) -> None:
+        key = (kind, acc.stream, acc.op, acc.stack, acc.write, earlier.stream, earlier.op, earlier.stack,
+               earlier.write)
+        occ = self.found.get(key)
+        if occ is None:
+            if len(self.found) >= MAX_FINDINGS:
+                self.dropped += 1
+                return
+            occ = self.found[key] = _Occurrences(kind, acc, earlier, (b.ptr, b.size, b.stream, b.stack))
+            occ.add(acc.seq, earlier.seq, b.ptr)
+            if self.on_finding is not None:
+                occ.finding = self._build(occ)
                 self.on_finding(occ.finding)
-            except Exception as e:
-                raise _CallbackError() from e
+            return
+        occ.add(acc.seq, earlier.seq, b.ptr)
 
-    def _stream_ref(self, S) -> StreamRef:
+    def _build(self, occ: _Occurrences) -> Finding:
+        return build_finding(self, occ.kind, occ.access, occ.previous, occ.block, occ.count, occ.first,
+                             occ.last, occ.addresses, occ.occurrences)
+
+    def stream_ref(self, S) -> StreamRef:
         dev, handle = self.symbols.streams.get(S, (-1, -1))
         return StreamRef(
             device=dev,
             handle=handle,
             index=S,
             is_default=(dev, handle) in self._default_streams,
-            created_stack=self._frames(self._created_stack.get(S)),
+            created_stack=self.frames(self.created_stack.get(S)),
             trace=self.trace_index,
         )
 
-    def _frames(self, kid) -> tuple:
+    def frames(self, kid) -> tuple:
         try:
             return tuple(Frame(f, line, fn) for f, line, fn in self.symbols.frames_of(kid))
         except (KeyError, TypeError, ValueError):
             return ()
 
-    def _access_info(self, k, acc) -> AccessInfo:
-        seq, S, op, stack = k[0], k[1], k[2], k[3]
-        if op.__class__ is str:  # a free or the end-of-trace leak check: host side, seq 0
-            seq = 0
-        else:
-            op = self.symbols.string(op)
-        if acc.__class__ is int:
-            typ = "write" if acc < 0 else "read"
-            off = n = None
-        else:
-            typ = "write" if acc[0] < 0 else "read"
-            off, n = acc[1], acc[2]
-        return AccessInfo(self._stream_ref(S), op, typ, seq, self._frames(stack), off, n)
 
-    def _build(self, occ: _Occurrences) -> Finding:
-        ptr, size, A, astack = occ.block
-        block = BlockInfo(ptr, size, self._stream_ref(A) if A is not None else None, self._frames(astack))
-        return Finding(
-            kind=occ.kind,
-            access=self._access_info(*occ.access),
-            previous=self._access_info(*occ.previous),
-            block=block,
-            count=occ.count,
-            addresses=list(occ.addresses),
-            first_seq=occ.first,
-            last_seq=occ.last,
-            trace=self.trace_index,
-            traces=[self.trace_index],
-            occurrences=list(occ.occurrences),
-        )
+# ---------------------------------------------------------------------- shared helpers
+#
+# Used by the compiled core's wrapper too: findings and error messages are built by the
+# same code whichever engine replayed the trace.
 
 
-# ---------------------------------------------------------------------- helpers
+def build_finding(eng, kind, access, previous, block, count, first, last, addresses, occurrences) -> Finding:
+    """A resolved Finding; ``eng`` provides ``symbols``, ``stream_ref`` and ``frames``."""
+    ptr, size, A, astack = block
+    return Finding(
+        kind=kind,
+        access=access_info(eng, access),
+        previous=access_info(eng, previous),
+        block=BlockInfo(ptr, size, eng.stream_ref(A) if A is not None else None, eng.frames(astack)),
+        count=count,
+        addresses=list(addresses),
+        first_seq=first,
+        last_seq=last,
+        trace=eng.trace_index,
+        traces=[eng.trace_index],
+        occurrences=list(occurrences),
+    )
 
 
-def _merge(dst: dict, src: dict) -> None:
+def access_info(eng, acc: Access) -> AccessInfo:
+    if isinstance(acc.op, str):  # a free or the end-of-trace leak check: host side, seq 0
+        seq, op = 0, acc.op
+    else:
+        seq, op = acc.seq, eng.symbols.string(acc.op)
+    return AccessInfo(eng.stream_ref(acc.stream), op, "write" if acc.write else "read", seq,
+                      eng.frames(acc.stack), acc.offset, acc.nbytes)
+
+
+def _parse_default_streams(ds) -> set:
+    out = set()
+    if isinstance(ds, dict):
+        for dev, handle in ds.items():
+            try:
+                out.add((int(dev), int(handle)))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def merge(dst: dict, src: dict) -> None:
+    """``dst[k] = max(dst.get(k, -1), v)`` for each entry of ``src``."""
     for P, v in src.items():
         if dst.get(P, -1) < v:
             dst[P] = v
 
 
-def _event_id(e):
-    if e.__class__ is not int:
-        raise RecordError(f"event id {e!r} is not an integer")
+def split(segs: list, lo, hi) -> tuple:
+    """Split segments so that boundaries fall on lo and hi; return the index range [i, j)."""
+    i = 0
+    while segs[i].hi <= lo:
+        i += 1
+    s = segs[i]
+    if s.lo < lo:
+        segs.insert(i + 1, Segment(lo, s.hi, s.writes, dict(s.reads)))
+        s.hi = lo
+        i += 1
+    j = i
+    while segs[j].hi < hi:
+        j += 1
+    s = segs[j]
+    if s.hi > hi:
+        segs.insert(j + 1, Segment(hi, s.hi, s.writes, dict(s.reads)))
+        s.hi = hi
+    return i, j + 1
+
+
+def coalesce(segs: list, i: int, j: int) -> None:
+    """Join equal neighbours in ``segs[i:j]``; then merge the narrowest pairs down to the cap."""
+    n = i
+    while n < j - 1 and n < len(segs) - 1:
+        if segs[n].same_state(segs[n + 1]):
+            segs[n].hi = segs[n + 1].hi
+            del segs[n + 1]
+            j -= 1
+        else:
+            n += 1
+    while len(segs) > MAX_SEGMENTS:
+        best = min(range(len(segs) - 1), key=lambda m: segs[m + 1].hi - segs[m].lo)
+        s, t = segs[best], segs[best + 1]
+        writes: dict = {}
+        for w in s.writes + t.writes:
+            latest(writes, w.stream, w)
+        reads: dict = {}
+        for src in (s.reads, t.reads, writes):
+            for P, a in src.items():
+                latest(reads, P, a)
+        s.hi = t.hi
+        s.writes = tuple(writes.values())
+        s.reads = reads
+        del segs[best + 1]
+
+
+def latest(table: dict, key, acc: Access) -> None:
+    cur = table.get(key)
+    if cur is None or cur.seq < acc.seq:
+        table[key] = acc
+
+
+def overlaps(p1, n1, p2, n2) -> bool:
+    """Do ``[p1, p1 + n1)`` and ``[p2, p2 + n2)`` overlap (an unknown size: the base only)?"""
+    if n1 is None and n2 is None:
+        return p1 == p2
+    if n1 is None:
+        return p2 <= p1 < p2 + n2
+    if n2 is None:
+        return p1 <= p2 < p1 + n1
+    return p1 < p2 + n2 and p2 < p1 + n1
+
+
+def stack_id(v) -> Optional[int]:
+    """A stack field: an id, or None for nil or anything that is not an id (no stack)."""
+    return v if v.__class__ is int and 0 <= v < MAX_ID else None
+
+
+string_id = stack_id  # an op field: a string id, or None (reported as "?")
+
+
+def event_id(rec: list, seq: int) -> int:
+    e = rec[1]
+    if e.__class__ is not int or not 0 <= e <= MAX_U64:
+        raise RecordError(describe(rec, seq, f"event id {e!r} is not an integer handle"))
     return e
+
+
+def check_block(rec, seq: int, bid, ptr, size) -> None:
+    if bid.__class__ is not int or not 0 <= bid < MAX_ID:
+        raise RecordError(describe(rec, seq, f"block id {bid!r} out of range"))
+    if ptr.__class__ is not int or not 0 <= ptr <= MAX_U64 or not (
+            size is None or (size.__class__ is int and 0 <= size <= MAX_U64)):
+        raise RecordError(describe(rec, seq, f"block {bid} has a malformed pointer or size"))
+
+
+def check_shape(rec, seq: int) -> int:
+    """The checks a reader makes (a list, an int type, the minimum length); return the type."""
+    if rec.__class__ is not list or not rec or rec[0].__class__ is not int:
+        raise RecordError(describe(rec, seq, "not an array starting with an integer record type"))
+    t = rec[0]
+    if len(rec) < R.MIN_LENGTH.get(t, 0):
+        raise RecordError(describe(rec, seq, f"{len(rec)} fields, fewer than the {R.MIN_LENGTH[t]} it needs"))
+    return t
+
+
+def describe(rec, seq: int, problem: str) -> str:
+    """The one-line message for a malformed record (both engines use it)."""
+    t = rec[0] if rec.__class__ is list and rec else None
+    name = R.RECORD_NAMES.get(t) if t.__class__ is int else None
+    what = f"{name} record" if name else "record"
+    return f"malformed {what} after kernel {seq}: {_short(rec)} ({problem})"
 
 
 def _short(rec, limit: int = 80) -> str:
     text = repr(rec)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# ---------------------------------------------------------------------- the replay loop
-#
-# ``_run`` is generated once at import: the kernel path is written out for the common
-# kernel shapes (1-4 accesses), because in CPython slicing and iterating ``rec[4:]`` costs
-# more than the fast path itself. For each shape, every access's ownership key is looked up
-# first (one ``try`` for all: an exception there, i.e. a range access or an id outside the
-# arrays, sends all of them to the slow path, which handles anything), then each access is
-# either one store (fast path) or a call of ``Engine._slow_access``. A slow path never
-# changes the ownership of another block of the same kernel, so keys looked up first stay
-# valid.
-
-_SWITCH = """\
-if S != lastS:
-    if vec is not None:
-        vec[lastS] = seq
-    vec = cur.get(S)
-    if vec is None:
-        vec = eng._stream(S)
-    lastS = S
-seq += 1
-"""
-
-_SLOW = """\
-vec[S] = seq
-eng.seq = seq
-slow(S, vec, k, {a})
-"""
-
-_RUN = """\
-def _run(eng, records):
-    K = KERNEL
-    cur = eng._cur
-    own = eng._own
-    slot = eng._slot
-    handlers = eng._handlers
-    slow = eng._slow_access
-    seq = seq0 = eng.seq
-    other = 0
-    rec = None
-    # ``vec`` is current[lastS]; its own entry current[lastS][lastS] is brought up to date
-    # lazily (on a stream switch, before any slow path or handler, at the end): nothing
-    # reads it in between.
-    lastS = None
-    vec = None
-    _len = len
-    try:
-        for rec in records:
-            # Kernels of the common shapes first, by length (a non-kernel record of the
-            # same length falls through to the general dispatch below).
-            n = _len(rec)
-{shapes}
-            if rec[0] == K:
-                S = rec[1]
-{general}
-            else:
-                if vec is not None:
-                    vec[lastS] = seq
-                    vec = lastS = None
-                other += 1
-                h = handlers.get(rec[0])
-                if h is not None:
-                    eng.seq = seq
-                    h(rec)
-                elif rec[0] in DEFINITIONS:
-                    other -= 1
-                    eng.symbols.define(rec)
-                    if rec[0] == BLOCK_DEF:
-                        eng._forget_block(rec[1])
-                elif rec[0].__class__ is not int or rec.__class__ is not list:
-                    raise TypeError("a record is an array whose first element is an integer type")
-                # else: a record type of a newer minor version (or NOTE/END): skipped
-    except _CallbackError as e:
-        raise e.__cause__ from None
-    except TraceFormatError:
-        raise
-    except (TypeError, KeyError, IndexError, ValueError, AttributeError, OverflowError) as e:
-        raise RecordError(eng._describe_bad(rec, e)) from None
-    finally:
-        if vec is not None:
-            vec[lastS] = seq
-        eng.seq = seq
-        eng.events += other + (seq - seq0)
-"""
-
-
-# The direct loop: the same kernel paths, fed by the msgpack unpacker itself. A record
-# that is not a list, or not a kernel, goes to ``absorb`` (the reader's checks) before the
-# general dispatch. An exception raised on the ``for`` line comes from the source (corrupt
-# msgpack, a failing file) and is passed on as SourceError; ``pending`` counts a kernel
-# that failed in the stream switch, before ``seq`` was advanced for it.
-_RUN_DIRECT = """\
-def _run_direct(eng, source, absorb):
-    K = KERNEL
-    cur = eng._cur
-    own = eng._own
-    slot = eng._slot
-    handlers = eng._handlers
-    slow = eng._slow_access
-    seq = seq0 = eng.seq
-    other = 0
-    pending = 0
-    ended = False
-    rec = S = None
-    lastS = None
-    vec = None
-    _len = len
-    list_ = list
-    try:
-        for rec in source:
-            if rec.__class__ is list_:
-                n = _len(rec)
-{shapes}
-                if n >= 4 and rec[0] == K:
-                    S = rec[1]
-{general}
-                    continue
-            if vec is not None:
-                vec[lastS] = seq
-                vec = lastS = None
-            eng.seq = seq
-            rec = absorb(rec, seq)
-            if rec is None:
-                continue
-            if rec is False:
-                ended = True
-                break
-            other += 1
-            h = handlers.get(rec[0])
-            if h is not None:
-                h(rec)
-            # else: a known record type the engine has nothing to do for (NOTE)
-    except Exception as e:
-        if e.__traceback__.tb_lineno == FOR_LINE:
-            raise SourceError() from e
-        if rec.__class__ is list_ and _len(rec) >= 4 and rec[0] == K and S != lastS:
-            pending = 1  # a kernel whose stream switch failed
-        if isinstance(e, _CallbackError):
-            raise e.__cause__ from None
-        if isinstance(e, TraceFormatError):
-            raise
-        if isinstance(e, (TypeError, KeyError, IndexError, ValueError, AttributeError, OverflowError)):
-            raise RecordError(eng._describe_bad(rec, e)) from None
-        raise
-    finally:
-        if vec is not None:
-            vec[lastS] = seq
-        eng.seq = seq
-        eng.events += other + (seq - seq0)
-        eng.direct_tail = (rec, seq + pending)
-    return ended
-"""
-
-
-def _indent(text: str, n: int) -> str:
-    return "".join((" " * n + line if line else line) + "\n" for line in text.splitlines())
-
-
-def _shape(count: int) -> str:
-    """The kernel path for records with ``count`` accesses."""
-    names = [f"a{i}" for i in range(count)]
-    keys = [f"x{i}" for i in range(count)]
-    out = "t, S, o, st, " + ", ".join(names) + " = rec\n"
-    out += "if t == K:\n"
-    body = _SWITCH + "k = (seq, S, o, st)\n"
-    body += "try:\n" + "".join(f"    {x} = own[{a}] - {a}\n" for a, x in zip(names, keys))
-    body += "except (TypeError, IndexError):\n    " + " = ".join(keys) + " = -1\n"
-    for a, x in zip(names, keys):
-        body += f"if {x} == S:\n    slot[{a}] = k\nelse:\n" + _indent(_SLOW.format(a=a), 4)
-    body += "continue\n"
-    return out + _indent(body, 4)
-
-
-# Any kernel (any number of accesses, ranges included): the stream switch, then each access.
-_GENERAL = _SWITCH + """\
-k = (seq, S, rec[2], rec[3])
-for a in rec[4:]:
-    try:
-        x = own[a] - a
-    except (TypeError, IndexError):
-        x = -1
-    if x == S:
-        slot[a] = k
-    else:
-""" + _indent(_SLOW.format(a="a"), 8)
-
-def _generate(template: str, func: str, depth: int, **env):
-    """Compile one replay loop from its template; ``depth`` indents its kernel branches."""
-    branches = []
-    for i, count in enumerate((3, 2, 4, 1)):  # most frequent kernel shapes first
-        branches.append(f"{'if' if i == 0 else 'elif'} n == {4 + count}:\n" + _indent(_shape(count), 4))
-    src = template.format(
-        shapes=_indent("".join(branches), depth).rstrip("\n"),
-        general=_indent(_GENERAL, depth + 4).rstrip("\n"),
-    )
-    env.update(KERNEL=R.KERNEL, _CallbackError=_CallbackError, TraceFormatError=TraceFormatError,
-               RecordError=RecordError)
-    exec(compile(src, f"<npusan {func}>", "exec"), env)  # noqa: S102 - our own template
-    return env[func], src
-
-
-_run, _RUN_SOURCE = _generate(_RUN, "_run", 12, BLOCK_DEF=R.BLOCK_DEF, DEFINITIONS=R.DEFINITIONS)
-_run_direct, _RUN_DIRECT_SOURCE = _generate(_RUN_DIRECT, "_run_direct", 16, SourceError=SourceError)
-# The direct loop tells an error of its source (raised on the ``for`` line) from its own.
-_run_direct.__globals__["FOR_LINE"] = _RUN_DIRECT_SOURCE.splitlines().index("        for rec in source:") + 1
