@@ -9,7 +9,7 @@ STAMP := $(VENV)/.npusan-installed
 
 .PHONY: example test bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/npusan/analyzer/_core.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)" numpy

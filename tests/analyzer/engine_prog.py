@@ -12,6 +12,14 @@ from npusan.trace_format.encoder import RecordEncoder
 from npusan.trace_format.symbols import SymbolTable
 
 
+#: The engine class programs replay through; the ``engine`` fixture (conftest.py) sets it.
+ENGINE: type = Engine
+
+
+def new_engine(symbols: SymbolTable, **kwargs):
+    return ENGINE(symbols, **kwargs)
+
+
 class Prog:
     """A trace under construction, fed record by record into an Engine.
 
@@ -22,13 +30,14 @@ class Prog:
 
     def __init__(self, *, check_leaks: bool = False, header: dict | None = None, on_finding=None):
         self.symbols = SymbolTable()
-        self.engine = Engine(self.symbols, header=header, check_leaks=check_leaks, on_finding=on_finding)
+        self.engine = new_engine(self.symbols, header=header, check_leaks=check_leaks, on_finding=on_finding)
         self.records: list = []
         self.enc = RecordEncoder(self._sink)
 
     def _sink(self, rec: list) -> None:
         self.records.append(list(rec))
         self.engine.feed(rec)
+        self.engine.flush()  # record by record (the compiled core would replay in batches)
 
     def __getattr__(self, name):
         return getattr(self.enc, name)

@@ -18,6 +18,8 @@ from npusan.analyzer.findings import Kind
 
 from .engine_prog import Prog
 
+pytestmark = pytest.mark.usefixtures("engine")
+
 sanitizer = pytest.importorskip("torch.cuda._sanitizer")
 
 STREAMS = [0, 0x11, 0x22, 0x33]

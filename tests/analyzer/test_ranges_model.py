@@ -9,12 +9,16 @@ pairs race.
 
 from __future__ import annotations
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from npusan.analyzer.findings import Kind
 
 from .engine_prog import Prog
+
+pytestmark = pytest.mark.usefixtures("engine")
 
 STREAMS = [0, 1, 2]
 SIZE = 24

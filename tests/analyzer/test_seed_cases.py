@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from npusan.analyzer.findings import Kind
 
 from .engine_prog import Prog
+
+pytestmark = pytest.mark.usefixtures("engine")
 
 DEFAULT, STREAM1 = 0, 0x51
 X = 0x7000

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from .engine_prog import Prog
+
+pytestmark = pytest.mark.usefixtures("engine")
 
 X = 0x1000
 Y = 0x2000

@@ -365,9 +365,9 @@ class Engine:
         if vec is not None:
             return vec
         if S.__class__ is not int or S not in self.symbols.streams:
-            raise RecordError(describe(rec, self.seq, f"record refers to stream index {S!r}, which is not defined"))
+            raise RecordError(describe(rec, self.seq, stream_undefined(S)))
         if len(self.current) >= MAX_STREAMS:
-            raise RecordError(describe(rec, self.seq, f"more than {MAX_STREAMS} streams in one trace"))
+            raise RecordError(describe(rec, self.seq, too_many_streams()))
         self.host[S] = 0
         vec = self.current[S] = dict(self.host)
         return vec
@@ -415,7 +415,7 @@ class Engine:
         """``host[S] = current[S][S]`` for the device's streams; then every stream merges host."""
         dev = rec[1]
         if dev is not None and dev.__class__ is not int:
-            raise RecordError(describe(rec, self.seq, f"device synchronize names device {dev!r}, not an integer"))
+            raise RecordError(describe(rec, self.seq, bad_device(dev)))
         for S, vec in self.current.items():
             if dev is None or self.symbols.streams[S][0] == dev:
                 self.host[S] = max(self.host.get(S, -1), vec[S])
@@ -491,8 +491,7 @@ class Engine:
             return b
         defn = self.symbols.blocks.get(bid) if bid.__class__ is int else None
         if defn is None or self.stale_defs.get(bid) is defn:
-            raise RecordError(describe(rec, self.seq,
-                                       f"record refers to block id {bid!r}, which is not defined or was freed"))
+            raise RecordError(describe(rec, self.seq, block_undefined(bid)))
         ptr, size = defn
         check_block(rec, self.seq, bid, ptr, size)
         return self.new_block(bid, ptr, size, None, None, defn)
@@ -523,11 +522,10 @@ class Engine:
             write = a < 0
             return self.block(rec, ~a if write else a), write, None, None
         if a.__class__ is not list or len(a) != 3:
-            raise RecordError(describe(rec, self.seq, f"kernel access {a!r} is neither an int nor "
-                                       "[block, offset, nbytes]"))
+            raise RecordError(describe(rec, self.seq, access_shape(a)))
         x, off, n = a
         if x.__class__ is not int or off.__class__ is not int or n.__class__ is not int or off < 0 or n < 0:
-            raise RecordError(describe(rec, self.seq, f"kernel access {a!r} has a malformed block, offset or size"))
+            raise RecordError(describe(rec, self.seq, access_malformed(a)))
         write = x < 0
         return self.block(rec, ~x if write else x), write, off, off + n
 
@@ -809,16 +807,16 @@ string_id = stack_id  # an op field: a string id, or None (reported as "?")
 def event_id(rec: list, seq: int) -> int:
     e = rec[1]
     if e.__class__ is not int or not 0 <= e <= MAX_U64:
-        raise RecordError(describe(rec, seq, f"event id {e!r} is not an integer handle"))
+        raise RecordError(describe(rec, seq, bad_event(e)))
     return e
 
 
 def check_block(rec, seq: int, bid, ptr, size) -> None:
     if bid.__class__ is not int or not 0 <= bid < MAX_ID:
-        raise RecordError(describe(rec, seq, f"block id {bid!r} out of range"))
+        raise RecordError(describe(rec, seq, bid_out_of_range(bid)))
     if ptr.__class__ is not int or not 0 <= ptr <= MAX_U64 or not (
             size is None or (size.__class__ is int and 0 <= size <= MAX_U64)):
-        raise RecordError(describe(rec, seq, f"block {bid} has a malformed pointer or size"))
+        raise RecordError(describe(rec, seq, malformed_block(bid)))
 
 
 def check_shape(rec, seq: int) -> int:
@@ -829,6 +827,45 @@ def check_shape(rec, seq: int) -> int:
     if len(rec) < R.MIN_LENGTH.get(t, 0):
         raise RecordError(describe(rec, seq, f"{len(rec)} fields, fewer than the {R.MIN_LENGTH[t]} it needs"))
     return t
+
+
+# What is wrong with a record, in words (both engines' messages come from here).
+
+
+def stream_undefined(S) -> str:
+    return f"record refers to stream index {S!r}, which is not defined"
+
+
+def too_many_streams() -> str:
+    return f"more than {MAX_STREAMS} streams in one trace"
+
+
+def bad_event(e) -> str:
+    return f"event id {e!r} is not an integer handle"
+
+
+def bad_device(dev) -> str:
+    return f"device synchronize names device {dev!r}, not an integer"
+
+
+def bid_out_of_range(bid) -> str:
+    return f"block id {bid!r} out of range"
+
+
+def malformed_block(bid) -> str:
+    return f"block {bid} has a malformed pointer or size"
+
+
+def block_undefined(bid) -> str:
+    return f"record refers to block id {bid!r}, which is not defined or was freed"
+
+
+def access_shape(a) -> str:
+    return f"kernel access {a!r} is neither an int nor [block, offset, nbytes]"
+
+
+def access_malformed(a) -> str:
+    return f"kernel access {a!r} has a malformed block, offset or size"
 
 
 def describe(rec, seq: int, problem: str) -> str:

@@ -1,8 +1,10 @@
 """Replay trace files through the engine: what ``npusan analyze`` runs.
 
 Each trace is read with :class:`~npusan.trace_format.reader.TraceReader` and replayed by
-its own :class:`~npusan.analyzer.engine.Engine` (streams, events and blocks are per
-process, so traces never share state). Findings are not grouped across traces here; that
+its own engine (streams, events and blocks are per process, so traces never share state):
+the compiled core (:mod:`npusan.analyzer.native`), which parses the file's bytes itself,
+or, when it is not built, the Python engine (:mod:`npusan.analyzer.engine`), which reads
+the msgpack unpacker directly. Findings are not grouped across traces here; that
 is the reporters' job (:mod:`npusan.analyzer.grouping`).
 """
 
@@ -19,6 +21,7 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
+from .native import NativeEngine, make_engine
 from .findings import AnalysisResult, TraceSummary, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
@@ -50,7 +53,7 @@ def analyze_traces(
         except TraceFormatError as e:
             raise type(e)(f"{name}: {e}") from None
         with reader:
-            engine = Engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
+            engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
             try:
                 _replay(engine, reader, i, report)
             except RecordError as e:
@@ -83,7 +86,11 @@ def analyze_traces(
     return AnalysisResult(findings=findings, traces=summaries)
 
 
-def _replay(engine: Engine, reader: TraceReader, index: int, report) -> None:
+def _replay(engine, reader: TraceReader, index: int, report) -> None:
+    if isinstance(engine, NativeEngine):
+        total = reader.size
+        engine.replay_file(reader, None if report is None else lambda done: report(index, done, total))
+        return
     # Replay allocates one container per record and keeps some of them alive for a while,
     # which makes the cyclic GC scan over and over; nothing in replay forms a cycle, so
     # reference counting frees everything and the collector is paused meanwhile.

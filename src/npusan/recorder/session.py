@@ -143,12 +143,12 @@ class Recorder:
                 self.enc = self.writer.encoder
                 sinks.append(self.writer.sink)
             if self.online is not None:
-                from ..analyzer.engine import Engine
+                from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
                 from ..trace_format.symbols import SymbolTable
 
                 hdr = self.writer.header if self.writer else build_header(be.name, self.metadata, header)
-                self.engine = Engine(SymbolTable(), header=hdr, on_finding=self._on_finding)
+                self.engine = make_engine(SymbolTable(), header=hdr, on_finding=self._on_finding)
                 sinks.append(self.engine.feed)
             if self.enc is None:
                 self.enc = RecordEncoder(sinks[0])
@@ -358,6 +358,8 @@ class Recorder:
             if nk:
                 counts = enc.counts
                 counts[_KERNEL] = counts.get(_KERNEL, 0) + nk
+            if self.engine is not None:
+                self.engine.flush()  # online: the drained records are replayed as one batch
 
     def _stack(self, key) -> Optional[int]:
         if key is None:

@@ -64,6 +64,8 @@ class TraceReader:
         # (records read, byte offset) just after the last record that took the slow path:
         # where error paths restart a scan to find the exact offset of a later record.
         self._mark = (0, len(R.MAGIC))
+        # Bytes consumed, when a consumer reads the raw bytes itself (``read_raw``).
+        self._consumed: Optional[int] = None
         if isinstance(source, (str, bytes, os.PathLike)):
             self._file: Any = open(source, "rb")
             self._owns = True
@@ -150,6 +152,8 @@ class TraceReader:
     @property
     def position(self) -> int:
         """Bytes consumed so far (magic and header included), for progress bars."""
+        if self._consumed is not None:
+            return self._consumed
         up = getattr(self, "_unpacker", None)
         return len(R.MAGIC) + (up.tell() if up is not None else 0)
 
@@ -233,22 +237,33 @@ class TraceReader:
             self.records_read = n
         self._ran_out()
 
-    def _corrupt(self, e: BaseException) -> None:
-        """Raise the error for data the unpacker failed on, just after record ``records_read``."""
+    def _corrupt(self, e: BaseException, offset: Optional[int] = None) -> None:
+        """Raise the error for data the unpacker failed on, just after record ``records_read``.
+
+        ``offset``: where that record starts, if the caller knows (else it is rescanned).
+        """
         n = self.records_read
+        if offset is None:
+            offset = self._start_of(n + 1)
         if isinstance(e, msgpack.exceptions.BufferFull):
             raise TraceFormatError(
-                f"{self._where(n + 1, self._start_of(n + 1))} is larger than the {_mib(MAX_RECORD_BYTES)} "
+                f"{self._where(n + 1, offset)} is larger than the {_mib(MAX_RECORD_BYTES)} "
                 "limit on one record: the trace is corrupt"
             ) from None
-        raise TraceFormatError(f"corrupt data at {self._where(n + 1, self._start_of(n + 1))} ({_reason(e)})") from None
+        raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)} ({_reason(e)})") from None
 
-    def _ran_out(self) -> None:
-        """The data ended without an END record: a cut trace (warn) or a corrupt tail (raise)."""
+    def _ran_out(self, offset: Optional[int] = None, tail: Optional[bytes] = None) -> None:
+        """The data ended without an END record: a cut trace (warn) or a corrupt tail (raise).
+
+        A consumer reading raw bytes passes where the unfinished record starts and its bytes.
+        """
         n = self.records_read
         self._done = True
-        offset = self._start_of(n + 1)
-        problem = self._diagnose_tail(offset)
+        if tail is None:
+            offset = self._start_of(n + 1)
+            problem = self._diagnose_tail(offset)
+        else:
+            problem = _scan_prefix(tail[: 1 << 20]) if tail else None
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
@@ -325,6 +340,19 @@ class TraceReader:
         if not self._done:
             self._ran_out()
 
+    # -- raw reading (the compiled replay core parses the bytes itself) ---------------
+
+    def read_raw(self, n: int) -> bytes:
+        """Up to ``n`` bytes of the trace following what was read so far (b"" at the end)."""
+        return self._unpacker.read_bytes(n)
+
+    def raw_sync(self, records: int, position: int, last: Any = None) -> None:
+        """A raw consumer's progress: records consumed, bytes consumed, the record it is on."""
+        self.records_read = records
+        self._consumed = position
+        self._last = last
+        self._gen = None
+
     @property
     def events(self) -> int:
         """Non-definition records read so far (kernels included; exact between records)."""
@@ -368,15 +396,17 @@ class TraceReader:
         except (TypeError, ValueError, KeyError, IndexError) as e:  # unhashable ids and the like
             raise TraceFormatError(f"{self.where(rec)}: malformed {R.RECORD_NAMES[rec[0]]} record ({e})") from None
 
-    def _end(self, rec: list) -> None:
+    def _end(self, rec: list, extra: Optional[bytes] = None) -> None:
+        """The END record; ``extra``: the bytes after it, if the caller has them."""
         stats = rec[1]
         self.end_stats = stats if isinstance(stats, dict) else None
         self.ended_cleanly = True
         self._definitions += 1  # END is not an event either
-        try:
-            extra = self._unpacker.read_bytes(1)
-        except Exception:  # pragma: no cover - a failing file after a clean end
-            extra = b""
+        if not extra:
+            try:
+                extra = self._unpacker.read_bytes(1)
+            except Exception:  # pragma: no cover - a failing file after a clean end
+                extra = b""
         if extra:
             self._warn("the trace has data after its end record; it was ignored")
 

@@ -1,0 +1,1443 @@
+/* The compiled replay core: npusan's rules (src/npusan/analyzer/engine.py) over msgpack records.
+ *
+ * engine.py is the specification; every function here mirrors the Python function of the
+ * same name, and tests/analyzer/test_native_differential.py checks that both give the same
+ * findings and the same errors.  This file adds only what C needs: a msgpack reader for
+ * the records the engine replays, hash tables keyed by id, and small ordered arrays where
+ * Python uses dicts (insertion order is kept, because the order of findings depends on it).
+ *
+ * Core.replay(buffer, pos, end) replays complete records from buffer[pos:end] and returns
+ * when it needs the caller:
+ *   (0, pos)                   NEED: the record at pos is incomplete (or pos == end);
+ *   (1, pos, length)           SLOW: a record the engine does not replay (definitions, notes,
+ *                              END, unknown types, anything that is not a well-formed event
+ *                              record): the caller decodes and handles it, then resumes;
+ *   (2, pos, -1)               BAD: the msgpack at pos is invalid or over a limit: the
+ *                              caller lets msgpack itself name the problem;
+ *   (3, pos, length, code, field)  ERROR: the engine rejects the record (engine.py's
+ *                              messages, built by the caller from code and field).
+ * Nothing is allocated in proportion to a length field before the data is there; ids are
+ * hashed, never used as array indexes.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+
+typedef __int128 i128;
+typedef unsigned __int128 u128;
+#define INF128 (~(u128)0)
+
+/* ------------------------------------------------------------------ limits (set by Python) */
+
+typedef struct {
+    long max_segments, max_streams, max_findings, max_occurrences, max_addresses;
+    long max_ghosts, max_block_ghosts;
+    uint64_t max_id;
+    uint64_t max_str, max_bin, max_array, max_map, max_ext;
+} limits_t;
+
+#define MAX_DEPTH 1024 /* msgpack-python's nesting limit */
+
+enum { ST_NEED = 0, ST_SLOW = 1, ST_BAD = 2, ST_ERROR = 3 };
+enum { E_NONE = 0, E_STREAM_UNDEFINED, E_TOO_MANY_STREAMS, E_EVENT, E_DEVICE, E_BID_RANGE,
+       E_MALFORMED_BLOCK, E_BLOCK_UNDEFINED, E_ACCESS_SHAPE, E_ACCESS_MALFORMED, E_NOMEM };
+enum { K_DATA_RACE = 0, K_MISSING = 1, K_REUSE = 2 };
+#define OP_NONE (-1)
+#define OP_FREE (-2)
+#define OP_LEAK (-3)
+
+/* record types (trace_format/records.py) */
+enum { T_STREAM_CREATED = 5, T_EVENT_CREATED, T_EVENT_DELETED, T_EVENT_RECORD, T_EVENT_WAIT,
+       T_EVENT_SYNC, T_STREAM_SYNC, T_DEVICE_SYNC, T_ALLOC, T_FREE, T_RECORD_STREAM,
+       T_ERASE_STREAM, T_KERNEL };
+static const int MIN_LENGTH[18] = {0, 0, 0, 0, 0, 3, 3, 3, 4, 4, 3, 3, 3, 6, 3, 4, 4, 4};
+
+/* ------------------------------------------------------------------ hash map u64 -> u64 */
+
+typedef struct {
+    uint64_t *keys, *vals;
+    uint8_t *state; /* 0 empty, 1 full, 2 deleted */
+    size_t cap, n, used;
+} map_t;
+
+static inline uint64_t mix(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ULL; x ^= x >> 33;
+    return x;
+}
+
+static void map_free(map_t *m) {
+    free(m->keys); free(m->vals); free(m->state);
+    memset(m, 0, sizeof *m);
+}
+
+static int map_get(const map_t *m, uint64_t k, uint64_t *v) {
+    if (!m->cap) return 0;
+    size_t mask = m->cap - 1, i = mix(k) & mask;
+    for (;;) {
+        uint8_t s = m->state[i];
+        if (s == 0) return 0;
+        if (s == 1 && m->keys[i] == k) { if (v) *v = m->vals[i]; return 1; }
+        i = (i + 1) & mask;
+    }
+}
+
+static int map_put(map_t *m, uint64_t k, uint64_t v);
+
+static int map_rehash(map_t *m, size_t cap) {
+    map_t o = *m;
+    m->keys = malloc(cap * sizeof(uint64_t));
+    m->vals = malloc(cap * sizeof(uint64_t));
+    m->state = calloc(cap, 1);
+    if (!m->keys || !m->vals || !m->state) {
+        free(m->keys); free(m->vals); free(m->state);
+        *m = o;
+        return -1;
+    }
+    m->cap = cap; m->n = m->used = 0;
+    for (size_t i = 0; i < o.cap; i++)
+        if (o.state[i] == 1) map_put(m, o.keys[i], o.vals[i]);
+    free(o.keys); free(o.vals); free(o.state);
+    return 0;
+}
+
+static int map_put(map_t *m, uint64_t k, uint64_t v) {
+    if ((m->used + 1) * 10 >= m->cap * 7) {
+        size_t cap = m->cap ? m->cap : 16;
+        while ((m->n + 1) * 10 >= cap * 5) cap *= 2;
+        if (map_rehash(m, cap)) return -1;
+    }
+    size_t mask = m->cap - 1, i = mix(k) & mask, tomb = (size_t)-1;
+    for (;;) {
+        uint8_t s = m->state[i];
+        if (s == 0) break;
+        if (s == 2) { if (tomb == (size_t)-1) tomb = i; }
+        else if (m->keys[i] == k) { m->vals[i] = v; return 0; }
+        i = (i + 1) & mask;
+    }
+    if (tomb != (size_t)-1) i = tomb; else m->used++;
+    m->state[i] = 1; m->keys[i] = k; m->vals[i] = v; m->n++;
+    return 0;
+}
+
+static void map_del(map_t *m, uint64_t k) {
+    if (!m->cap) return;
+    size_t mask = m->cap - 1, i = mix(k) & mask;
+    for (;;) {
+        uint8_t s = m->state[i];
+        if (s == 0) return;
+        if (s == 1 && m->keys[i] == k) { m->state[i] = 2; m->n--; return; }
+        i = (i + 1) & mask;
+    }
+}
+
+/* ------------------------------------------------------------------ accesses and small ordered maps */
+
+typedef struct {
+    int64_t seq;
+    int32_t stream; /* stream slot (order of first use), not the trace's index */
+    int32_t op;     /* string id, OP_NONE, OP_FREE, OP_LEAK */
+    int32_t stack;  /* stack id or -1 */
+    uint32_t idx;   /* position among the kernel's accesses: with seq, the access's identity */
+    uint8_t write, ranged;
+    uint64_t off, n;
+} acc_t;
+
+static inline int same_acc(const acc_t *a, const acc_t *b) { return a->seq == b->seq && a->idx == b->idx && a->op == b->op; }
+
+/* An ordered list of accesses; keyed by stream where Python uses a dict (insertion order). */
+typedef struct {
+    uint32_t n, cap;
+    acc_t *heap;
+    acc_t one; /* storage while cap <= 1 (the common case) */
+} accv_t;
+
+static inline acc_t *av_items(accv_t *v) { return v->cap > 1 ? v->heap : &v->one; }
+static inline void av_init(accv_t *v) { v->n = 0; v->cap = 1; v->heap = NULL; }
+static inline void av_clear(accv_t *v) { if (v->cap > 1) free(v->heap); av_init(v); }
+
+static int av_push(accv_t *v, const acc_t *a) {
+    if (v->n == v->cap) {
+        uint32_t cap = v->cap * 2;
+        acc_t *h = malloc(cap * sizeof(acc_t));
+        if (!h) return -1;
+        memcpy(h, av_items(v), v->n * sizeof(acc_t));
+        if (v->cap > 1) free(v->heap);
+        v->heap = h; v->cap = cap;
+    }
+    av_items(v)[v->n++] = *a;
+    return 0;
+}
+
+static int av_copy(accv_t *dst, accv_t *src) {
+    av_init(dst);
+    for (uint32_t i = 0; i < src->n; i++)
+        if (av_push(dst, &av_items(src)[i])) return -1;
+    return 0;
+}
+
+static acc_t *av_find(accv_t *v, int32_t stream) {
+    acc_t *it = av_items(v);
+    for (uint32_t i = 0; i < v->n; i++) if (it[i].stream == stream) return &it[i];
+    return NULL;
+}
+
+/* table[stream] = a */
+static int av_set(accv_t *v, const acc_t *a) {
+    acc_t *cur = av_find(v, a->stream);
+    if (cur) { *cur = *a; return 0; }
+    return av_push(v, a);
+}
+
+/* latest(table, key, acc): keep the newer by seq */
+static int av_latest(accv_t *v, int32_t key, const acc_t *a) {
+    acc_t *it = av_items(v);
+    for (uint32_t i = 0; i < v->n; i++)
+        if (it[i].stream == key) { if (it[i].seq < a->seq) it[i] = *a; return 0; }
+    return av_push(v, a);
+}
+
+/* ------------------------------------------------------------------ blocks */
+
+typedef struct { u128 lo, hi; accv_t writes, reads; } seg_t;
+
+typedef struct { uint64_t ptr, size; uint8_t size_known; acc_t use; } ghost_t;
+
+typedef struct {
+    uint32_t bid;
+    uint64_t ptr, size;
+    uint8_t size_known, from_def, has_write;
+    int32_t stream, stack; /* allocation stream slot / stack, -1: none */
+    uint64_t defn_gen;
+    acc_t write;
+    accv_t reads;
+    seg_t *segs; uint32_t nseg, segcap; /* segs != NULL: range mode */
+    accv_t uses;
+    int32_t *recorded; uint32_t nrec, reccap;
+    ghost_t *ghosts; uint32_t ng;
+} block_t;
+
+typedef struct { uint64_t ptr, size; uint8_t size_known, valid; uint64_t gen; } bdef_t;
+
+typedef struct { int64_t *v; uint32_t n; } snap_t; /* an event snapshot: entries past n are -1 */
+
+typedef struct { int64_t seq, pseq; uint64_t addr; } occ_t;
+
+typedef struct {
+    int kind;
+    acc_t acc, prev;
+    uint64_t bptr, bsize; uint8_t bsize_known; int32_t bstream, bstack;
+    int64_t count, first, last;
+    uint64_t *addrs; uint32_t naddr;
+    occ_t *occ; uint32_t nocc, occcap;
+} finding_t;
+
+typedef struct { uint32_t bi; uint8_t write, ranged; uint64_t off, n; block_t *b; } target_t;
+
+/* one parsed field of a record */
+enum { F_NIL, F_INT, F_OTHER };
+typedef struct { uint8_t t; i128 v; } field_t;
+enum { A_INT, A_TRIPLE, A_SHAPE };
+typedef struct { uint8_t t; field_t f[3]; } afield_t;
+
+typedef struct {
+    PyObject_HEAD
+    limits_t L;
+    PyObject *free_op, *leak_op;
+    int refs; /* free_op and leak_op are owned */
+    int check_leaks_done;
+    int64_t seq, events, records, dropped;
+    /* streams */
+    map_t sdef;      /* sidx -> index into sdev */
+    i128 *sdev; size_t nsdef, sdefcap;
+    map_t slot_of;   /* sidx -> slot */
+    uint32_t nslots, scap;
+    int64_t **cur;   /* cur[slot][slot'] */
+    int64_t *host;
+    uint32_t *sidx_of; int32_t *created_stack; i128 *slot_dev;
+    /* events */
+    map_t evmap;     /* handle -> index into snaps */
+    snap_t *snaps; size_t nsnaps, snapcap;
+    uint32_t *free_snaps; size_t nfree_snaps, free_snapcap;
+    /* blocks */
+    map_t blocks;    /* bid -> block_t* */
+    map_t live_ptr;  /* ptr -> bid */
+    map_t defs;      /* bid -> index into bdefs */
+    bdef_t *bdefs; size_t nbdefs, bdefcap;
+    map_t stale;     /* bid -> gen of the BLOCK_DEF whose block was freed */
+    uint64_t gen;
+    /* ghosts: a ring */
+    ghost_t *ring; long ghead, gcount, gsince;
+    /* findings */
+    finding_t *found; size_t nfound;
+    int32_t *ftab; size_t ftabcap;
+    /* scratch */
+    target_t *targets; size_t tcap;
+    afield_t *afields; size_t acap;
+    int64_t *reported; size_t nrep, repcap;
+    ghost_t *gscratch; size_t gscap;
+    /* error */
+    int err, err_field;
+} Core;
+
+static int fail(Core *c, int code, int field) { c->err = code; c->err_field = field; return -1; }
+static int oom(Core *c) { return fail(c, E_NOMEM, 0); }
+
+/* ------------------------------------------------------------------ msgpack reading */
+
+enum { MP_OK = 0, MP_NEED = 1, MP_BAD = 2 };
+enum { O_NIL, O_BOOL, O_INT, O_FLOAT, O_STR, O_BIN, O_EXT, O_ARR, O_MAP };
+typedef struct { uint8_t t; i128 v; uint64_t n; } obj_t;
+
+static inline uint64_t be(const uint8_t *p, int w) {
+    uint64_t x = 0;
+    for (int i = 0; i < w; i++) x = (x << 8) | p[i];
+    return x;
+}
+
+static int utf8_ok(const uint8_t *s, uint64_t n) {
+    uint64_t i = 0;
+    while (i < n) {
+        uint8_t ch = s[i];
+        if (ch < 0x80) { i++; continue; }
+        if (ch >= 0xc2 && ch <= 0xdf) {
+            if (i + 1 >= n || (s[i + 1] & 0xc0) != 0x80) return 0;
+            i += 2; continue;
+        }
+        if (ch >= 0xe0 && ch <= 0xef) {
+            if (i + 2 >= n) return 0;
+            uint8_t c1 = s[i + 1], c2 = s[i + 2];
+            if ((c1 & 0xc0) != 0x80 || (c2 & 0xc0) != 0x80) return 0;
+            if (ch == 0xe0 && c1 < 0xa0) return 0;
+            if (ch == 0xed && c1 >= 0xa0) return 0; /* surrogates */
+            i += 3; continue;
+        }
+        if (ch >= 0xf0 && ch <= 0xf4) {
+            if (i + 3 >= n) return 0;
+            uint8_t c1 = s[i + 1], c2 = s[i + 2], c3 = s[i + 3];
+            if ((c1 & 0xc0) != 0x80 || (c2 & 0xc0) != 0x80 || (c3 & 0xc0) != 0x80) return 0;
+            if (ch == 0xf0 && c1 < 0x90) return 0;
+            if (ch == 0xf4 && c1 >= 0x90) return 0;
+            i += 4; continue;
+        }
+        return 0;
+    }
+    return 1;
+}
+
+/* One object's header (and the payload of str/bin/ext); arrays and maps: their length. */
+static int read_obj(const limits_t *L, const uint8_t **pp, const uint8_t *end, obj_t *o) {
+    const uint8_t *p = *pp;
+    uint64_t len = 0;
+    int w;
+    if (p >= end) return MP_NEED;
+    uint8_t b = *p++;
+    if (b <= 0x7f) { o->t = O_INT; o->v = b; goto done; }
+    if (b >= 0xe0) { o->t = O_INT; o->v = (int8_t)b; goto done; }
+    if (b <= 0x8f) { len = b & 0x0f; goto map; }
+    if (b <= 0x9f) { len = b & 0x0f; goto arr; }
+    if (b <= 0xbf) { len = b & 0x1f; goto str; }
+    switch (b) {
+    case 0xc0: o->t = O_NIL; goto done;
+    case 0xc1: return MP_BAD;
+    case 0xc2: case 0xc3: o->t = O_BOOL; o->v = b & 1; goto done;
+    case 0xc4: case 0xc5: case 0xc6:
+        w = 1 << (b - 0xc4);
+        if (end - p < w) return MP_NEED;
+        len = be(p, w); p += w;
+        if ((uint64_t)(end - p) < len) return MP_NEED;
+        if (len > L->max_bin) return MP_BAD;
+        o->t = O_BIN; p += len; goto done;
+    case 0xc7: case 0xc8: case 0xc9:
+        w = 1 << (b - 0xc7);
+        if (end - p < w) return MP_NEED;
+        len = be(p, w); p += w;
+        goto ext;
+    case 0xca: if (end - p < 4) return MP_NEED; p += 4; o->t = O_FLOAT; goto done;
+    case 0xcb: if (end - p < 8) return MP_NEED; p += 8; o->t = O_FLOAT; goto done;
+    case 0xcc: case 0xcd: case 0xce: case 0xcf:
+        w = 1 << (b - 0xcc);
+        if (end - p < w) return MP_NEED;
+        o->t = O_INT; o->v = (i128)be(p, w); p += w; goto done;
+    case 0xd0: case 0xd1: case 0xd2: case 0xd3: {
+        w = 1 << (b - 0xd0);
+        if (end - p < w) return MP_NEED;
+        uint64_t u = be(p, w);
+        int64_t s;
+        if (w == 1) s = (int8_t)u; else if (w == 2) s = (int16_t)u; else if (w == 4) s = (int32_t)u; else s = (int64_t)u;
+        o->t = O_INT; o->v = s; p += w; goto done;
+    }
+    case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+        len = (uint64_t)1 << (b - 0xd4);
+        goto ext;
+    case 0xd9: case 0xda: case 0xdb:
+        w = 1 << (b - 0xd9);
+        if (end - p < w) return MP_NEED;
+        len = be(p, w); p += w;
+        goto str;
+    case 0xdc: case 0xdd:
+        w = b == 0xdc ? 2 : 4;
+        if (end - p < w) return MP_NEED;
+        len = be(p, w); p += w;
+        goto arr;
+    case 0xde: case 0xdf:
+        w = b == 0xde ? 2 : 4;
+        if (end - p < w) return MP_NEED;
+        len = be(p, w); p += w;
+        goto map;
+    }
+    return MP_BAD;
+str:
+    if ((uint64_t)(end - p) < len) return MP_NEED;
+    if (len > L->max_str || !utf8_ok(p, len)) return MP_BAD;
+    o->t = O_STR; p += len; goto done;
+ext: {
+    if (end - p < 1) return MP_NEED;
+    int8_t type = (int8_t)*p++;
+    if ((uint64_t)(end - p) < len) return MP_NEED;
+    if (len > L->max_ext) return MP_BAD;
+    if (type == -1) { /* a timestamp: msgpack checks it */
+        if (len == 8) { if ((be(p, 8) >> 34) > 999999999u) return MP_BAD; }
+        else if (len == 12) { if (be(p, 4) > 999999999u) return MP_BAD; }
+        else if (len != 4) return MP_BAD;
+    }
+    o->t = O_EXT; p += len; goto done;
+}
+arr:
+    if (len > L->max_array) return MP_BAD;
+    o->t = O_ARR; o->n = len; goto done;
+map:
+    if (len > L->max_map) return MP_BAD;
+    o->t = O_MAP; o->n = len; goto done;
+done:
+    *pp = p;
+    return MP_OK;
+}
+
+/* Skip `count` objects inside a container at nesting depth `depth` (the record is depth 1). */
+static int skip_objs(const limits_t *L, const uint8_t **pp, const uint8_t *end, uint64_t count, uint8_t in_map,
+                     int depth) {
+    struct { uint64_t rem; uint8_t map; } st[MAX_DEPTH + 2];
+    int sp = 0;
+    st[0].rem = count; st[0].map = in_map;
+    while (sp >= 0) {
+        if (st[sp].rem == 0) { sp--; continue; }
+        st[sp].rem--;
+        int is_key = st[sp].map && (st[sp].rem & 1);
+        obj_t o;
+        int r = read_obj(L, pp, end, &o);
+        if (r) return r;
+        if (o.t == O_ARR || o.t == O_MAP) {
+            if (is_key) return MP_BAD; /* an unhashable map key */
+            if (depth + sp + 1 > MAX_DEPTH) return MP_BAD;
+            sp++;
+            st[sp].rem = o.t == O_MAP ? 2 * o.n : o.n;
+            st[sp].map = o.t == O_MAP;
+        }
+    }
+    return MP_OK;
+}
+
+/* Skip the rest of an object whose header is `o` (its elements, for a container). */
+static int skip_rest(const limits_t *L, const uint8_t **pp, const uint8_t *end, const obj_t *o, int depth) {
+    if (o->t == O_ARR) return skip_objs(L, pp, end, o->n, 0, depth);
+    if (o->t == O_MAP) return skip_objs(L, pp, end, 2 * o->n, 1, depth);
+    return MP_OK;
+}
+
+/* A field at depth `depth`: an int, nil, or anything else (skipped). */
+static int read_field(const limits_t *L, const uint8_t **pp, const uint8_t *end, field_t *f, int depth) {
+    obj_t o;
+    int r = read_obj(L, pp, end, &o);
+    if (r) return r;
+    if (o.t == O_INT) { f->t = F_INT; f->v = o.v; return MP_OK; }
+    f->t = o.t == O_NIL ? F_NIL : F_OTHER;
+    if (o.t == O_ARR || o.t == O_MAP) {
+        if (depth + 1 > MAX_DEPTH) return MP_BAD;
+        return skip_rest(L, pp, end, &o, depth + 1);
+    }
+    return MP_OK;
+}
+
+static int read_access(const limits_t *L, const uint8_t **pp, const uint8_t *end, afield_t *a) {
+    obj_t o;
+    int r = read_obj(L, pp, end, &o);
+    if (r) return r;
+    if (o.t == O_INT) { a->t = A_INT; a->f[0].t = F_INT; a->f[0].v = o.v; return MP_OK; }
+    a->t = A_SHAPE;
+    if (o.t == O_ARR && o.n == 3) {
+        a->t = A_TRIPLE;
+        for (int i = 0; i < 3; i++)
+            if ((r = read_field(L, pp, end, &a->f[i], 2))) return r;
+        return MP_OK;
+    }
+    if (o.t == O_ARR || o.t == O_MAP) return skip_rest(L, pp, end, &o, 2);
+    return MP_OK;
+}
+
+/* ------------------------------------------------------------------ streams */
+
+static int64_t *vec_new(Core *c) {
+    int64_t *v = malloc(c->scap * sizeof(int64_t));
+    if (v) for (uint32_t i = 0; i < c->scap; i++) v[i] = -1;
+    return v;
+}
+
+static int grow_slots(Core *c) {
+    uint32_t cap = c->scap ? c->scap * 2 : 8;
+    for (uint32_t s = 0; s < c->nslots; s++) {
+        int64_t *v = realloc(c->cur[s], cap * sizeof(int64_t));
+        if (!v) return -1;
+        for (uint32_t i = c->scap; i < cap; i++) v[i] = -1;
+        c->cur[s] = v;
+    }
+    int64_t *h = realloc(c->host, cap * sizeof(int64_t));
+    if (!h) return -1;
+    for (uint32_t i = c->scap; i < cap; i++) h[i] = -1;
+    c->host = h;
+    void *p;
+    if (!(p = realloc(c->cur, cap * sizeof(int64_t *)))) return -1;
+    c->cur = p;
+    if (!(p = realloc(c->sidx_of, cap * sizeof(uint32_t)))) return -1;
+    c->sidx_of = p;
+    if (!(p = realloc(c->created_stack, cap * sizeof(int32_t)))) return -1;
+    c->created_stack = p;
+    if (!(p = realloc(c->slot_dev, cap * sizeof(i128)))) return -1;
+    c->slot_dev = p;
+    c->scap = cap;
+    return 0;
+}
+
+/* Python's Engine.stream: the slot of the stream named by field `fi`, created if new. */
+static int stream(Core *c, const field_t *f, int fi, int32_t *slot) {
+    uint64_t v;
+    if (f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id && map_get(&c->slot_of, (uint64_t)f->v, &v)) {
+        *slot = (int32_t)v;
+        return 0;
+    }
+    uint64_t di;
+    if (f->t != F_INT || f->v < 0 || f->v >= (i128)c->L.max_id || !map_get(&c->sdef, (uint64_t)f->v, &di))
+        return fail(c, E_STREAM_UNDEFINED, fi);
+    if ((long)c->nslots >= c->L.max_streams) return fail(c, E_TOO_MANY_STREAMS, fi);
+    if (c->nslots == c->scap && grow_slots(c)) return oom(c);
+    uint32_t S = c->nslots;
+    c->host[S] = 0;
+    int64_t *vec = vec_new(c);
+    if (!vec) return oom(c);
+    memcpy(vec, c->host, c->scap * sizeof(int64_t));
+    c->cur[S] = vec;
+    c->sidx_of[S] = (uint32_t)f->v;
+    c->created_stack[S] = -1;
+    c->slot_dev[S] = c->sdev[di];
+    if (map_put(&c->slot_of, (uint64_t)f->v, S)) return oom(c);
+    c->nslots++;
+    *slot = (int32_t)S;
+    return 0;
+}
+
+static inline void merge(int64_t *dst, const int64_t *src, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) if (dst[i] < src[i]) dst[i] = src[i];
+}
+
+static inline int ordered(const int64_t *vec, const acc_t *e) { return vec[e->stream] >= e->seq; }
+
+static int ordered_everywhere(Core *c, const acc_t *e) {
+    for (uint32_t s = 0; s < c->nslots; s++) if (c->cur[s][e->stream] < e->seq) return 0;
+    return 1;
+}
+
+static inline int32_t id_or_none(Core *c, const field_t *f) {
+    return f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id ? (int32_t)f->v : -1;
+}
+
+/* ------------------------------------------------------------------ events */
+
+static int event_id(Core *c, const field_t *f, uint64_t *e) {
+    if (f->t != F_INT || f->v < 0 || f->v > (i128)UINT64_MAX) return fail(c, E_EVENT, 1);
+    *e = (uint64_t)f->v;
+    return 0;
+}
+
+static snap_t *snapshot(Core *c, uint64_t e) {
+    uint64_t i;
+    return map_get(&c->evmap, e, &i) ? &c->snaps[i] : NULL;
+}
+
+/* recorded[e] = copy of `src` (n entries; NULL: {}) */
+static int set_snapshot(Core *c, uint64_t e, const int64_t *src, uint32_t n) {
+    snap_t *s = snapshot(c, e);
+    if (!s) {
+        uint64_t i;
+        if (c->nfree_snaps) i = c->free_snaps[--c->nfree_snaps];
+        else {
+            if (c->nsnaps == c->snapcap) {
+                size_t cap = c->snapcap ? c->snapcap * 2 : 16;
+                snap_t *p = realloc(c->snaps, cap * sizeof(snap_t));
+                if (!p) return oom(c);
+                c->snaps = p; c->snapcap = cap;
+            }
+            i = c->nsnaps++;
+        }
+        c->snaps[i].v = NULL; c->snaps[i].n = 0;
+        if (map_put(&c->evmap, e, i)) return oom(c);
+        s = &c->snaps[i];
+    }
+    if (n > s->n || !s->v) {
+        int64_t *v = realloc(s->v, (n ? n : 1) * sizeof(int64_t));
+        if (!v) return oom(c);
+        s->v = v;
+    }
+    if (n) memcpy(s->v, src, n * sizeof(int64_t));
+    s->n = n;
+    return 0;
+}
+
+static int event_deleted_(Core *c, uint64_t e) {
+    uint64_t i;
+    if (!map_get(&c->evmap, e, &i)) return 0;
+    map_del(&c->evmap, e);
+    free(c->snaps[i].v);
+    c->snaps[i].v = NULL; c->snaps[i].n = 0;
+    if (c->nfree_snaps == c->free_snapcap) {
+        size_t cap = c->free_snapcap ? c->free_snapcap * 2 : 16;
+        uint32_t *p = realloc(c->free_snaps, cap * sizeof(uint32_t));
+        if (!p) return oom(c);
+        c->free_snaps = p; c->free_snapcap = cap;
+    }
+    c->free_snaps[c->nfree_snaps++] = (uint32_t)i;
+    return 0;
+}
+
+static void merge_all(Core *c, const int64_t *src, uint32_t n) {
+    for (uint32_t s = 0; s < c->nslots; s++) merge(c->cur[s], src, n);
+    merge(c->host, src, n);
+}
+
+/* ------------------------------------------------------------------ findings */
+
+static uint64_t fkey_hash(int kind, const acc_t *a, const acc_t *p) {
+    uint64_t h = (uint64_t)kind;
+    h = mix(h ^ ((uint64_t)(uint32_t)a->stream << 8) ^ ((uint64_t)(uint32_t)a->op << 32));
+    h = mix(h ^ (uint64_t)(uint32_t)a->stack ^ ((uint64_t)a->write << 40));
+    h = mix(h ^ ((uint64_t)(uint32_t)p->stream << 8) ^ ((uint64_t)(uint32_t)p->op << 32));
+    h = mix(h ^ (uint64_t)(uint32_t)p->stack ^ ((uint64_t)p->write << 40));
+    return h;
+}
+
+static int fkey_eq(const finding_t *f, int kind, const acc_t *a, const acc_t *p) {
+    return f->kind == kind && f->acc.stream == a->stream && f->acc.op == a->op && f->acc.stack == a->stack &&
+           f->acc.write == a->write && f->prev.stream == p->stream && f->prev.op == p->op &&
+           f->prev.stack == p->stack && f->prev.write == p->write;
+}
+
+static int occ_add(Core *c, finding_t *f, int64_t seq, int64_t pseq, uint64_t addr) {
+    f->count++;
+    f->last = seq;
+    if ((long)f->naddr < c->L.max_addresses) {
+        int seen = 0;
+        for (uint32_t i = 0; i < f->naddr; i++) if (f->addrs[i] == addr) { seen = 1; break; }
+        if (!seen) f->addrs[f->naddr++] = addr;
+    }
+    if ((long)f->nocc < c->L.max_occurrences) {
+        if (f->nocc == f->occcap) {
+            uint32_t cap = f->occcap ? f->occcap * 2 : 4;
+            if ((long)cap > c->L.max_occurrences) cap = (uint32_t)c->L.max_occurrences;
+            occ_t *o = realloc(f->occ, cap * sizeof(occ_t));
+            if (!o) return oom(c);
+            f->occ = o; f->occcap = cap;
+        }
+        f->occ[f->nocc].seq = seq; f->occ[f->nocc].pseq = pseq; f->occ[f->nocc].addr = addr;
+        f->nocc++;
+    }
+    return 0;
+}
+
+static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, const block_t *b) {
+    size_t mask = c->ftabcap - 1, i = fkey_hash(kind, acc, earlier) & mask;
+    for (;;) {
+        int32_t fi = c->ftab[i];
+        if (fi < 0) break;
+        if (fkey_eq(&c->found[fi], kind, acc, earlier)) return occ_add(c, &c->found[fi], acc->seq, earlier->seq, b->ptr);
+        i = (i + 1) & mask;
+    }
+    if ((long)c->nfound >= c->L.max_findings) { c->dropped++; return 0; }
+    finding_t *f = &c->found[c->nfound];
+    memset(f, 0, sizeof *f);
+    f->addrs = malloc(c->L.max_addresses * sizeof(uint64_t) + 1);
+    if (!f->addrs) return oom(c);
+    f->kind = kind; f->acc = *acc; f->prev = *earlier;
+    f->bptr = b->ptr; f->bsize = b->size; f->bsize_known = b->size_known;
+    f->bstream = b->stream; f->bstack = b->stack;
+    f->first = f->last = acc->seq;
+    c->ftab[i] = (int32_t)c->nfound++;
+    return occ_add(c, f, acc->seq, earlier->seq, b->ptr);
+}
+
+/* ------------------------------------------------------------------ blocks */
+
+static void block_free(block_t *b) {
+    av_clear(&b->reads);
+    av_clear(&b->uses);
+    for (uint32_t i = 0; i < b->nseg; i++) { av_clear(&b->segs[i].writes); av_clear(&b->segs[i].reads); }
+    free(b->segs);
+    free(b->recorded);
+    free(b->ghosts);
+    free(b);
+}
+
+static void drop_block(Core *c, block_t *b) {
+    map_del(&c->blocks, b->bid);
+    uint64_t v;
+    if (map_get(&c->live_ptr, b->ptr, &v) && v == b->bid) map_del(&c->live_ptr, b->ptr);
+    if (b->from_def) map_put(&c->stale, b->bid, b->defn_gen);
+    block_free(b);
+}
+
+static block_t *find_block(Core *c, uint64_t bid) {
+    uint64_t v;
+    return map_get(&c->blocks, bid, &v) ? (block_t *)(uintptr_t)v : NULL;
+}
+
+static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, int size_known, int32_t stream,
+                          int32_t stack, int from_def, uint64_t gen) {
+    block_t *old = find_block(c, bid);
+    if (old) drop_block(c, old);
+    uint64_t other;
+    if (map_get(&c->live_ptr, ptr, &other)) {
+        block_t *o = find_block(c, other);
+        if (o) drop_block(c, o);
+    }
+    block_t *b = calloc(1, sizeof(block_t));
+    if (!b) return NULL;
+    b->bid = bid; b->ptr = ptr; b->size = size; b->size_known = (uint8_t)size_known;
+    b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
+    av_init(&b->reads); av_init(&b->uses);
+    if (map_put(&c->blocks, bid, (uint64_t)(uintptr_t)b) || map_put(&c->live_ptr, ptr, bid)) { block_free(b); return NULL; }
+    return b;
+}
+
+/* Python's Engine.block: the live block `bid` (from field fi), made from its BLOCK_DEF if needed. */
+static block_t *block(Core *c, i128 bid, int fi) {
+    if (bid < 0 || bid >= (i128)c->L.max_id) { fail(c, E_BLOCK_UNDEFINED, fi); return NULL; }
+    block_t *b = find_block(c, (uint64_t)bid);
+    if (b) return b;
+    uint64_t di, sg;
+    if (!map_get(&c->defs, (uint64_t)bid, &di)) { fail(c, E_BLOCK_UNDEFINED, fi); return NULL; }
+    bdef_t *d = &c->bdefs[di];
+    if (map_get(&c->stale, (uint64_t)bid, &sg) && sg == d->gen) { fail(c, E_BLOCK_UNDEFINED, fi); return NULL; }
+    if (!d->valid) { fail(c, E_MALFORMED_BLOCK, fi); return NULL; }
+    b = new_block(c, (uint32_t)bid, d->ptr, d->size, d->size_known, -1, -1, 1, d->gen);
+    if (!b) oom(c);
+    return b;
+}
+
+static inline int overlaps(uint64_t p1, uint64_t n1, int k1, uint64_t p2, uint64_t n2, int k2) {
+    if (!k1 && !k2) return p1 == p2;
+    if (!k1) return p2 <= p1 && (u128)p1 < (u128)p2 + n2;
+    if (!k2) return p1 <= p2 && (u128)p2 < (u128)p1 + n1;
+    return (u128)p1 < (u128)p2 + n2 && (u128)p2 < (u128)p1 + n1;
+}
+
+/* ------------------------------------------------------------------ reuse ghosts */
+
+static ghost_t *ring_at(Core *c, long i) { return &c->ring[(c->ghead + i) % c->L.max_ghosts]; }
+
+static void prune_ghosts(Core *c) {
+    long keep = 0;
+    for (long i = 0; i < c->gcount; i++) {
+        ghost_t g = *ring_at(c, i);
+        if (!ordered_everywhere(c, &g.use)) *ring_at(c, keep++) = g;
+    }
+    c->gcount = keep;
+    c->gsince = 0;
+}
+
+static void add_ghost(Core *c, const block_t *b, const acc_t *use) {
+    if (c->gcount >= c->L.max_ghosts) {
+        if (c->gsince >= c->L.max_ghosts / 2) prune_ghosts(c);
+        if (c->gcount >= c->L.max_ghosts) { c->ghead = (c->ghead + 1) % c->L.max_ghosts; c->gcount--; }
+    }
+    ghost_t *g = ring_at(c, c->gcount++);
+    g->ptr = b->ptr; g->size = b->size; g->size_known = b->size_known; g->use = *use;
+    c->gsince++;
+}
+
+static int attach_ghosts(Core *c, block_t *b) {
+    long n = 0;
+    for (long i = 0; i < c->gcount; i++) {
+        ghost_t *g = ring_at(c, i);
+        if (overlaps(g->ptr, g->size, g->size_known, b->ptr, b->size, b->size_known) && !ordered_everywhere(c, &g->use))
+            c->gscratch[n++] = *g;
+    }
+    if (!n) return 0;
+    long from = n > c->L.max_block_ghosts ? n - c->L.max_block_ghosts : 0;
+    b->ghosts = malloc((n - from) * sizeof(ghost_t));
+    if (!b->ghosts) return oom(c);
+    memcpy(b->ghosts, c->gscratch + from, (n - from) * sizeof(ghost_t));
+    b->ng = (uint32_t)(n - from);
+    return 0;
+}
+
+static int check_ghosts(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < b->ng; i++) {
+        ghost_t g = b->ghosts[i];
+        if (g.use.stream != S && !ordered(vec, &g.use)) {
+            if (report(c, K_REUSE, acc, &g.use, b)) return -1;
+        } else if (!ordered_everywhere(c, &g.use)) {
+            b->ghosts[keep++] = g;
+        }
+    }
+    b->ng = keep;
+    return 0;
+}
+
+static int check_free(Core *c, block_t *b, const acc_t *free_acc, int ghosts) {
+    const int64_t *avec = c->cur[b->stream];
+    acc_t *uses = av_items(&b->uses);
+    for (uint32_t i = 0; i < b->uses.n; i++) {
+        acc_t *use = &uses[i];
+        int rec = 0;
+        for (uint32_t k = 0; k < b->nrec; k++) if (b->recorded[k] == use->stream) { rec = 1; break; }
+        if (rec || ordered(avec, use)) continue;
+        if (report(c, K_MISSING, free_acc, use, b)) return -1;
+        if (ghosts) add_ghost(c, b, use);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ data-race rules */
+
+static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+    if (!acc->write) {
+        if (b->has_write && b->write.stream != S && !ordered(vec, &b->write))
+            if (report(c, K_DATA_RACE, acc, &b->write, b)) return -1;
+        if (av_set(&b->reads, acc)) return oom(c);
+        return 0;
+    }
+    if (b->reads.n) {
+        acc_t *r = av_items(&b->reads);
+        for (uint32_t i = 0; i < b->reads.n; i++)
+            if (r[i].stream != S && !ordered(vec, &r[i]))
+                if (report(c, K_DATA_RACE, acc, &r[i], b)) return -1;
+    } else if (b->has_write && b->write.stream != S && !ordered(vec, &b->write)) {
+        if (report(c, K_DATA_RACE, acc, &b->write, b)) return -1;
+    }
+    b->write = *acc;
+    b->has_write = 1;
+    av_clear(&b->reads);
+    return 0;
+}
+
+static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t *writes, accv_t *reads) {
+    if (b->nseg == b->segcap) {
+        uint32_t cap = b->segcap ? b->segcap * 2 : 4;
+        seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
+        if (!s) return oom(c);
+        b->segs = s; b->segcap = cap;
+    }
+    memmove(&b->segs[at + 1], &b->segs[at], (b->nseg - at) * sizeof(seg_t));
+    seg_t *s = &b->segs[at];
+    s->lo = lo; s->hi = hi;
+    av_init(&s->writes); av_init(&s->reads);
+    b->nseg++;
+    if ((writes && av_copy(&s->writes, writes)) || (reads && av_copy(&s->reads, reads))) return oom(c);
+    return 0;
+}
+
+static void seg_remove(block_t *b, uint32_t at) {
+    av_clear(&b->segs[at].writes); av_clear(&b->segs[at].reads);
+    memmove(&b->segs[at], &b->segs[at + 1], (b->nseg - at - 1) * sizeof(seg_t));
+    b->nseg--;
+}
+
+/* split(segs, lo, hi) -> [i, j) */
+static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *pj) {
+    uint32_t i = 0;
+    while (b->segs[i].hi <= lo) i++;
+    if (b->segs[i].lo < lo) {
+        if (seg_insert(c, b, i + 1, lo, b->segs[i].hi, &b->segs[i].writes, &b->segs[i].reads)) return -1;
+        b->segs[i].hi = lo;
+        i++;
+    }
+    uint32_t j = i;
+    while (b->segs[j].hi < hi) j++;
+    if (b->segs[j].hi > hi) {
+        if (seg_insert(c, b, j + 1, hi, b->segs[j].hi, &b->segs[j].writes, &b->segs[j].reads)) return -1;
+        b->segs[j].hi = hi;
+    }
+    *pi = i; *pj = j + 1;
+    return 0;
+}
+
+static int same_state(seg_t *s, seg_t *t) {
+    if (s->writes.n != t->writes.n) return 0;
+    acc_t *a = av_items(&s->writes), *x = av_items(&t->writes);
+    for (uint32_t i = 0; i < s->writes.n; i++) if (!same_acc(&a[i], &x[i])) return 0;
+    if (s->reads.n != t->reads.n) return 0;
+    a = av_items(&s->reads);
+    for (uint32_t i = 0; i < s->reads.n; i++) {
+        acc_t *o = av_find(&t->reads, a[i].stream);
+        if (!o || !same_acc(o, &a[i])) return 0;
+    }
+    return 1;
+}
+
+static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
+    uint32_t n = i;
+    while (n + 1 < j && n + 1 < b->nseg) {
+        if (same_state(&b->segs[n], &b->segs[n + 1])) {
+            b->segs[n].hi = b->segs[n + 1].hi;
+            seg_remove(b, n + 1);
+            j--;
+        } else {
+            n++;
+        }
+    }
+    while ((long)b->nseg > c->L.max_segments) {
+        uint32_t best = 0;
+        u128 bw = INF128;
+        for (uint32_t m = 0; m + 1 < b->nseg; m++) {
+            u128 w = b->segs[m + 1].hi - b->segs[m].lo;
+            if (w < bw) { bw = w; best = m; }
+        }
+        seg_t *s = &b->segs[best], *t = &b->segs[best + 1];
+        accv_t writes, reads;
+        av_init(&writes); av_init(&reads);
+        acc_t *it = av_items(&s->writes);
+        for (uint32_t k = 0; k < s->writes.n; k++) if (av_latest(&writes, it[k].stream, &it[k])) return oom(c);
+        it = av_items(&t->writes);
+        for (uint32_t k = 0; k < t->writes.n; k++) if (av_latest(&writes, it[k].stream, &it[k])) return oom(c);
+        accv_t *srcs[3] = {&s->reads, &t->reads, &writes};
+        for (int q = 0; q < 3; q++) {
+            it = av_items(srcs[q]);
+            for (uint32_t k = 0; k < srcs[q]->n; k++) if (av_latest(&reads, it[k].stream, &it[k])) return oom(c);
+        }
+        s->hi = t->hi;
+        av_clear(&s->writes); av_clear(&s->reads);
+        s->writes = writes; s->reads = reads;
+        seg_remove(b, best + 1);
+    }
+    return 0;
+}
+
+static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const acc_t *e) {
+    if (e->stream == S || ordered(vec, e)) return 0;
+    for (size_t k = 0; k < c->nrep; k++) if (c->reported[k] == e->seq) return 0;
+    if (c->nrep == c->repcap) {
+        size_t cap = c->repcap ? c->repcap * 2 : 16;
+        int64_t *p = realloc(c->reported, cap * sizeof(int64_t));
+        if (!p) return oom(c);
+        c->reported = p; c->repcap = cap;
+    }
+    c->reported[c->nrep++] = e->seq;
+    return report(c, K_DATA_RACE, acc, e, b);
+}
+
+static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+    if (!b->segs) {
+        u128 end = b->size_known && b->size ? (u128)b->size : INF128;
+        if (seg_insert(c, b, 0, 0, end, NULL, &b->reads)) return -1;
+        if (b->has_write && av_push(&b->segs[0].writes, &b->write)) return oom(c);
+        b->has_write = 0;
+        av_clear(&b->reads);
+    }
+    u128 end = b->segs[b->nseg - 1].hi, lo, hi;
+    if (!acc->ranged) { lo = 0; hi = end; }
+    else {
+        lo = acc->off; hi = (u128)acc->off + acc->n;
+        if (hi > end && seg_insert(c, b, b->nseg, end, hi, NULL, NULL)) return -1;
+    }
+    uint32_t i, j;
+    if (split(c, b, lo, hi, &i, &j)) return -1;
+    c->nrep = 0;
+    if (!acc->write) {
+        for (uint32_t k = i; k < j; k++) {
+            seg_t *s = &b->segs[k];
+            acc_t *w = av_items(&s->writes);
+            for (uint32_t q = 0; q < s->writes.n; q++) if (check_earlier(c, b, S, vec, acc, &w[q])) return -1;
+            if (av_set(&b->segs[k].reads, acc)) return oom(c);
+        }
+    } else {
+        for (uint32_t k = i; k < j; k++) {
+            seg_t *s = &b->segs[k];
+            accv_t *src = s->reads.n ? &s->reads : &s->writes;
+            acc_t *e = av_items(src);
+            for (uint32_t q = 0; q < src->n; q++) if (check_earlier(c, b, S, vec, acc, &e[q])) return -1;
+            s = &b->segs[k];
+            av_clear(&s->writes); av_clear(&s->reads);
+            if (av_push(&s->writes, acc)) return oom(c);
+        }
+        if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
+            for (uint32_t k = 0; k < b->nseg; k++) { av_clear(&b->segs[k].writes); av_clear(&b->segs[k].reads); }
+            free(b->segs);
+            b->segs = NULL; b->nseg = b->segcap = 0;
+            b->write = *acc; b->has_write = 1;
+            av_clear(&b->reads);
+            return 0;
+        }
+    }
+    return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
+}
+
+static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+    if (b->ng && check_ghosts(c, b, S, vec, acc)) return -1;
+    if (!acc->ranged && !b->segs) { if (whole_access(c, b, S, vec, acc)) return -1; }
+    else if (range_access(c, b, S, vec, acc)) return -1;
+    if (b->stream >= 0 && S != b->stream && av_set(&b->uses, acc)) return oom(c);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the rules, one per record type */
+
+static inline i128 bid_of(i128 a) { return a < 0 ? ~a : a; }
+
+static int kernel(Core *c, const field_t *f, uint32_t nacc) {
+    int32_t S;
+    if (stream(c, &f[1], 1, &S)) return -1;
+    for (uint32_t i = 0; i < nacc; i++) {
+        afield_t *a = &c->afields[i];
+        target_t *t = &c->targets[i];
+        t->bi = i;
+        if (a->t == A_INT) {
+            t->write = a->f[0].v < 0; t->ranged = 0; t->off = t->n = 0;
+            if (!(t->b = block(c, bid_of(a->f[0].v), 4 + (int)i))) return -1;
+            continue;
+        }
+        if (a->t == A_SHAPE) return fail(c, E_ACCESS_SHAPE, 4 + (int)i);
+        if (a->f[0].t != F_INT || a->f[1].t != F_INT || a->f[2].t != F_INT || a->f[1].v < 0 || a->f[2].v < 0)
+            return fail(c, E_ACCESS_MALFORMED, 4 + (int)i);
+        t->write = a->f[0].v < 0; t->ranged = 1; t->off = (uint64_t)a->f[1].v; t->n = (uint64_t)a->f[2].v;
+        if (!(t->b = block(c, bid_of(a->f[0].v), 4 + (int)i))) return -1;
+    }
+    int64_t seq = ++c->seq;
+    int64_t *vec = c->cur[S];
+    vec[S] = seq;
+    int32_t op = id_or_none(c, &f[2]), stack = id_or_none(c, &f[3]);
+    for (uint32_t i = 0; i < nacc; i++) {
+        target_t *t = &c->targets[i];
+        if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
+        acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
+        if (one_access(c, t->b, S, vec, &acc)) return -1;
+    }
+    return 0;
+}
+
+static int check_block(Core *c, const field_t *f) {
+    if (f[1].t != F_INT || f[1].v < 0 || f[1].v >= (i128)c->L.max_id) return fail(c, E_BID_RANGE, 1);
+    if (f[2].t != F_INT || f[2].v < 0 || !(f[3].t == F_NIL || (f[3].t == F_INT && f[3].v >= 0)))
+        return fail(c, E_MALFORMED_BLOCK, 1);
+    return 0;
+}
+
+static int apply(Core *c, int t, const field_t *f, uint32_t nacc) {
+    int32_t S;
+    uint64_t e;
+    c->events++;
+    switch (t) {
+    case T_KERNEL:
+        return kernel(c, f, nacc);
+    case T_STREAM_CREATED: {
+        uint64_t v;
+        if (f[1].t == F_INT && f[1].v >= 0 && f[1].v < (i128)c->L.max_id && map_get(&c->slot_of, (uint64_t)f[1].v, &v))
+            return 0;
+        if (stream(c, &f[1], 1, &S)) return -1;
+        c->created_stack[S] = id_or_none(c, &f[2]);
+        return 0;
+    }
+    case T_EVENT_CREATED:
+        if (event_id(c, &f[1], &e)) return -1;
+        return set_snapshot(c, e, NULL, 0);
+    case T_EVENT_DELETED:
+        if (event_id(c, &f[1], &e)) return -1;
+        return event_deleted_(c, e);
+    case T_EVENT_RECORD:
+        if (event_id(c, &f[1], &e) || stream(c, &f[2], 2, &S)) return -1;
+        return set_snapshot(c, e, c->cur[S], c->nslots);
+    case T_EVENT_WAIT: {
+        if (event_id(c, &f[1], &e) || stream(c, &f[2], 2, &S)) return -1;
+        snap_t *s = snapshot(c, e);
+        if (s) merge(c->cur[S], s->v, s->n);
+        return 0;
+    }
+    case T_EVENT_SYNC: {
+        if (event_id(c, &f[1], &e)) return -1;
+        snap_t *s = snapshot(c, e);
+        if (s) merge_all(c, s->v, s->n);
+        return 0;
+    }
+    case T_STREAM_SYNC: {
+        if (stream(c, &f[1], 1, &S)) return -1;
+        int64_t *src = malloc(c->nslots * sizeof(int64_t) + 1);
+        if (!src) return oom(c);
+        memcpy(src, c->cur[S], c->nslots * sizeof(int64_t));
+        merge_all(c, src, c->nslots);
+        free(src);
+        return 0;
+    }
+    case T_DEVICE_SYNC: {
+        if (f[1].t == F_OTHER) return fail(c, E_DEVICE, 1);
+        for (uint32_t s = 0; s < c->nslots; s++)
+            if (f[1].t == F_NIL || c->slot_dev[s] == f[1].v)
+                if (c->host[s] < c->cur[s][s]) c->host[s] = c->cur[s][s];
+        for (uint32_t s = 0; s < c->nslots; s++) merge(c->cur[s], c->host, c->nslots);
+        return 0;
+    }
+    case T_ALLOC: {
+        if (check_block(c, f) || stream(c, &f[4], 4, &S)) return -1;
+        block_t *b = new_block(c, (uint32_t)f[1].v, (uint64_t)f[2].v, f[3].t == F_INT ? (uint64_t)f[3].v : 0,
+                               f[3].t == F_INT, S, id_or_none(c, &f[5]), 0, 0);
+        if (!b) return oom(c);
+        if (c->gcount) return attach_ghosts(c, b);
+        return 0;
+    }
+    case T_FREE: {
+        block_t *b = f[1].t == F_INT ? block(c, f[1].v, 1) : (fail(c, E_BLOCK_UNDEFINED, 1), NULL);
+        if (!b) return -1;
+        if (b->stream >= 0) {
+            acc_t fr = {c->seq, b->stream, OP_FREE, id_or_none(c, &f[2]), 0, 1, 0, 0, 0};
+            if (check_free(c, b, &fr, 1)) return -1;
+        }
+        drop_block(c, b);
+        return 0;
+    }
+    case T_RECORD_STREAM:
+    case T_ERASE_STREAM: {
+        block_t *b = f[1].t == F_INT ? block(c, f[1].v, 1) : (fail(c, E_BLOCK_UNDEFINED, 1), NULL);
+        if (!b || stream(c, &f[2], 2, &S)) return -1;
+        uint32_t k;
+        for (k = 0; k < b->nrec; k++) if (b->recorded[k] == S) break;
+        if (t == T_RECORD_STREAM && k == b->nrec) {
+            if (b->nrec == b->reccap) {
+                uint32_t cap = b->reccap ? b->reccap * 2 : 2;
+                int32_t *p = realloc(b->recorded, cap * sizeof(int32_t));
+                if (!p) return oom(c);
+                b->recorded = p; b->reccap = cap;
+            }
+            b->recorded[b->nrec++] = S;
+        } else if (t == T_ERASE_STREAM && k < b->nrec) {
+            b->recorded[k] = b->recorded[--b->nrec];
+        }
+        return 0;
+    }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the record loop */
+
+static int ensure_scratch(Core *c, size_t n) {
+    if (n <= c->tcap) return 0;
+    size_t cap = c->tcap ? c->tcap : 16;
+    while (cap < n) cap *= 2;
+    target_t *t = realloc(c->targets, cap * sizeof(target_t));
+    if (!t) return -1;
+    c->targets = t;
+    afield_t *a = realloc(c->afields, cap * sizeof(afield_t));
+    if (!a) return -1;
+    c->afields = a;
+    c->tcap = cap;
+    return 0;
+}
+
+static PyObject *result(int status, Py_ssize_t pos, Py_ssize_t len, int code, int field) {
+    if (status == ST_ERROR) return Py_BuildValue("(innii)", status, pos, len, code, field);
+    if (status == ST_NEED) return Py_BuildValue("(in)", status, pos);
+    return Py_BuildValue("(inn)", status, pos, len);
+}
+
+static PyObject *Core_replay(Core *c, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, stop;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &pos, &stop)) return NULL;
+    if (pos < 0 || stop > view.len || pos > stop) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "bad buffer range");
+        return NULL;
+    }
+    const uint8_t *base = view.buf, *end = base + stop;
+    const limits_t *L = &c->L;
+    field_t f[6];
+    int status = ST_NEED, code = 0, field = 0;
+    Py_ssize_t len = 0;
+    for (;;) {
+        const uint8_t *p = base + pos;
+        if (p >= end) break;
+        obj_t o;
+        int r = read_obj(L, &p, end, &o);
+        if (r == MP_NEED) break;
+        if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
+        int t = -1;
+        if (o.t == O_ARR && o.n > 0) {
+            obj_t ot;
+            r = read_obj(L, &p, end, &ot);
+            if (r == MP_OK) {
+                if (ot.t == O_INT && ot.v >= T_STREAM_CREATED && ot.v <= T_KERNEL && o.n >= (uint64_t)MIN_LENGTH[(int)ot.v])
+                    t = (int)ot.v;
+                else if ((r = skip_rest(L, &p, end, &ot, 2)) == MP_OK)
+                    r = skip_objs(L, &p, end, o.n - 1, 0, 1);
+            }
+        } else {
+            r = skip_rest(L, &p, end, &o, 1);
+        }
+        if (r == MP_NEED) break;
+        if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
+        if (t < 0) { status = ST_SLOW; len = p - (base + pos); break; }
+        uint32_t nacc = 0;
+        if (t == T_KERNEL) {
+            for (int i = 1; i < 4 && !r; i++) r = read_field(L, &p, end, &f[i], 1);
+            nacc = (uint32_t)(o.n - 4);
+            for (uint32_t i = 0; i < nacc && !r; i++) {
+                /* grown as accesses arrive, never to a length field's claim */
+                if (i >= c->tcap && ensure_scratch(c, (size_t)i + 1)) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+                r = read_access(L, &p, end, &c->afields[i]);
+            }
+        } else {
+            uint64_t nf = o.n - 1 < 5 ? o.n - 1 : 5;
+            for (uint64_t i = 1; i <= nf && !r; i++) r = read_field(L, &p, end, &f[i], 1);
+            if (!r) r = skip_objs(L, &p, end, o.n - 1 - nf, 0, 1);
+        }
+        if (r == MP_NEED) break;
+        if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
+        c->records++;
+        c->err = E_NONE;
+        if (apply(c, t, f, nacc)) {
+            if (c->err == E_NOMEM) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+            c->records--; /* counted when it is replayed, maybe after a missing definition */
+            c->events--;
+            status = ST_ERROR; len = p - (base + pos); code = c->err; field = c->err_field;
+            break;
+        }
+        pos = p - base;
+    }
+    PyBuffer_Release(&view);
+    return result(status, pos, len, code, field);
+}
+
+/* ------------------------------------------------------------------ definitions from Python */
+
+static int py_i128(PyObject *o, i128 *v) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (!overflow) { *v = x; return 0; }
+    unsigned long long u = PyLong_AsUnsignedLongLong(o);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    *v = (i128)u;
+    return 0;
+}
+
+static PyObject *Core_define_stream(Core *c, PyObject *args) {
+    PyObject *sidx_o, *dev_o;
+    if (!PyArg_ParseTuple(args, "OO", &sidx_o, &dev_o)) return NULL;
+    i128 sidx, dev;
+    if (py_i128(sidx_o, &sidx) || py_i128(dev_o, &dev)) return NULL;
+    if (sidx < 0 || sidx >= (i128)c->L.max_id) Py_RETURN_NONE;
+    uint64_t di;
+    if (!map_get(&c->sdef, (uint64_t)sidx, &di)) {
+        if (c->nsdef == c->sdefcap) {
+            size_t cap = c->sdefcap ? c->sdefcap * 2 : 16;
+            i128 *p = realloc(c->sdev, cap * sizeof(i128));
+            if (!p) return PyErr_NoMemory();
+            c->sdev = p; c->sdefcap = cap;
+        }
+        di = c->nsdef++;
+        if (map_put(&c->sdef, (uint64_t)sidx, di)) return PyErr_NoMemory();
+    }
+    c->sdev[di] = dev;
+    Py_RETURN_NONE;
+}
+
+/* define_block(bid, ptr, size or None, forget): a BLOCK_DEF (a new generation of the id). */
+static PyObject *Core_define_block(Core *c, PyObject *args) {
+    PyObject *bid_o, *ptr_o, *size_o;
+    int forget;
+    if (!PyArg_ParseTuple(args, "OOOp", &bid_o, &ptr_o, &size_o, &forget)) return NULL;
+    i128 bid, ptr = -1, size = 0;
+    if (py_i128(bid_o, &bid)) return NULL;
+    if (bid < 0 || bid >= (i128)c->L.max_id) Py_RETURN_NONE;
+    int valid = PyLong_CheckExact(ptr_o) && (size_o == Py_None || PyLong_CheckExact(size_o));
+    if (valid && py_i128(ptr_o, &ptr)) { PyErr_Clear(); valid = 0; }
+    if (valid && size_o != Py_None && py_i128(size_o, &size)) { PyErr_Clear(); valid = 0; }
+    if (ptr < 0 || ptr > (i128)UINT64_MAX || size < 0 || size > (i128)UINT64_MAX) valid = 0;
+    if (forget) {
+        block_t *b = find_block(c, (uint64_t)bid);
+        if (b) drop_block(c, b);
+        map_del(&c->stale, (uint64_t)bid);
+    }
+    uint64_t di;
+    if (!map_get(&c->defs, (uint64_t)bid, &di)) {
+        if (c->nbdefs == c->bdefcap) {
+            size_t cap = c->bdefcap ? c->bdefcap * 2 : 16;
+            bdef_t *p = realloc(c->bdefs, cap * sizeof(bdef_t));
+            if (!p) return PyErr_NoMemory();
+            c->bdefs = p; c->bdefcap = cap;
+        }
+        di = c->nbdefs++;
+        if (map_put(&c->defs, (uint64_t)bid, di)) return PyErr_NoMemory();
+    }
+    bdef_t *d = &c->bdefs[di];
+    d->ptr = (uint64_t)ptr; d->size = size_o == Py_None ? 0 : (uint64_t)size;
+    d->size_known = size_o != Py_None; d->valid = (uint8_t)valid; d->gen = ++c->gen;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ findings to Python */
+
+static PyObject *opt_id(int32_t v) { if (v < 0) Py_RETURN_NONE; return PyLong_FromLong(v); }
+
+static PyObject *acc_tuple(Core *c, const acc_t *a) {
+    PyObject *op;
+    if (a->op == OP_FREE) { op = c->free_op; Py_INCREF(op); }
+    else if (a->op == OP_LEAK) { op = c->leak_op; Py_INCREF(op); }
+    else op = opt_id(a->op);
+    PyObject *off = a->ranged ? PyLong_FromUnsignedLongLong(a->off) : (Py_INCREF(Py_None), Py_None);
+    PyObject *n = a->ranged ? PyLong_FromUnsignedLongLong(a->n) : (Py_INCREF(Py_None), Py_None);
+    return Py_BuildValue("(LINNONN)", (long long)a->seq, c->sidx_of[a->stream], op, opt_id(a->stack),
+                         a->write ? Py_True : Py_False, off, n);
+}
+
+static PyObject *Core_findings(Core *c, PyObject *args) {
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "n", &start)) return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (size_t i = (size_t)(start < 0 ? 0 : start); i < c->nfound; i++) {
+        finding_t *f = &c->found[i];
+        PyObject *addrs = PyList_New(f->naddr), *occ = PyList_New(f->nocc);
+        if (!addrs || !occ) { Py_XDECREF(addrs); Py_XDECREF(occ); Py_DECREF(out); return NULL; }
+        for (uint32_t k = 0; k < f->naddr; k++) PyList_SET_ITEM(addrs, k, PyLong_FromUnsignedLongLong(f->addrs[k]));
+        for (uint32_t k = 0; k < f->nocc; k++)
+            PyList_SET_ITEM(occ, k, Py_BuildValue("(LLK)", (long long)f->occ[k].seq, (long long)f->occ[k].pseq,
+                                                  (unsigned long long)f->occ[k].addr));
+        PyObject *size = f->bsize_known ? PyLong_FromUnsignedLongLong(f->bsize) : (Py_INCREF(Py_None), Py_None);
+        PyObject *bstream = f->bstream >= 0 ? PyLong_FromUnsignedLong(c->sidx_of[f->bstream]) : (Py_INCREF(Py_None), Py_None);
+        PyObject *item = Py_BuildValue("(iNN(KNNN)LLLNN)", f->kind, acc_tuple(c, &f->acc), acc_tuple(c, &f->prev),
+                                       (unsigned long long)f->bptr, size, bstream, opt_id(f->bstack),
+                                       (long long)f->count, (long long)f->first, (long long)f->last, addrs, occ);
+        if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
+        Py_DECREF(item);
+    }
+    return out;
+}
+
+static int cmp_bid(const void *a, const void *b) {
+    uint32_t x = (*(block_t *const *)a)->bid, y = (*(block_t *const *)b)->bid;
+    return x < y ? -1 : x > y;
+}
+
+/* finish's leak check: every live block allocated in the trace, in block id order. */
+static PyObject *Core_check_leaks(Core *c, PyObject *unused) {
+    if (c->check_leaks_done) Py_RETURN_NONE;
+    c->check_leaks_done = 1;
+    size_t n = c->blocks.n, k = 0;
+    block_t **all = malloc((n ? n : 1) * sizeof(block_t *));
+    if (!all) return PyErr_NoMemory();
+    for (size_t i = 0; i < c->blocks.cap; i++)
+        if (c->blocks.state[i] == 1) all[k++] = (block_t *)(uintptr_t)c->blocks.vals[i];
+    qsort(all, k, sizeof(block_t *), cmp_bid);
+    for (size_t i = 0; i < k; i++) {
+        block_t *b = all[i];
+        if (b->stream < 0) continue;
+        acc_t leak = {c->seq, b->stream, OP_LEAK, -1, 0, 1, 0, 0, 0};
+        c->err = E_NONE;
+        if (check_free(c, b, &leak, 0)) { free(all); return PyErr_NoMemory(); }
+    }
+    free(all);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_created_stack(Core *c, PyObject *arg) {
+    i128 sidx;
+    uint64_t v;
+    if (py_i128(arg, &sidx)) return NULL;
+    if (sidx < 0 || sidx >= (i128)c->L.max_id || !map_get(&c->slot_of, (uint64_t)sidx, &v)) Py_RETURN_NONE;
+    return opt_id(c->created_stack[v]);
+}
+
+static PyObject *Core_counters(Core *c, PyObject *unused) {
+    return Py_BuildValue("(LLLLn)", (long long)c->seq, (long long)c->events, (long long)c->records,
+                         (long long)c->dropped, (Py_ssize_t)c->nfound);
+}
+
+/* ------------------------------------------------------------------ type */
+
+static int Core_init(Core *c, PyObject *args, PyObject *kw) {
+    limits_t *L = &c->L;
+    unsigned long long max_id;
+    if (!PyArg_ParseTuple(args, "lllllllKKKKKKOO", &L->max_segments, &L->max_streams, &L->max_findings,
+                          &L->max_occurrences, &L->max_addresses, &L->max_ghosts, &L->max_block_ghosts, &max_id,
+                          &L->max_str, &L->max_bin, &L->max_array, &L->max_map, &L->max_ext, &c->free_op,
+                          &c->leak_op))
+        return -1;
+    if (c->refs) { PyErr_SetString(PyExc_RuntimeError, "Core is initialized once"); return -1; }
+    Py_INCREF(c->free_op); Py_INCREF(c->leak_op);
+    c->refs = 1;
+    L->max_id = max_id;
+    if (L->max_ghosts < 2 || L->max_findings < 1 || L->max_segments < 1 || L->max_addresses < 1 ||
+        L->max_streams < 1 || L->max_block_ghosts < 1 || L->max_occurrences < 1 || max_id > (1ULL << 31)) {
+        PyErr_SetString(PyExc_ValueError, "bad limits");
+        return -1;
+    }
+    c->ring = calloc(L->max_ghosts, sizeof(ghost_t));
+    c->gscratch = calloc(L->max_ghosts, sizeof(ghost_t));
+    c->found = calloc(L->max_findings, sizeof(finding_t));
+    size_t cap = 16;
+    while (cap < (size_t)L->max_findings * 2) cap *= 2;
+    c->ftab = malloc(cap * sizeof(int32_t));
+    if (!c->ring || !c->gscratch || !c->found || !c->ftab) { PyErr_NoMemory(); return -1; }
+    for (size_t i = 0; i < cap; i++) c->ftab[i] = -1;
+    c->ftabcap = cap;
+    return 0;
+}
+
+static void Core_dealloc(Core *c) {
+    for (size_t i = 0; i < c->blocks.cap; i++)
+        if (c->blocks.state && c->blocks.state[i] == 1) block_free((block_t *)(uintptr_t)c->blocks.vals[i]);
+    map_free(&c->blocks); map_free(&c->live_ptr); map_free(&c->defs); map_free(&c->stale);
+    map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap);
+    for (uint32_t s = 0; s < c->nslots; s++) free(c->cur[s]);
+    free(c->cur); free(c->host); free(c->sidx_of); free(c->created_stack); free(c->slot_dev); free(c->sdev);
+    for (size_t i = 0; i < c->nsnaps; i++) free(c->snaps[i].v);
+    free(c->snaps); free(c->free_snaps); free(c->bdefs);
+    for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
+    free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
+    free(c->targets); free(c->afields); free(c->reported);
+    if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyMethodDef Core_methods[] = {
+    {"replay", (PyCFunction)Core_replay, METH_VARARGS, "replay(buffer, pos, end) -> (status, pos, ...)"},
+    {"define_stream", (PyCFunction)Core_define_stream, METH_VARARGS, "define_stream(sidx, device)"},
+    {"define_block", (PyCFunction)Core_define_block, METH_VARARGS, "define_block(bid, ptr, size, forget)"},
+    {"findings", (PyCFunction)Core_findings, METH_VARARGS, "findings(start) -> list of tuples"},
+    {"check_leaks", (PyCFunction)Core_check_leaks, METH_NOARGS, "the end-of-trace leak check (once)"},
+    {"created_stack", (PyCFunction)Core_created_stack, METH_O, "created_stack(sidx) -> stack id or None"},
+    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "(seq, events, records, dropped, findings)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "npusan.analyzer._core.Core",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Core_init,
+    .tp_dealloc = (destructor)Core_dealloc,
+    .tp_methods = Core_methods,
+    .tp_doc = "The compiled replay core (see npusan.analyzer.native).",
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_core", "npusan's compiled replay core.", -1, NULL, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__core(void) {
+    if (PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (!m) return NULL;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) { Py_DECREF(&CoreType); Py_DECREF(m); return NULL; }
+    return m;
+}
