@@ -1,0 +1,223 @@
+"""The compiled core against the Python engine (the specification), on generated traces.
+
+Every trace is replayed as ``npusan analyze`` replays it, once through the Python engine
+(reading the msgpack unpacker) and once through the compiled core (parsing the file's
+bytes itself). Findings (kinds, streams, ops, stacks, accesses, blocks, counts, occurrences,
+addresses), counters and the reader's verdict (truncated, warnings, END statistics), or
+the one-line error, must be identical. Programs use every record type, whole-block and
+ranged accesses, frees and re-allocations, memory from before recording, record_stream and
+erase_stream; malformed records, truncation and corrupted bytes are mixed in.
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from npusan.analyzer import native, replay
+from npusan.analyzer.engine import Engine, RecordError
+from npusan.trace_format import TraceReader, TraceWriter
+from npusan.trace_format import records as R
+from npusan.trace_format.errors import TraceFormatError
+
+from .test_direct_replay import _junk, join, split
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"compiled core not built ({native.IMPORT_ERROR})")
+
+HANDLES = [0, 0xA0, 0xB0, 0xC0]
+BASE = 0x100000
+SIZE = 0x100
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+_op = st.one_of(
+    st.tuples(st.just("kernel"), st.integers(0, 3), st.lists(st.tuples(st.integers(0, 5), st.booleans()),
+                                                            min_size=0, max_size=4)),
+    st.tuples(st.just("ranged"), st.integers(0, 3), st.lists(
+        st.tuples(st.integers(0, 5), st.booleans(), st.integers(0, SIZE + 32), st.integers(0, 96)),
+        min_size=1, max_size=4)),
+    st.tuples(st.just("record"), st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.just("wait"), st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.just("event"), st.sampled_from(["event_created", "event_deleted", "event_synchronized"]),
+              st.integers(0, 3)),
+    st.tuples(st.just("sync"), st.sampled_from(["stream", "device", "device0", "device1"]), st.integers(0, 3)),
+    st.tuples(st.just("free"), st.integers(0, 5), st.integers(0, 3), st.integers(0, 2), st.booleans()),
+    st.tuples(st.just("record_stream"), st.integers(0, 5), st.integers(0, 3), st.booleans()),
+    st.tuples(st.just("created"), st.integers(0, 3)),
+)
+
+
+def write_program(ops) -> bytes:
+    """A valid trace from random operations (races, missing record_streams, reuse)."""
+    buf = io.BytesIO()
+    live = {}
+    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0, 1: 0}}) as w:
+        for b in range(4):
+            live[b] = BASE + b * 0x1000
+            w.memory_allocated(live[b], HANDLES[b % 4], size=SIZE if b != 3 else None,
+                               stack=[("p.py", b, "alloc")])
+        live[4] = BASE + 0x40000  # memory allocated before recording: BLOCK_DEF on first use
+        live[5] = BASE + 0x50000
+
+        def dev(s):
+            return 1 if s == 3 else 0
+
+        for item in ops:
+            kind = item[0]
+            if kind == "kernel":
+                s = item[1]
+                reads = [live[b] for b, wr in item[2] if not wr]
+                writes = [live[b] for b, wr in item[2] if wr]
+                w.kernel(HANDLES[s], f"aten::k{len(reads)}{len(writes)}", reads=reads, writes=writes,
+                         device=dev(s), stack=[("p.py", 10 + s, "step")] if s % 2 else None)
+            elif kind == "ranged":
+                s = item[1]
+                reads = [(live[b] + off, n) for b, wr, off, n in item[2] if not wr]
+                writes = [(live[b] + off, n) for b, wr, off, n in item[2] if wr]
+                w.kernel(HANDLES[s], "aten::slice", reads=reads, writes=writes, device=dev(s),
+                         stack=[("p.py", 20, "views")])
+            elif kind == "record":
+                w.event_recorded(item[1], HANDLES[item[2]], device=dev(item[2]))
+            elif kind == "wait":
+                w.event_waited(item[1], HANDLES[item[2]], device=dev(item[2]))
+            elif kind == "event":
+                getattr(w, item[1])(item[2])
+            elif kind == "sync":
+                if item[1] == "stream":
+                    w.stream_synchronized(HANDLES[item[2]], device=dev(item[2]))
+                else:
+                    w.device_synchronized(**({} if item[1] == "device" else {"device": int(item[1][-1])}))
+            elif kind == "free":
+                _, b, s, shift, known = item
+                w.memory_freed(live[b], stack=[("p.py", 30, "free")])
+                if b < 4 or shift:  # re-allocated at the same base or overlapping it
+                    live[b] = live[b] + 0x80 * shift
+                    w.memory_allocated(live[b], HANDLES[s], size=SIZE if known else None, device=dev(s))
+            elif kind == "record_stream":
+                _, b, s, erase = item
+                (w.erase_stream if erase else w.record_stream)(live[b], HANDLES[s], device=dev(s))
+            else:
+                w.stream_created(HANDLES[item[1]], device=dev(item[1]), stack=[("p.py", 40, "make")])
+    return buf.getvalue()
+
+
+def _side(a):
+    return (a.stream.index, a.stream.device, a.stream.handle, a.stream.is_default,
+            tuple(a.stream.created_stack), a.op, a.type, a.seq, tuple(a.stack), a.offset, a.nbytes)
+
+
+def _finding(f):
+    b = f.block
+    return (f.kind, _side(f.access), _side(f.previous), b.address, b.size,
+            None if b.stream is None else b.stream.index, tuple(b.stack), f.count, f.first_seq, f.last_seq,
+            list(f.addresses), list(f.occurrences))
+
+
+def outcome(data: bytes, cls, check_leaks: bool = True):
+    """What replaying ``data`` through engine class ``cls`` gives, as analyze_traces replays."""
+    try:
+        reader = TraceReader(io.BytesIO(data))
+    except TraceFormatError as e:
+        return ("error", str(e))
+    eng = cls(reader.symbols, header=reader.header, check_leaks=check_leaks)
+    try:
+        replay._replay(eng, reader, 0, None)
+    except RecordError as e:
+        return ("error", f"{reader.where()}: {e}")
+    except TraceFormatError as e:
+        return ("error", str(e))
+    return ("ok", [_finding(f) for f in eng.finish()], eng.seq, eng.events, eng.dropped, reader.truncated,
+            reader.ended_cleanly, reader.end_stats, list(reader.warnings), reader.events,
+            reader.definition_counts, reader.unknown_types)
+
+
+def check(data: bytes, check_leaks: bool = True):
+    ref = outcome(data, Engine, check_leaks)
+    assert outcome(data, native.NativeEngine, check_leaks) == ref
+    return ref
+
+
+@FUZZ
+@given(st.lists(_op, max_size=60), st.booleans())
+def test_same_findings_on_valid_programs(ops, check_leaks):
+    ref = check(write_program(ops), check_leaks)
+    assert ref[0] == "ok" and ref[6]
+
+
+def test_the_generator_produces_every_kind_of_finding():
+    ops = [("kernel", 1, [(0, True)]), ("kernel", 2, [(0, False)]),  # a data race
+           ("kernel", 1, [(2, False)]), ("free", 2, 0, 0, True),  # a missing record_stream
+           ("kernel", 0, [(2, True)]),  # and its reuse
+           ("ranged", 2, [(1, True, 8, 8)]), ("ranged", 3, [(1, False, 12, 8)])]
+    ref = check(write_program(ops))
+    assert {f[0].value for f in ref[1]} == {"data-race", "missing-record-stream", "reuse-race"}
+
+
+@FUZZ
+@given(st.lists(_op, max_size=40), st.data())
+def test_same_on_truncated_traces(ops, data):
+    full = write_program(ops)
+    check(full[:data.draw(st.integers(len(R.MAGIC), len(full) - 1))])
+
+
+@FUZZ
+@given(st.lists(_op, max_size=40), st.lists(st.tuples(st.integers(0, 1 << 30), _junk), max_size=4),
+       st.booleans(), st.booleans())
+def test_same_with_malformed_and_unknown_records(ops, inserts, drop_end, garbage_after):
+    header, recs = split(write_program(ops))
+    end = recs.pop()
+    for where, rec in inserts:
+        recs.insert(where % (len(recs) + 1), rec)
+    if not drop_end:
+        recs.append(end)
+    check(join(header, recs) + (b"\x93\x01" if garbage_after else b""))
+
+
+@FUZZ
+@given(st.lists(_op, max_size=40), st.data())
+def test_same_on_corrupted_bytes(ops, data):
+    buf = bytearray(write_program(ops))
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.integers(len(R.MAGIC), len(buf) - 1))
+        op = data.draw(st.sampled_from(["flip", "set", "delete", "insert"]))
+        if op == "flip":
+            buf[i] ^= 1 << data.draw(st.integers(0, 7))
+        elif op == "set":
+            buf[i] = data.draw(st.sampled_from([0x00, 0x7F, 0x90, 0x9F, 0xC0, 0xC1, 0xC3, 0xCB, 0xD9, 0xDB, 0xDC,
+                                                0xDD, 0xDF, 0xC6, 0xD7, 0xED, 0xFF]))
+        elif op == "delete":
+            del buf[i]
+        else:
+            buf[i:i] = data.draw(st.binary(min_size=1, max_size=6))
+    check(bytes(buf))
+
+
+@pytest.mark.parametrize("tail", [
+    b"\xdd\xff\xff\xff\xff",  # an array claiming 4G elements
+    b"\xdb\xff\xff\xff\xff",  # a str claiming 4 GB
+    b"\x91" * 2000 + b"\x00",  # a nesting bomb
+    b"\x94\x11\x00\x00\xc0" + b"\x91" * 1100,  # a kernel access nested deeper than msgpack allows
+    b"\x94\x11\x00\x00\xa2\xed\xa0",  # invalid UTF-8 in a field
+    b"\x94\x11\x00\x00\x81\x91\x00\x01",  # an unhashable map key
+    b"\x94\x11\x00\x00\xd7\xff" + b"\xff" * 8,  # an invalid timestamp extension
+    b"\x95\x11\x00\x00\xc0\xc1",  # a byte msgpack never uses
+    b"\x96\x11\x00\x00\xc0\xd6\x05\x00\x00\x00\x00\x00",  # an extension value as an access
+])
+def test_same_error_on_hostile_tails(tail):
+    header, recs = split(write_program([("kernel", 1, [(0, True)])]))
+    recs.pop()
+    ref = check(join(header, recs) + tail)
+    assert ref[0] == "error" or ref[5]  # refused, or read as a cut trace
+
+
+def test_huge_ids_allocate_nothing_dense():
+    # Every id at the top of its range: sparse tables keep this trace tiny in memory.
+    top = (1 << 24) - 1
+    recs = [[R.STREAM_DEF, top, 0, 5], [R.STR, top, "op"], [R.ALLOC, top, 0x1000, 64, top, None],
+            [R.KERNEL, top, top, None, ~top], [R.EVENT_RECORD, (1 << 64) - 1, top, None],
+            [R.BLOCK_DEF, top - 1, 0x9000, None], [R.KERNEL, top, top, None, top - 1], [R.FREE, top, None],
+            [R.END, {}]]
+    ref = check(join({"format": [1, 0]}, recs))
+    assert ref[0] == "ok" and ref[2] == 2
