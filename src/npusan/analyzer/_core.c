@@ -830,19 +830,26 @@ static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     return 0;
 }
 
+/* Room for one more segment; done before taking pointers into segs (realloc moves them). */
+static int seg_reserve(Core *c, block_t *b) {
+    if (b->nseg < b->segcap) return 0;
+    uint32_t cap = b->segcap ? b->segcap * 2 : 4;
+    seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
+    if (!s) return oom(c);
+    b->segs = s; b->segcap = cap;
+    return 0;
+}
+
+/* Insert a segment with copies of `writes` and `reads` (room was reserved: seg_reserve). */
 static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t *writes, accv_t *reads) {
-    if (b->nseg == b->segcap) {
-        uint32_t cap = b->segcap ? b->segcap * 2 : 4;
-        seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
-        if (!s) return oom(c);
-        b->segs = s; b->segcap = cap;
-    }
+    accv_t w, r;
+    av_init(&w); av_init(&r);
+    if ((writes && av_copy(&w, writes)) || (reads && av_copy(&r, reads))) { av_clear(&w); av_clear(&r); return oom(c); }
     memmove(&b->segs[at + 1], &b->segs[at], (b->nseg - at) * sizeof(seg_t));
     seg_t *s = &b->segs[at];
     s->lo = lo; s->hi = hi;
-    av_init(&s->writes); av_init(&s->reads);
+    s->writes = w; s->reads = r;
     b->nseg++;
-    if ((writes && av_copy(&s->writes, writes)) || (reads && av_copy(&s->reads, reads))) return oom(c);
     return 0;
 }
 
@@ -856,6 +863,7 @@ static void seg_remove(block_t *b, uint32_t at) {
 static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *pj) {
     uint32_t i = 0;
     while (b->segs[i].hi <= lo) i++;
+    if (seg_reserve(c, b)) return -1;
     if (b->segs[i].lo < lo) {
         if (seg_insert(c, b, i + 1, lo, b->segs[i].hi, &b->segs[i].writes, &b->segs[i].reads)) return -1;
         b->segs[i].hi = lo;
@@ -863,6 +871,7 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
     }
     uint32_t j = i;
     while (b->segs[j].hi < hi) j++;
+    if (seg_reserve(c, b)) return -1;
     if (b->segs[j].hi > hi) {
         if (seg_insert(c, b, j + 1, hi, b->segs[j].hi, &b->segs[j].writes, &b->segs[j].reads)) return -1;
         b->segs[j].hi = hi;
@@ -938,7 +947,7 @@ static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, con
 static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     if (!b->segs) {
         u128 end = b->size_known && b->size ? (u128)b->size : INF128;
-        if (seg_insert(c, b, 0, 0, end, NULL, &b->reads)) return -1;
+        if (seg_reserve(c, b) || seg_insert(c, b, 0, 0, end, NULL, &b->reads)) return -1;
         if (b->has_write && av_push(&b->segs[0].writes, &b->write)) return oom(c);
         b->has_write = 0;
         av_clear(&b->reads);
@@ -947,7 +956,7 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
         lo = acc->off; hi = (u128)acc->off + acc->n;
-        if (hi > end && seg_insert(c, b, b->nseg, end, hi, NULL, NULL)) return -1;
+        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, end, hi, NULL, NULL))) return -1;
     }
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
