@@ -1,19 +1,29 @@
-"""Analyzer benchmark: trace size, replay rate, ratio to CSAN, memory on a 10x longer trace.
+"""Analyzer benchmark: replay rate per trace shape against CSAN and msgpack, memory, start-up.
 
-    .venv/bin/python benchmarks/bench_analyzer.py            # the full run (a few minutes)
+    .venv/bin/python benchmarks/bench_analyzer.py            # the full run (several minutes)
     .venv/bin/python benchmarks/bench_analyzer.py --quick    # a small smoke run
 
-The synthetic program: 4 streams, 2000 live blocks (500 per stream), each kernel reads two
-and writes one block of its own stream; every 100 kernels a stream hands a block it just
-wrote to the next stream (event record + wait), the consumer reads it and hands it back
-(record + wait: one record/wait pair per ~50 kernels); every 20,000 kernels a block is
-freed and a new one allocated. It is written with the public TraceWriter, without stacks.
+Shapes (each a trace file; the synthetic ones are written with the public TraceWriter,
+without stacks):
 
-npusan's rate is ``analyze_traces`` on the file (reading included), one core. CSAN's is
-``torch.cuda._sanitizer.EventHandler`` fed the same events through its ``_handle_*``
-methods, with ``traceback.StackSummary.extract`` patched to return an empty summary, so the
-comparison is replay against replay, not stack capture. Peak memory (ru_maxrss) of the
-analysis of the trace and of one 10x longer is measured in two fresh subprocesses.
+* ``own``: 4 streams, 2000 live blocks, each stream keeps to its own 500 (a kernel reads
+  two and writes one); every 100 kernels a stream hands a block to the next stream and gets
+  it back (event record + wait); a free and re-allocation every 20,000 kernels;
+* ``pool``: 4 streams take turns on one pool of 2000 blocks, 50 kernels each, then an
+  event record on that stream and a wait on the next (correctly synchronized);
+* ``ranged16`` / ``ranged256``: as ``own``, but each access is one of 16 / 256 byte ranges
+  of its block;
+* ``real``: a 2-layer transformer training loop with a prefetch stream (the next batch
+  copied on a side stream, ``wait_stream`` + ``record_stream``) recorded on the simulated
+  device by this script, with stacks: about half its records are allocations and frees.
+
+For each shape: npusan's ``analyze_traces`` (the compiled core when built, reading
+included, best of N runs, CPU seconds of this process: one core), the pure-Python engine
+on the same file (the fallback), ``msgpack.Unpacker`` merely decoding the file, and CSAN's
+``torch.cuda._sanitizer.EventHandler`` fed the same events (derived from the trace)
+through its ``_handle_*`` methods with ``traceback.StackSummary.extract`` patched out.
+Also: peak RSS analyzing ``own`` and the same program 10 times longer (fresh processes),
+trace bytes per kernel event, and the wall time of ``npusan analyze`` on a tiny trace.
 Results go to stdout and to the "Analyzer" section of docs/benchmarks.md.
 """
 
@@ -46,14 +56,14 @@ BASE = 0x7F0000000000
 HANDOFF_EVERY = 100
 REALLOC_EVERY = 20_000
 BURST = 8  # consecutive kernels on one stream
+TURN = 50  # pool shape: kernels per stream's turn
 
 
-def program(n_kernels: int, seed: int = 0):
-    """The synthetic event program: yields ``(name, args...)`` tuples."""
+def program(n_kernels: int, shape: str = "own", seed: int = 0):
+    """A synthetic event program: yields ``(name, args...)`` tuples (TraceWriter methods)."""
     rng = random.Random(seed)
     rand = rng.randrange
-    yield ("stream_created", STREAMS[0])
-    for s in STREAMS[1:]:
+    for s in STREAMS:
         yield ("stream_created", s)
     for e in range(8):
         yield ("event_created", e)
@@ -66,6 +76,18 @@ def program(n_kernels: int, seed: int = 0):
             mine.append(next_ptr)
             next_ptr += BLOCK_SIZE
         owned.append(mine)
+    if shape == "pool":
+        pool = [p for mine in owned for p in mine]
+        n = len(pool)
+        for i in range(n_kernels):
+            si = (i // TURN) % len(STREAMS)
+            yield ("kernel", STREAMS[si], "aten::add", (pool[rand(n)], pool[rand(n)]), (pool[rand(n)],))
+            if i % TURN == TURN - 1:
+                ev = (i // TURN) % 8
+                yield ("event_recorded", ev, STREAMS[si])
+                yield ("event_waited", ev, STREAMS[(si + 1) % len(STREAMS)])
+        return
+    parts = {"ranged16": 16, "ranged256": 256}.get(shape)
     ev = 0
     for i in range(n_kernels):
         si = (i // BURST) % len(STREAMS)
@@ -75,9 +97,15 @@ def program(n_kernels: int, seed: int = 0):
         r1, r2, w = mine[rand(n)], mine[rand(n)], mine[rand(n)]
         if r1 == w or r2 == w:
             r1 = r2 = mine[(mine.index(w) + 1) % n]
-        yield ("kernel", s, "aten::add", (r1, r2) if r1 != r2 else (r1,), (w,))
+        reads = (r1, r2) if r1 != r2 else (r1,)
+        if parts:
+            width = BLOCK_SIZE // parts
+            reads = tuple((p + width * rand(parts), width) for p in reads)
+            writes = ((w + width * rand(parts), width),)
+        else:
+            writes = (w,)
+        yield ("kernel", s, "aten::add", reads, writes)
         if i % HANDOFF_EVERY == HANDOFF_EVERY - 1:
-            # s hands w to the next stream and gets it back.
             c = STREAMS[(si + 1) % len(STREAMS)]
             ev = (ev + 1) % 8
             yield ("event_recorded", ev, s)
@@ -94,12 +122,12 @@ def program(n_kernels: int, seed: int = 0):
             next_ptr += BLOCK_SIZE
 
 
-def write_trace(path: str, n_kernels: int) -> int:
-    """Write the program with the public TraceWriter; return the number of kernels."""
+def write_trace(path: str, n_kernels: int, shape: str = "own") -> int:
+    """Write a synthetic program with the public TraceWriter; return the number of kernels."""
     kernels = 0
     with TraceWriter(path, backend="sim", header={"default_streams": {0: 0}, "device_count": 1}) as w:
         kernel = w.kernel
-        for item in program(n_kernels):
+        for item in program(n_kernels, shape):
             name = item[0]
             if name == "kernel":
                 kernel(item[1], item[2], item[3], item[4])
@@ -140,115 +168,184 @@ def repeat_trace(src: str, dst: str, times: int) -> None:
         out.write(pack(end))
 
 
-def read_only_cpu(path: str, how: str) -> float:
-    """CPU seconds to only read the trace.
+# ---------------------------------------------------------------------- the real trace
 
-    ``how``: "raw" (msgpack alone), "records" (the ``TraceReader.records()`` generator) or
-    "direct" (as the replay reads: the unpacker iterated directly, a kernel test per record
-    and the reader's ``direct_absorb`` for every record that is not a kernel).
-    """
+REAL_PROGRAM = r'''
+import sys, torch
+import npusan
+from npusan import sim
+
+torch.manual_seed(0)
+steps = int(sys.argv[2])
+layer = lambda: torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True,
+                                                 dropout=0.0)
+model = torch.nn.Sequential(torch.nn.Embedding(512, 64), layer(), layer(), torch.nn.Linear(64, 512))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+batches = [torch.randint(0, 512, (8, 32)) for _ in range(4)]
+with npusan.record(sys.argv[1], backend="sim", stack_depth=16):
+    copy = sim.Stream()
+    main = sim.current_stream()
+
+    def prefetch(i):
+        copy.wait_stream(main)
+        with sim.stream(copy):
+            x = batches[i % 4] * 1
+        return x
+
+    nxt = prefetch(0)
+    for step in range(steps):
+        main.wait_stream(copy)
+        x = nxt
+        x.record_stream(main)
+        nxt = prefetch(step + 1)
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out.reshape(-1, 512), x.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+'''
+
+
+def record_real(path: str, steps: int) -> None:
+    """Record the transformer loop on the simulated device (in a fresh process)."""
+    script = os.path.join(os.path.dirname(path), "real_loop.py")
+    with open(script, "w") as f:
+        f.write(REAL_PROGRAM)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    subprocess.run([sys.executable, script, path, str(steps)], check=True, env=env, capture_output=True)
+
+
+# ---------------------------------------------------------------------- measuring
+
+
+def count_kernels(path: str) -> tuple[int, int]:
+    """(kernel records, all records) of a trace."""
     import msgpack
 
-    from npusan.trace_format import TraceReader
     from npusan.trace_format import records as R
 
+    kernels = total = 0
+    with open(path, "rb") as f:
+        f.read(len(R.MAGIC))
+        up = msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=1 << 18)
+        up.unpack()
+        for rec in up:
+            total += 1
+            kernels += rec[0] == R.KERNEL
+    return kernels, total
+
+
+def raw_decode_cpu(path: str) -> float:
+    """CPU seconds for ``msgpack.Unpacker`` merely to decode the file."""
+    import msgpack
+
     c0 = time.process_time()
-    if how == "raw":
-        with open(path, "rb") as f:
-            f.read(len(R.MAGIC))
-            for _ in msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=1 << 18):
-                pass
-    elif how == "records":
-        with TraceReader(path) as reader:
-            for _ in reader.records():
-                pass
-    else:
-        with TraceReader(path) as reader:
-            absorb = reader.direct_absorb
-            K = R.KERNEL
-            kernels = 0
-            for rec in reader.direct_begin():
-                if rec.__class__ is list and len(rec) >= 4 and rec[0] == K:
-                    kernels += 1
-                elif absorb(rec, kernels) is False:
-                    break
-            reader.direct_sync(kernels)
-            reader.direct_exhausted()
+    with open(path, "rb") as f:
+        f.read(8)
+        for _ in msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=1 << 18):
+            pass
     return time.process_time() - c0
 
 
-def npusan_rate(path: str, repeats: int = 5):
-    """Runs of analyze_traces interleaved with read-only runs.
-
-    Returns (result, best wall s, best CPU s, worst CPU s, best direct-read CPU s, best
-    records() CPU s, best raw msgpack CPU s).
-    """
+def analyze_cpu(path: str, engine: str) -> tuple[float, object]:
+    """CPU seconds of ``analyze_traces`` with the compiled core or the Python engine."""
     from npusan.analyzer.replay import analyze_traces
 
-    best = None
-    worst = 0.0
-    direct = reader = raw = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+    saved = os.environ.get("NPUSAN_ENGINE")
+    os.environ["NPUSAN_ENGINE"] = engine
+    try:
         c0 = time.process_time()
         res = analyze_traces([path])
-        cpu = time.process_time() - c0
-        wall = time.perf_counter() - t0
-        worst = max(worst, cpu)
-        if best is None or cpu < best[2]:
-            best = (res, wall, cpu)
-        direct = min(direct, read_only_cpu(path, "direct"))
-        reader = min(reader, read_only_cpu(path, "records"))
-        raw = min(raw, read_only_cpu(path, "raw"))
-    return best + (worst, direct, reader, raw)
+        return time.process_time() - c0, res
+    finally:
+        if saved is None:
+            del os.environ["NPUSAN_ENGINE"]
+        else:
+            os.environ["NPUSAN_ENGINE"] = saved
 
 
-def csan_rate(n_kernels: int):
-    """Feed CSAN's EventHandler the same program (first ``n_kernels`` kernels)."""
+def csan_calls(path: str, max_kernels: int):
+    """CSAN ``EventHandler`` calls for the events of a trace (its first ``max_kernels`` kernels)."""
+    import msgpack
     import torch.cuda._sanitizer as csan
+
+    from npusan.trace_format import records as R
 
     csan.traceback.StackSummary.extract = classmethod(lambda cls, *a, **k: traceback.StackSummary())
     h = csan.EventHandler()
-    aliases: dict = {}
-    calls = []
-    for item in program(n_kernels):
-        name = item[0]
-        if name == "kernel":
-            reads, writes = set(item[3]), set(item[4])
-            for p in item[3] + item[4]:
-                aliases[p] = []
-            calls.append((h._handle_kernel_launch, (item[1], reads, writes, writes, item[2], aliases)))
-        elif name == "stream_created":
-            calls.append((h._handle_stream_creation, (item[1],)))
-        elif name == "event_created":
-            calls.append((h._handle_event_creation, (item[1],)))
-        elif name == "event_recorded":
-            calls.append((h._handle_event_record, (item[1], item[2])))
-        elif name == "event_waited":
-            calls.append((h._handle_event_wait, (item[1], item[2])))
-        elif name == "memory_allocated":
-            calls.append((h._handle_memory_allocation, (item[1],)))
-        elif name == "memory_freed":
-            calls.append((h._handle_memory_deallocation, (item[1],)))
-        else:
-            raise AssertionError(name)
-    kernels = sum(1 for f, _ in calls if f == h._handle_kernel_launch)
-    errors = 0
+    streams, blocks, strings, calls = {}, {}, {}, []
+    kernels = 0
+
+    def handle(sidx):
+        dev, hd = streams[sidx]
+        return hd + (dev << 48)
+
+    def ptr(a):
+        if isinstance(a, list):
+            x, off = a[0], a[1]
+            return (blocks[~x if x < 0 else x] + off, x < 0)
+        return (blocks[~a if a < 0 else a], a < 0)
+
+    with open(path, "rb") as f:
+        f.read(len(R.MAGIC))
+        up = msgpack.Unpacker(f, raw=False, strict_map_key=False, read_size=1 << 18)
+        up.unpack()
+        for rec in up:
+            t = rec[0]
+            if t == R.STREAM_DEF:
+                streams[rec[1]] = (rec[2], rec[3])
+            elif t == R.STR:
+                strings[rec[1]] = rec[2]
+            elif t == R.BLOCK_DEF:
+                blocks[rec[1]] = rec[2]
+            elif t == R.ALLOC:
+                blocks[rec[1]] = rec[2]
+                calls.append((h._handle_memory_allocation, (rec[2],)))
+            elif t == R.FREE:
+                calls.append((h._handle_memory_deallocation, (blocks[rec[1]],)))
+            elif t == R.KERNEL:
+                accs = [ptr(a) for a in rec[4:]]
+                writes = {p for p, w in accs if w}
+                reads = {p for p, w in accs if not w} - writes
+                calls.append((h._handle_kernel_launch,
+                               (handle(rec[1]), reads, writes, writes, strings.get(rec[2], "op"),
+                                {p: [] for p, _ in accs})))
+                kernels += 1
+                if kernels >= max_kernels:
+                    break
+            elif t == R.STREAM_CREATED:
+                calls.append((h._handle_stream_creation, (handle(rec[1]),)))
+            elif t == R.EVENT_CREATED:
+                calls.append((h._handle_event_creation, (rec[1],)))
+            elif t == R.EVENT_DELETED:
+                calls.append((h._handle_event_deletion, (rec[1],)))
+            elif t == R.EVENT_RECORD:
+                calls.append((h._handle_event_record, (rec[1], handle(rec[2]))))
+            elif t == R.EVENT_WAIT:
+                calls.append((h._handle_event_wait, (rec[1], handle(rec[2]))))
+            elif t == R.EVENT_SYNC:
+                calls.append((h._handle_event_synchronization, (rec[1],)))
+            elif t == R.STREAM_SYNC:
+                calls.append((h._handle_stream_synchronization, (handle(rec[1]),)))
+            elif t == R.DEVICE_SYNC:
+                calls.append((h._handle_device_synchronization, ()))
+    return kernels, calls
+
+
+def csan_rate(path: str, max_kernels: int):
+    """(kernels, CPU s) of CSAN's EventHandler on the trace's events; building the calls is not timed."""
+    kernels, calls = csan_calls(path, max_kernels)
     c0 = time.process_time()
-    for f, args in calls:
-        r = f(*args)
-        if r:
-            errors += len(r)
-    cpu = time.process_time() - c0
-    return kernels, cpu, errors
+    for fn, args in calls:
+        try:
+            fn(*args)
+        except Exception:  # CSAN asserts on some orders (e.g. an event deleted twice): not ours to judge
+            pass
+    return kernels, time.process_time() - c0
 
 
 def peak_rss() -> int:
-    """Peak resident set size of this process in KiB.
-
-    VmHWM belongs to the current address space (a fresh one after exec), whereas
-    ru_maxrss carries over the parent's peak across fork+exec.
-    """
+    """Peak resident set size of this process in KiB (VmHWM: this address space only)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -261,13 +358,20 @@ def peak_rss() -> int:
 
 def peak_rss_of_analysis(path: str) -> int:
     """Peak RSS (KiB) of a fresh process that analyzes ``path``."""
-    out = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--_analyze-rss", path],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_analyze-rss", path], check=True,
+                         capture_output=True, text=True).stdout
     return int(out.strip().splitlines()[-1])
+
+
+def startup_wall(path: str, runs: int = 5) -> float:
+    """Best wall time of ``npusan analyze`` on a tiny trace (a fresh process each)."""
+    best = float("inf")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "npusan", "analyze", path], env=env, capture_output=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def machine() -> str:
@@ -283,7 +387,6 @@ def machine() -> str:
 
 def update_docs(section: str) -> str:
     path = os.path.join(ROOT, "docs", "benchmarks.md")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Benchmarks\n"
     pattern = re.compile(r"^## Analyzer\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
@@ -295,11 +398,44 @@ def update_docs(section: str) -> str:
     return path
 
 
+def measure_shape(name: str, path: str, repeats: int, csan_kernels: int, python_too: bool) -> dict:
+    kernels, records = count_kernels(path)
+    size = os.path.getsize(path)
+    best = float("inf")
+    res = None
+    for _ in range(repeats):
+        cpu, res = analyze_cpu(path, "native")
+        best = min(best, cpu)
+    raw = min(raw_decode_cpu(path) for _ in range(repeats))
+    row = {"shape": name, "kernels": kernels, "records": records, "bytes_per_kernel": size / kernels,
+           "native_cpu": best, "native_rate": kernels / best, "records_rate": records / best,
+           "msgpack_rate": records / raw, "findings": len(res.findings), "python_rate": None, "csan_rate": None}
+    if python_too:
+        cpu, _ = analyze_cpu(path, "python")
+        row["python_rate"] = kernels / cpu
+    try:
+        ck, ccpu = csan_rate(path, csan_kernels)
+        row["csan_rate"] = ck / ccpu
+        row["ratio"] = row["native_rate"] / row["csan_rate"]
+    except ImportError:
+        row["ratio"] = None
+    line = (f"{name:10s} {kernels:>9,} kernels ({records:,} records, {size / kernels:.1f} B/kernel): "
+            f"native {row['native_rate']:,.0f} kernels/s ({row['records_rate']:,.0f} records/s; msgpack alone "
+            f"decodes {row['msgpack_rate']:,.0f} records/s)")
+    if row["python_rate"]:
+        line += f"; Python engine {row['python_rate']:,.0f}/s"
+    if row["csan_rate"]:
+        line += f"; CSAN {row['csan_rate']:,.0f}/s -> {row['ratio']:.0f}x"
+    print(line + f"; {row['findings']} findings", flush=True)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a small run (smoke test); docs are not updated")
-    ap.add_argument("--kernels", type=int, default=None, help="kernel events in the main trace (default 2M)")
-    ap.add_argument("--csan-kernels", type=int, default=None, help="kernels replayed by CSAN (default 200k)")
+    ap.add_argument("--kernels", type=int, default=None, help="kernel events per synthetic shape (default 1M)")
+    ap.add_argument("--csan-kernels", type=int, default=None, help="kernels replayed by CSAN (default 100k)")
+    ap.add_argument("--shapes", default="own,pool,ranged16,ranged256,real")
     ap.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
     ap.add_argument("--json", action="store_true", help="also print the results as one JSON line")
     ap.add_argument("--_analyze-rss", dest="analyze_rss", default=None, help=argparse.SUPPRESS)
@@ -312,123 +448,91 @@ def main() -> None:
         print(peak_rss())
         return
 
-    n = args.kernels or (20_000 if args.quick else 2_000_000)
-    n_csan = args.csan_kernels or (5_000 if args.quick else 200_000)
+    from npusan.analyzer import native
+
+    n = args.kernels or (20_000 if args.quick else 1_000_000)
+    n_csan = args.csan_kernels or (5_000 if args.quick else 100_000)
+    repeats = 2 if args.quick else 3
+    shapes = [s for s in args.shapes.split(",") if s]
     tmp = tempfile.mkdtemp(prefix="npusan-bench-")
-    short, long_ = os.path.join(tmp, "short.npusan"), os.path.join(tmp, "long.npusan")
+    rows = []
     try:
-        print(f"machine: {machine()}")
-        t0 = time.perf_counter()
-        kernels = write_trace(short, n)
-        t_write = time.perf_counter() - t0
-        size = os.path.getsize(short)
-        print(f"wrote {kernels:,} kernel events with TraceWriter in {t_write:.1f} s: {size:,} bytes, "
-              f"{size / kernels:.2f} bytes per kernel event (target <= 16, no stacks)")
-
-        # Memory first, in fresh processes (before this one imports torch for CSAN).
-        t0 = time.perf_counter()
-        repeat_trace(short, long_, 10)
-        t_long = time.perf_counter() - t0
-        lsize = os.path.getsize(long_)
-        rss_short = peak_rss_of_analysis(short)
-        rss_long = peak_rss_of_analysis(long_)
-        print(f"peak RSS analyzing {kernels:,} kernels: {rss_short / 1024:.1f} MiB; the program repeated 10x "
-              f"({10 * kernels:,} kernels, {lsize / 1e6:.0f} MB, built in {t_long:.0f} s): {rss_long / 1024:.1f} MiB "
-              f"-> {rss_long / rss_short:.2f}x (target <= 1.2x)")
-        os.unlink(long_)
-
+        print(f"machine: {machine()}; compiled core: {'built' if native.available() else native.IMPORT_ERROR}")
         load0 = os.getloadavg()[0]
-        res, wall, cpu, worst, direct_cpu, reader_cpu, raw_cpu = npusan_rate(short, repeats=2 if args.quick else 5)
+        for shape in shapes:
+            path = os.path.join(tmp, f"{shape}.npusan")
+            t0 = time.perf_counter()
+            if shape == "real":
+                record_real(path, 4 if args.quick else 40)
+            else:
+                base = min(n, 200_000)
+                write_trace(path + ".base", base, shape)
+                if n > base:
+                    repeat_trace(path + ".base", path, n // base)
+                else:
+                    os.replace(path + ".base", path)
+            if os.path.exists(path + ".base"):
+                os.unlink(path + ".base")
+            print(f"  ({shape}: trace made in {time.perf_counter() - t0:.0f} s)", flush=True)
+            rows.append(measure_shape(shape, path, repeats, n_csan, python_too=shape == "real" or args.quick))
+            if shape != "own":
+                os.unlink(path)
         load1 = os.getloadavg()[0]
-        replayed = res.traces[0].kernels
-        assert replayed == kernels, (replayed, kernels)
-        rate = kernels / cpu
-        print(f"npusan analyze_traces (best of {2 if args.quick else 5}): {cpu:.2f} s CPU ({wall:.2f} s wall) -> "
-              f"{rate:,.0f} kernel events/s per CPU second (one core, reading included; target >= 1,000,000; "
-              f"slowest run {kernels / worst:,.0f}/s; {kernels / wall:,.0f}/s by wall clock on this shared box); "
-              f"{len(res.findings)} findings")
-        print(f"  load average (1 min) before/after the timed runs: {load0:.2f} / {load1:.2f} "
-              f"on {os.cpu_count()} cores (other jobs share this box)")
-        print(f"  of which reading: as replay reads (unpacker + reader checks on non-kernel records) "
-              f"{kernels / direct_cpu:,.0f} records/s ({direct_cpu / cpu:.0%} of the analysis); "
-              f"msgpack.Unpacker alone {kernels / raw_cpu:,.0f}/s ({raw_cpu / cpu:.0%}); "
-              f"for comparison TraceReader.records() alone (not used by replay) {kernels / reader_cpu:,.0f}/s "
-              f"({reader_cpu / cpu:.0%})")
-
-        try:
-            ck, ccpu, cerr = csan_rate(n_csan)
-            crate = ck / ccpu
-            ratio = rate / crate
-            print(f"CSAN EventHandler (StackSummary.extract patched out: replay only): {ck:,} kernels in "
-                  f"{ccpu:.2f} s CPU -> {crate:,.0f} kernel events/s; {cerr} errors")
-            print(f"ratio npusan / CSAN: {ratio:.1f}x (target >= 6x)")
-        except ImportError:
-            crate = ratio = None
-            print("CSAN: torch is not installed; ratio not measured")
+        own = os.path.join(tmp, "own.npusan")
+        rss_short = rss_long = None
+        if os.path.exists(own):
+            long_ = os.path.join(tmp, "long.npusan")
+            repeat_trace(own, long_, 10)
+            rss_short = peak_rss_of_analysis(own)
+            rss_long = peak_rss_of_analysis(long_)
+            os.unlink(long_)
+            print(f"peak RSS analyzing own: {rss_short / 1024:.1f} MiB; 10x longer: {rss_long / 1024:.1f} MiB "
+                  f"-> {rss_long / rss_short:.2f}x (target <= 1.2x)")
+        tiny = os.path.join(tmp, "tiny.npusan")
+        write_trace(tiny, 10)
+        startup = startup_wall(tiny, 3 if args.quick else 7)
+        print(f"npusan analyze on a 10-kernel trace: {startup:.3f} s wall, best of runs (target <= 0.3 s)")
     finally:
-        for p in (short, long_):
-            if os.path.exists(p):
-                os.unlink(p)
+        for f in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, f))
         os.rmdir(tmp)
 
-    results = {
-        "kernels": kernels,
-        "bytes_per_kernel": size / kernels,
-        "npusan_rate": rate,
-        "npusan_rate_slowest": kernels / worst,
-        "load_average": [load0, load1],
-        "reader_share": direct_cpu / cpu,
-        "records_share": reader_cpu / cpu,
-        "msgpack_share": raw_cpu / cpu,
-        "csan_kernels": n_csan,
-        "csan_rate": crate,
-        "ratio": ratio,
-        "rss_short_kib": rss_short,
-        "rss_long_kib": rss_long,
-    }
+    results = {"rows": rows, "rss_short_kib": rss_short, "rss_long_kib": rss_long, "startup_s": startup,
+               "load_average": [load0, load1], "native": native.available()}
     if args.json:
         print(json.dumps(results))
     if args.quick or args.no_docs:
         return
     today = datetime.date.today().isoformat()
+    table = "\n".join(
+        f"| {r['shape']} | {r['kernels']:,} | {r['native_rate']:,.0f} | {r['records_rate']:,.0f} | "
+        f"{r['msgpack_rate']:,.0f} | {r['csan_rate'] or 0:,.0f} | {r['ratio'] or 0:,.0f}x | "
+        f"{'' if r['python_rate'] is None else format(r['python_rate'], ',.0f')} |"
+        for r in rows)
     section = f"""## Analyzer
 
-Measured {today} on {machine()} (one core used; 1-minute load average
+Measured {today} on {machine()} (one core used; shared VM, 1-minute load average
 {load0:.2f} before and {load1:.2f} after the timed runs) with
-`.venv/bin/python benchmarks/bench_analyzer.py`. Synthetic trace: {kernels:,} kernel events
-on 4 streams, 2000 live blocks, 3 accesses per kernel, an event record/wait per ~50 kernels,
-a free and re-allocation every 20,000 kernels, written with `TraceWriter`, no stacks.
+`.venv/bin/python benchmarks/bench_analyzer.py`: `analyze_traces` with the compiled core,
+reading included, best of {repeats} runs, kernel events per CPU second of the process.
+CSAN is `torch.cuda._sanitizer.EventHandler` fed the same events (derived from each trace)
+through its `_handle_*` methods with `traceback.StackSummary.extract` patched out, first
+{n_csan:,} kernels; building its arguments is not timed. "msgpack alone" is
+`msgpack.Unpacker` merely decoding the same file (records per CPU second). Shapes are
+described in the script's docstring.
+
+| shape | kernels | npusan kernels/s | npusan records/s | msgpack alone records/s | CSAN kernels/s | npusan / CSAN | Python engine kernels/s |
+|---|---|---|---|---|---|---|---|
+{table}
 
 | measure | result | target |
 |---|---|---|
-| trace size | {size / kernels:.2f} bytes per kernel event | <= 16 |
-| npusan `analyze_traces` (reading included; best of 5, slowest run) | {rate:,.0f} kernel events/s ({kernels / worst:,.0f}) | >= 1,000,000 |
-| of which reading (a loop over the unpacker with the replay's kernel test and `TraceReader.direct_absorb`, timed alone; `msgpack.Unpacker` alone) | {direct_cpu / cpu:.0%} of the time; {raw_cpu / cpu:.0%} | |
-| for comparison: `TraceReader.records()` generator alone (not on the replay path) | {reader_cpu / cpu:.0%} of the time | |
-| CSAN `EventHandler`, same events, stack capture patched out | {crate:,.0f} kernel events/s ({n_csan:,} kernels) | |
-| ratio npusan / CSAN | {ratio:.1f}x | >= 6x |
-| peak RSS, {kernels:,} vs {10 * kernels:,} kernel events | {rss_short / 1024:.1f} MiB vs {rss_long / 1024:.1f} MiB ({rss_long / rss_short:.2f}x) | <= 1.2x |
+| peak RSS, own shape, {rows[0]['kernels']:,} vs 10x as many kernel events | {(rss_short or 0) / 1024:.1f} MiB vs {(rss_long or 0) / 1024:.1f} MiB ({(rss_long or 0) / (rss_short or 1):.2f}x) | <= 1.2x |
+| trace size, own shape | {rows[0]['bytes_per_kernel']:.1f} bytes per kernel event | <= 16 |
+| `npusan analyze` start-up on a 10-kernel trace | {startup:.3f} s wall (best of 7) | <= 0.3 s |
 
-Rates are kernel events per CPU second of the process (`time.process_time`), because this
-2-core box is shared with other jobs and wall-clock rates swing with their load; the
-benchmark prints the wall-clock rate too. CSAN is fed through its `_handle_*` methods with
-`traceback.StackSummary.extract` returning an empty summary, so the ratio compares replay
-with replay (CSAN's stack capture, which dominates its cost inside a real program, is left
-out); building CSAN's argument sets is not timed. Peak RSS is VmHWM of a fresh process that
-runs `analyze_traces` on the file; the 10x trace repeats the program's records 10 times.
-
-Where the time goes (valgrind instruction counts per kernel event, steady state, when the
-engine was tuned): msgpack unpacking ~1,650, the engine ~3,200 (its replay loop is ~75
-bytecodes per 3-access kernel whose blocks the kernel's stream owns; cross-stream hand-offs
-and events take the slow path). The `TraceReader.records()` generator (~1,100 on top of
-msgpack) is no longer on the replay path: `Engine.run_direct` iterates the msgpack unpacker
-itself and hands only the records that are not kernels to `TraceReader.direct_absorb`,
-which checks and absorbs them as `records()` does: on a 101,000-kernel trace of this
-program, `valgrind --tool=callgrind` counts 6,270 instructions per kernel event for the
-whole replay through `records()` and 5,480 for the direct path (-13%). The reading shares are standalone loops
-timed on their own, so they overlap the replay loop's own per-record dispatch (the kernel
-test is done once, in the engine, when replaying). The rate
-swings by ±20% between runs on this shared VM; the slowest of the five runs is shown.
+Rates are per CPU second of the process because this 2-core VM is shared with other jobs
+and wall-clock rates swing with their load.
 """
     path = update_docs(section)
     print(f"updated {os.path.relpath(path, ROOT)}")

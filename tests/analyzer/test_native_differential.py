@@ -221,3 +221,24 @@ def test_huge_ids_allocate_nothing_dense():
             [R.END, {}]]
     ref = check(join({"format": [1, 0]}, recs))
     assert ref[0] == "ok" and ref[2] == 2
+
+
+@FUZZ
+@given(st.lists(_op, max_size=40), st.lists(st.one_of(st.integers(-(1 << 63), (1 << 64) - 1), st.text(max_size=5), st.none(),
+                                                      st.dictionaries(st.text(max_size=3), st.integers(0, 9), max_size=2),
+                                                      st.lists(st.integers(0, 9), max_size=3)), min_size=1, max_size=3))
+def test_trailing_fields_of_a_newer_minor_version_are_ignored(ops, extra):
+    # Format 1.x may add trailing fields to any record but KERNEL (whose trailing fields are
+    # accesses): both engines ignore them, and find exactly what they find without them.
+    header, recs = split(write_program(ops))
+    padded = [r + extra if r[0] != R.KERNEL and r[0] != R.END else r for r in recs]
+    plain = check(join(header, recs))
+    assert check(join(header, padded))[1:3] == plain[1:3]
+
+
+def test_traces_of_a_newer_minor_version_replay_through_the_python_engine():
+    from npusan.trace_format.symbols import SymbolTable
+
+    assert isinstance(native.make_engine(SymbolTable(), header={"format": [1, 0]}), native.NativeEngine)
+    newer = (native.NATIVE_FORMAT[0], native.NATIVE_FORMAT[1] + 1)
+    assert type(native.make_engine(SymbolTable(), header={"format": list(newer)})) is Engine

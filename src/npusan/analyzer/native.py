@@ -76,8 +76,26 @@ def engine_class() -> type:
     return Engine
 
 
+#: The newest trace format version whose every record the compiled core replays; a trace
+#: declaring a newer minor version is replayed by the Python engine (same findings, slower).
+NATIVE_FORMAT = (1, 0)
+
+
 def make_engine(symbols: SymbolTable, **kwargs):
-    return engine_class()(symbols, **kwargs)
+    """An engine for one trace: ``engine_class()``, unless the trace's format is newer
+    than the compiled core knows (see :data:`NATIVE_FORMAT`)."""
+    cls = engine_class()
+    if cls is NativeEngine and _format(kwargs.get("header")) > NATIVE_FORMAT:
+        cls = Engine
+    return cls(symbols, **kwargs)
+
+
+def _format(header) -> tuple:
+    fmt = header.get("format") if isinstance(header, dict) else None
+    try:
+        return (int(fmt[0]), int(fmt[1]))
+    except (TypeError, ValueError, IndexError, KeyError):
+        return (0, 0)
 
 
 def _bid_of(a) -> object:
