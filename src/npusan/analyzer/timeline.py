@@ -392,14 +392,26 @@ NEAR = 6
 NEAR_MAX_KERNELS = 20_000
 
 
-def kernels_near(path, seqs, radius: int = NEAR) -> tuple[dict, dict]:
-    """The kernels within ``radius`` of each kernel seq in ``seqs``, read in one streaming pass.
+@dataclass
+class Nearby:
+    """What :func:`kernels_near` kept: kernels, event records and waits, stream names."""
 
-    Returns ``({seq: (stream index, op)}, {stream index: stream name})``; memory is bounded by
-    the kernels kept (:data:`NEAR_MAX_KERNELS`), whatever the trace's size.
+    kernels: dict  # {seq: (stream index, op)}
+    #: ``(after seq, "record" or "wait", stream index, event)`` in trace order: an event
+    #: record or wait that came after kernel ``after seq`` (0: before the first kernel).
+    syncs: list
+    names: dict  # {stream index: stream name}
+
+
+def kernels_near(path, seqs, radius: int = NEAR) -> Nearby:
+    """The kernels within ``radius`` of each kernel seq in ``seqs``, and the event records and
+    waits between them, read in one streaming pass.
+
+    Memory is bounded by what is kept (:data:`NEAR_MAX_KERNELS`), whatever the trace's size.
     """
     window = _Windows([s for s in seqs if s], radius)
     kept: dict[int, tuple] = {}
+    syncs: list = []
     with TraceReader(path) as reader:
         header = reader.header if isinstance(reader.header, dict) else {}
         symbols = reader.symbols
@@ -411,6 +423,9 @@ def kernels_near(path, seqs, radius: int = NEAR) -> tuple[dict, dict]:
                 seq += 1
                 if window.keeps(seq) and len(kept) < NEAR_MAX_KERNELS:
                     kept[seq] = (rec[1], symbols.string(rec[2]))
+            elif t == R.EVENT_RECORD or t == R.EVENT_WAIT:
+                if window.keeps(seq) and window.keeps(seq + 1) and len(syncs) < NEAR_MAX_KERNELS:
+                    syncs.append((seq, "record" if t == R.EVENT_RECORD else "wait", rec[2], rec[1]))
             elif t == R.STREAM_CREATED:
                 created.setdefault(rec[1], rec[2])
         is_default = functools.partial(is_default_stream, header)
@@ -422,7 +437,7 @@ def kernels_near(path, seqs, radius: int = NEAR) -> tuple[dict, dict]:
                             tuple(_frame(x) for x in symbols.frames_of(created.get(sidx))),
                             ordinal=None if default else numbers.get(sidx))
             names[sidx] = D.stream_label(ref, header)
-    return kept, names
+    return Nearby(kept, syncs, names)
 
 
 def _frame(x):
@@ -431,4 +446,4 @@ def _frame(x):
     return Frame(*x)
 
 
-__all__ = ["export_chrome", "find", "kernels_near"]
+__all__ = ["ExportLimits", "ExportStats", "Nearby", "export_chrome", "find", "kernels_near", "write_chrome"]

@@ -90,6 +90,7 @@ def test_page_is_self_contained_grouped_by_root_cause_and_escaped(scenario, run,
     assert "Root cause #1:" in page
     assert "y = x.sum()" in page and "x.fill_(1.0)" in page  # both stacks, with source
     assert page.count("<svg") >= 2  # a picture per finding
+    assert "<circle" in page and 'stroke="#1e7d32"' in page  # the seed example's wait_stream, drawn
     assert "trace metadata" in page and "npusan-tests" in page and "testhost" in page
 
 
@@ -128,3 +129,16 @@ def test_clean_report_and_unreadable_trace(tmp_path):
     page = get_reporter("html").render(build_report(make_result([make_finding()])), ReportOptions())
     assert "no timeline: the trace is not readable here" in page and "<svg" not in page
     no_network(page)
+
+
+def test_kernels_near_keeps_a_window_and_the_syncs_in_it(tmp_path):
+    from npusan.analyzer.timeline import kernels_near
+    from tests.analyzer.test_timeline_streaming import long_trace
+
+    path = long_trace(tmp_path / "t.bin", 100, race_at=50)  # kernels 2i+1 (default), 2i+2 (side)
+    near = kernels_near(path, [101], radius=2)
+    assert sorted(near.kernels) == [99, 100, 101, 102, 103]
+    # each step records an event on the default stream after its first kernel, waits on the side
+    assert ("record" in {w for _, w, _, _ in near.syncs}) and ("wait" in {w for _, w, _, _ in near.syncs})
+    assert all(99 <= after <= 102 for after, _, _, _ in near.syncs)
+    assert sorted(near.names.values()) == ["default stream (cuda:0)", "stream #1 (cuda:0)"]

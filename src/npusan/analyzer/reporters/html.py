@@ -180,7 +180,7 @@ def _stack(stack, sources: SourceCache) -> str:
 
 
 def _nearby_kernels(report: Report) -> dict:
-    """``{trace index: (kernels, stream names)}`` around the reported findings, or absent."""
+    """``{trace index: Nearby}`` around the reported findings; absent for unreadable traces."""
     from ..timeline import kernels_near
     from ...trace_format.errors import TraceFormatError
 
@@ -197,18 +197,17 @@ def _nearby_kernels(report: Report) -> dict:
     return out
 
 
-def _timeline(f, near: Optional[tuple]) -> str:
-    """An SVG of the streams around a finding: kernels by launch order, both accesses marked."""
+def _timeline(f, near) -> str:
+    """An SVG of the streams around a finding: kernels in launch order with both accesses
+    marked, and the event records and waits between them as arrows (the synchronization
+    that is there; the missing one shows as its absence)."""
     if near is None:
         return '<p class="dim">(no timeline: the trace is not readable here)</p>'
-    kernels, names = near
-    marks = {a.seq: role for a, role in ((f.previous, "earlier"), (f.access, "later")) if a.seq}
-    centers = [s for s in (f.access.seq, f.previous.seq, f.first_seq) if s]
-    if not centers:
-        return ""
     from ..timeline import NEAR
 
-    shown = sorted(s for s in kernels if any(abs(s - c) <= NEAR for c in centers))
+    marks = {a.seq: role for a, role in ((f.previous, "earlier"), (f.access, "later")) if a.seq}
+    centers = [s for s in (f.access.seq, f.previous.seq, f.first_seq) if s]
+    shown = sorted(s for s in near.kernels if any(abs(s - c) <= NEAR for c in centers))
     if not shown:
         return ""
     lanes: list[int] = []
@@ -216,33 +215,55 @@ def _timeline(f, near: Optional[tuple]) -> str:
         if s is not None and s.index not in lanes:
             lanes.append(s.index)
     for s in shown:
-        if kernels[s][0] not in lanes:
-            lanes.append(kernels[s][0])
+        if near.kernels[s][0] not in lanes:
+            lanes.append(near.kernels[s][0])
     x_of = {s: LABEL_W + i * SLOT_W for i, s in enumerate(shown)}
-    width = max(560, LABEL_W + len(shown) * SLOT_W + 10)
+    width = max(620, LABEL_W + len(shown) * SLOT_W + 10)
     height = len(lanes) * LANE_H + 22
-    parts = [f'<svg class="timeline" width="{width}" height="{height}" '
-             f'role="img" aria-label="streams around the finding">']
-    for row, sidx in enumerate(lanes):
-        y = row * LANE_H + 4
-        parts.append(f'<text x="4" y="{y + 15}" font-size="12">{e(names.get(sidx, f"stream {sidx}"))}</text>')
+
+    def lane_y(sidx: int) -> int:
+        return lanes.index(sidx) * LANE_H + 4
+
+    def gap_x(after: int) -> Optional[int]:
+        """x between kernel ``after`` and the next shown one, if that gap is drawn."""
+        if after in x_of:
+            return x_of[after] + SLOT_W - 3
+        if after + 1 in x_of:
+            return x_of[after + 1] - 3
+        return None
+
+    parts = [f'<svg class="timeline" width="{width}" height="{height}" role="img" '
+             f'aria-label="streams around the finding">']
+    for sidx in lanes:
+        y = lane_y(sidx)
+        parts.append(f'<text x="4" y="{y + 15}" font-size="12">{e(near.names.get(sidx, f"stream {sidx}"))}</text>')
         parts.append(f'<line x1="{LABEL_W - 4}" y1="{y + 10}" x2="{width}" y2="{y + 10}" stroke="#dde"/>')
-    free_x = None
     for s in shown:
-        sidx, op = kernels[s]
-        y = lanes.index(sidx) * LANE_H + 4
+        sidx, op = near.kernels[s]
         role = marks.get(s)
         color = {"earlier": "#e8a33d", "later": "#b3261e"}.get(role, "#8da2bf")
-        parts.append(f'<rect x="{x_of[s]}" y="{y + 2}" width="{SLOT_W - 4}" height="16" rx="2" fill="{color}">'
-                     f"<title>kernel {s}: {e(op)}{' (' + role + ' access)' if role else ''}</title></rect>")
-        if not f.access.seq and s == f.first_seq:
-            free_x = x_of[s] + SLOT_W - 2
-    if free_x is not None and f.access.stream is not None and f.access.stream.index in lanes:
-        y = lanes.index(f.access.stream.index) * LANE_H + 4
-        parts.append(f'<line x1="{free_x}" y1="{y}" x2="{free_x}" y2="{y + 20}" stroke="#b3261e" stroke-width="3">'
+        parts.append(f'<rect x="{x_of[s]}" y="{lane_y(sidx) + 2}" width="{SLOT_W - 4}" height="16" rx="2" '
+                     f'fill="{color}"><title>kernel {s}: {e(op)}{" (" + role + " access)" if role else ""}'
+                     f"</title></rect>")
+    recorded: dict = {}
+    for after, what, sidx, event in near.syncs:
+        x = gap_x(after)
+        if x is None or sidx not in lanes:
+            continue
+        y = lane_y(sidx) + 10
+        if what == "record":
+            recorded[event] = (x, y)
+            parts.append(f'<circle cx="{x}" cy="{y}" r="3" fill="#1e7d32"><title>event recorded</title></circle>')
+        elif event in recorded:
+            x0, y0 = recorded[event]
+            parts.append(f'<line x1="{x0}" y1="{y0}" x2="{x}" y2="{y}" stroke="#1e7d32" stroke-width="2">'
+                         f"<title>wait for an event recorded on another stream</title></line>")
+    if not f.access.seq and f.first_seq in x_of and f.access.stream is not None and f.access.stream.index in lanes:
+        x, y = x_of[f.first_seq] + SLOT_W - 2, lane_y(f.access.stream.index)
+        parts.append(f'<line x1="{x}" y1="{y}" x2="{x}" y2="{y + 20}" stroke="#b3261e" stroke-width="3">'
                      "<title>free</title></line>")
-    parts.append(f'<text x="{LABEL_W}" y="{height - 4}" font-size="11" fill="#667">kernels in launch order '
-                 f"(orange: earlier access, red: later access; hover for ops)</text></svg>")
+    parts.append(f'<text x="{LABEL_W}" y="{height - 4}" font-size="11" fill="#667">kernels in launch order; '
+                 f"orange: earlier access, red: later, green: waits</text></svg>")
     return "".join(parts)
 
 
