@@ -34,6 +34,8 @@ class Scope:
     names: dict
     function: Optional[int] = None
     cls: Optional[int] = None
+    params: frozenset = frozenset()  # the innermost function's parameters
+    local: frozenset = frozenset()  # every name the innermost function binds itself
 
     def binds(self, name: str) -> bool:
         return name in self.names or name in _BUILTINS
@@ -154,6 +156,8 @@ class ScopeIndex:
             return None
         names = dict(_bindings(tree.body))
         function = cls = None
+        params: frozenset = frozenset()
+        local: dict = {}
         body: Sequence[ast.AST] = tree.body
         while True:
             inner = next(
@@ -170,11 +174,12 @@ class ScopeIndex:
                 cls = inner.lineno  # class bodies do not enclose their methods' names
             else:
                 function = inner.lineno
-                local = {p: OTHER for p in _params(inner)}
+                params = frozenset(_params(inner))
+                local = {p: OTHER for p in params}
                 local.update(_bindings(inner.body))
                 names.update(local)
             body = inner.body
-        return Scope(names, function, cls)
+        return Scope(names, function, cls, params, frozenset(local))
 
 
 def _enclosing_def(body: Sequence[ast.AST], lineno: int):

@@ -40,7 +40,7 @@ def test_valid_and_shaped_as_promised():
     assert related[2]["physicalLocation"]["region"]["startLine"] == 17
     assert "allocation" in related[2]["message"]["text"]
     assert r0["partialFingerprints"] == {FINGERPRINT_KEY: race.fingerprint()}
-    assert r0["properties"]["count"] == 4
+    assert r0["properties"]["count"] == 4 and r0["properties"]["rootCause"] == 1
     assert r1["locations"][0]["physicalLocation"]["region"]["startLine"] == 12
     # SARIF stacks are innermost first.
     assert r0["stacks"][0]["frames"][0]["location"]["physicalLocation"]["region"]["startLine"] == 21

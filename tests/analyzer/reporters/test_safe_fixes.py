@@ -275,3 +275,35 @@ def test_pasting_the_suggested_fix_removes_the_race(tmp_path):
     assert analyze(trace) == []  # the one wait fixed all three
     # and the program still computes the same thing
     assert proc.stdout.strip().splitlines()[-1] == "128.0"
+
+
+def test_a_stream_name_is_trusted_only_as_a_parameter_or_an_unshadowed_global(tmp_path):
+    path = program(tmp_path, """
+        from npusan import sim
+        copy = sim.Stream()
+        def use_global(out):
+            return out.sum()
+        def shadowed(out):
+            copy = out.clone()      # a tensor named like the stream
+            return out.sum()
+        def other():
+            side = sim.Stream()
+            out.fill_(1)
+        def passed(out, side):
+            return out.sum()
+        def unrelated(out):
+            side = out * 2          # not the stream created in other()
+            return side.sum()
+        """)
+    lines = fix(race_at(path, "return out.sum()", "out.fill_(1)", "copy = sim.Stream()"), SIM, SourceCache())
+    assert lines[1].strip() == "sim.current_stream().wait_stream(copy)"
+    f = race_at(path, "return out.sum()", "out.fill_(1)", "copy = sim.Stream()")
+    at = line(path, "copy = out.clone()") + 1
+    f = replace(f, access=replace(f.access, stack=(Frame(path, at, "shadowed"),)))
+    assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(s1)"
+    f = race_at(path, "return out.sum()", "out.fill_(1)", "side = sim.Stream()")
+    at = line(path, "def passed(") + 1
+    f = replace(f, access=replace(f.access, stack=(Frame(path, at, "passed"),)))
+    assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(side)"
+    f = replace(f, access=replace(f.access, stack=(Frame(path, line(path, "return side.sum()"), "unrelated"),)))
+    assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(s1)"

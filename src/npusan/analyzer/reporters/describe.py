@@ -283,7 +283,13 @@ class Names:
             return None  # not a variable here (unbound, or an import)
         if same_file and self.scope.function == there.function:
             return name  # the same function's variable
-        return None if local_only else name  # a stream passed under the same name
+        if local_only:
+            return None
+        if name in self.scope.params:
+            return name  # passed in under the name it was created with
+        if same_file and there.function is None and name not in self.scope.local:
+            return name  # a module-level variable of this file, not shadowed here
+        return None
 
 
 def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:

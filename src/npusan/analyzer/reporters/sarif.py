@@ -152,6 +152,7 @@ def result(report: Report, g: Group, sources: Optional[SourceCache] = None, root
             "traces": [report.trace_path(t) for t in g.traces],
             "laterStream": D.stream_name(f.access.stream, header),
             "earlierStream": D.stream_name(f.previous.stream, header),
+            "rootCause": report.cause_of(g).number,
         },
     }
 
