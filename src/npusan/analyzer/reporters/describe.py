@@ -481,12 +481,16 @@ def tensors(rc, sources: Optional[SourceCache] = None) -> list[dict]:
     """
     out: dict = {}
     for g in rc.groups:
-        b = g.finding.block
-        site = user_site(b.stack)
-        key = (site, b.size)
-        if key not in out:
-            out[key] = {"name": assigned_name(site, sources), "size": b.size, "allocated_at": site, "findings": 0}
-        out[key]["findings"] += 1
+        counted = set()
+        for f in g.findings:  # one per tensor (allocation site) the group's code touches
+            b = f.block
+            site = user_site(b.stack)
+            key = (site, b.size)
+            if key not in out:
+                out[key] = {"name": assigned_name(site, sources), "size": b.size, "allocated_at": site, "findings": 0}
+            if key not in counted:
+                counted.add(key)
+                out[key]["findings"] += 1
     return list(out.values())
 
 
