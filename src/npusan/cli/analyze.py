@@ -40,18 +40,20 @@ def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
     return frozenset(kinds)
 
 
-def check_writable(path: str) -> None:
-    """Fail now, before any analysis, if ``-o PATH`` cannot be written."""
+def check_writable(path: str, what: str = "report") -> None:
+    """Fail now, before any analysis, if ``-o PATH`` cannot be written (``what``: the report
+    or the timeline, as the error says)."""
+    cannot = f"cannot write the {what} to {path}"
     if os.path.isdir(path):
-        raise UsageProblem(f"cannot write the report to {path}: it is a directory")
+        raise UsageProblem(f"{cannot}: it is a directory")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise UsageProblem(f"cannot write the report to {path}: directory {parent} does not exist")
+        raise UsageProblem(f"{cannot}: directory {parent} does not exist")
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
-            raise UsageProblem(f"cannot write the report to {path}: permission denied")
+            raise UsageProblem(f"{cannot}: permission denied")
     elif not os.access(parent, os.W_OK):
-        raise UsageProblem(f"cannot write the report to {path}: directory {parent} is not writable")
+        raise UsageProblem(f"{cannot}: directory {parent} is not writable")
 
 
 def write_output(path: Optional[str], text: str) -> None:

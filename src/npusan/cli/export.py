@@ -59,7 +59,7 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
     if everything and (around_findings is not None or max_kernels is not None):
         raise UsageProblem("--all exports everything: it does not go with --around-findings or --max-kernels")
     if output is not None:
-        check_writable(output)
+        check_writable(output, "timeline")
         if os.path.exists(output) and not force:
             raise UsageProblem(f"{output} exists; add --force to overwrite it")
     if everything:
@@ -105,6 +105,7 @@ def _write(trace: str, output: Optional[str], limits, check_leaks: bool, progres
     directory = os.path.dirname(os.path.abspath(output))
     fd, tmp = tempfile.mkstemp(prefix=".npusan-export-", suffix=".tmp", dir=directory)
     try:
+        os.fchmod(fd, _output_mode(output))  # mkstemp's 0600 is for secrets, not a timeline
         with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
             stats = write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
         os.replace(tmp, output)
@@ -115,3 +116,14 @@ def _write(trace: str, output: Optional[str], limits, check_leaks: bool, progres
             pass
         raise
     return stats
+
+
+def _output_mode(output: str) -> int:
+    """The mode ``open(output, "w")`` would give: the file's own when it exists, else
+    0666 less the umask."""
+    try:
+        return os.stat(output).st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
