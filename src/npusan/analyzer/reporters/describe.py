@@ -172,6 +172,16 @@ def is_leak(f: Finding) -> bool:
     return f.kind is Kind.MISSING_RECORD_STREAM and f.access.op != "free"
 
 
+def freed_words(a: AccessInfo) -> tuple:
+    """What happened to a freed block and where it goes, for the free of a missing
+    record_stream: ``("returned to the allocator", ", free for reuse on ")``, or for a block
+    ``--check-leaks`` found never freed ``("still allocated when the trace ended", ", on ")``;
+    the allocation stream's name follows."""
+    if a.op == "free":
+        return "returned to the allocator", ", free for reuse on "
+    return "still allocated when the trace ended", ", on "
+
+
 def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
     if kind is Kind.MISSING_RECORD_STREAM and later:
         return "free"
@@ -448,11 +458,13 @@ def root_cause_title(rc, header: dict) -> str:
     """"the default stream (cuda:0) does not wait for stream #1 (cuda:0), created at x.py:3"."""
     f = rc.anchor
     n = len(rc.groups)
-    kinds = ", ".join(_count(c, KIND_TITLES[Kind(k)], KIND_PLURALS[Kind(k)]) for k, c in rc.kinds().items())
+    kinds = ", ".join(count(c, KIND_TITLES[Kind(k)], KIND_PLURALS[Kind(k)]) for k, c in rc.kinds().items())
     return (
-        f"{stream_short(f.access.stream, header)} does not wait for {stream_name(f.previous.stream, header)}"
-        f": one missing synchronization, {_count(n, 'finding')} ({kinds}; "
-        f"{_count(rc.occurrences, 'occurrence')})"
+        f"{stream_short(f.access.stream, header)} does not wait for "
+        f"{'the ' if f.previous.stream is not None and f.previous.stream.is_default else ''}"
+        f"{stream_name(f.previous.stream, header)}"
+        f": one missing synchronization, {count(n, 'finding')} ({kinds}; "
+        f"{count(rc.occurrences, 'occurrence')})"
     )
 
 
@@ -517,7 +529,8 @@ def compact_line(f: Finding) -> str:
     return f"{loc}: {f.kind.value}: {what}"
 
 
-def _count(n: int, word: str, plural: Optional[str] = None) -> str:
+def count(n: int, word: str, plural: Optional[str] = None) -> str:
+    """"1 kernel", "2 kernels"."""
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 

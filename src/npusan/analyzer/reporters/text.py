@@ -153,12 +153,8 @@ class _Writer:
         if verb == "free":
             # A free's stream is the block's allocation stream: where the allocator hands the
             # memory out again, which is what makes the unsynchronized use dangerous.
-            if a.op == "free":
-                parts = [("returned to the allocator", "bold magenta"), ", free for reuse on ",
-                         D.stream_name(a.stream, header)]
-            else:  # --check-leaks: the block outlived the trace
-                parts = [("still allocated when the trace ended", "bold magenta"), ", on ",
-                         D.stream_name(a.stream, header)]
+            what, where = D.freed_words(a)
+            parts = [(what, "bold magenta"), where, D.stream_name(a.stream, header)]
         else:
             parts = [(verb, "bold magenta" if verb != "read" else "bold blue"), " by ", (a.op, "bold")]
             parts += [" on ", D.stream_name(a.stream, header)]
