@@ -1,11 +1,18 @@
 """Turning recording on: from the environment, in every Python process, one trace each.
 
-``npusan record -- CMD`` (and anyone else) sets ``NPUSAN_TRACE=PATH`` and prepends
-:data:`BOOT_DIR` to ``PYTHONPATH``; that directory holds a ``sitecustomize`` module which
-every Python process started underneath imports at start-up. It calls :func:`autostart`,
-which starts a :class:`~.session.Recorder` as soon as the process imports torch (a process
-that never imports torch -- ``pip``, a shell helper -- pays nothing and writes nothing).
-Without the wrapper, ``import npusan.auto`` at the top of a program does the same.
+Installing npusan puts ``npusan.pth`` into site-packages; Python runs its one line at every
+start-up, and when ``NPUSAN_TRACE`` or ``NPUSAN_ONLINE`` is set it calls :func:`autostart`
+(unset, the line costs two dictionary lookups and imports nothing). ``npusan record -- CMD``
+sets ``NPUSAN_TRACE=PATH`` and also prepends :data:`BOOT_DIR` to ``PYTHONPATH``; that
+directory holds a ``sitecustomize`` module which does the same, for Pythons that do not have
+npusan installed in their own site-packages. :func:`autostart` starts a
+:class:`~.session.Recorder` as soon as the process imports torch (a process that never
+imports torch -- ``pip``, a shell helper -- pays nothing and writes nothing). Without
+either, ``import npusan.auto`` at the top of a program does the same. ``NPUSAN_DISABLE=1``
+turns all of this off.
+
+Recording waits for the imports in :data:`WATCHED` to finish, so any order of
+``import npusan.sim``, ``import torch`` and ``import torch_npu`` records.
 
 With ``NPUSAN_BACKEND=auto`` on a machine where ``torch_npu`` is installed (and CUDA is not
 usable), the start waits until the program imports ``torch_npu`` (see
@@ -35,6 +42,8 @@ from typing import Optional
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 OWNER_ENV = "NPUSAN_TRACE_OWNER"
+#: Set to 1 to turn off recording from the environment (the start-up hook stays inert).
+DISABLE_ENV = "NPUSAN_DISABLE"
 
 
 def _rank() -> Optional[str]:
@@ -70,7 +79,10 @@ def trace_path_for_process(template: str, *, claim: bool = True) -> str:
 
 
 def config_from_env() -> Optional[dict]:
-    """Recorder keyword arguments from the environment; None when nothing asks to record."""
+    """Recorder keyword arguments from the environment; None when nothing asks to record
+    (or ``NPUSAN_DISABLE`` is set to anything but ``0``/empty)."""
+    if os.environ.get(DISABLE_ENV, "0") not in ("", "0"):
+        return None
     path = os.environ.get("NPUSAN_TRACE") or None
     online = (os.environ.get("NPUSAN_ONLINE") or "").strip().lower() or None
     if online in ("0", "off", "no", "false"):
@@ -130,7 +142,7 @@ def start_from_env() -> None:
         if session.current() is not None:
             return
         if _wait_for_torch_npu(cfg):
-            _watch_import("torch_npu")
+            _watch_imports()  # the torch_npu watcher calls back when it is imported
             return
         path = cfg.pop("path")
         if path is not None:
@@ -145,48 +157,94 @@ def start_from_env() -> None:
             pass
 
 
-class _ImportWatcher(importlib.abc.MetaPathFinder):
-    """Starts recording right after module ``name`` finishes importing."""
+#: Modules whose import is watched. Recording starts once torch is imported, but not while
+#: one of these is half-way through its own import: ``import npusan.sim`` (or
+#: ``import torch_npu``) as a program's first import loads torch from inside its own
+#: module body, and the recorder needs the finished module (the backend it picks uses it).
+WATCHED = ("torch", "torch_npu", "npusan.sim")
 
-    def __init__(self, name: str = "torch") -> None:
-        self.name = name
+_importing: set = set()  # watched modules whose import has begun and not yet ended
+_started = False  # this process's automatic start has run (recording or not)
+
+
+class _ImportWatcher(importlib.abc.MetaPathFinder):
+    """Wraps the loader of each watched module to tell :func:`_try_start` when it ends."""
+
+    def __init__(self) -> None:
+        self.names = set(WATCHED)
+        self._resolving: set = set()
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.name:
+        if name not in self.names or name in self._resolving:
             return None
+        self._resolving.add(name)
         try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._resolving.discard(name)
+        loader = spec.loader if spec is not None else None
+        if (loader is None or isinstance(loader, type) or not hasattr(loader, "exec_module")
+                or getattr(loader, "_npusan_watched", False)):
             return spec
-        orig = spec.loader.exec_module
+        # find_spec is also called just to look a module up (npu_installed does): the
+        # name stays watched until a loader actually runs it.
+        orig = loader.exec_module
 
         def exec_module(module):
-            orig(module)
-            start_from_env()
+            self.names.discard(name)
+            _importing.add(name)
+            try:
+                orig(module)
+            finally:
+                _importing.discard(name)
+                _try_start()
 
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        try:
+            loader.exec_module = exec_module
+            loader._npusan_watched = True
+        except (AttributeError, TypeError):  # a loader that cannot be wrapped: start at the end of torch
+            pass
         return spec
 
 
-_TorchWatcher = _ImportWatcher  # the original name
+def _watch_imports() -> None:
+    if not any(isinstance(f, _ImportWatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ImportWatcher())
 
 
-def _watch_import(name: str) -> None:
-    if not any(isinstance(f, _ImportWatcher) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _ImportWatcher(name))
+def _unwatch() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _ImportWatcher)]
+
+
+def _try_start() -> None:
+    """Start recording if torch is imported and no watched import is half-way."""
+    global _started
+    if _started or "torch" not in sys.modules or _importing:
+        return
+    _started = True
+    start_from_env()
+    from . import session
+
+    if session.current() is None and _waiting_for_torch_npu():
+        _started = False  # torch_npu's import will call back
+    else:
+        _unwatch()
+
+
+def _waiting_for_torch_npu() -> bool:
+    cfg = config_from_env()
+    return cfg is not None and _wait_for_torch_npu(cfg)
 
 
 def autostart() -> None:
-    """Start recording now if torch is imported, else as soon as it is."""
+    """Start recording now if torch is imported, else as soon as it is (idempotent)."""
     if config_from_env() is None:
         return
-    if "torch" in sys.modules:
-        start_from_env()
-    else:
-        _watch_import("torch")
+    if "torch" not in sys.modules or _importing:
+        _watch_imports()
+    _try_start()
+    if not _started:
+        _watch_imports()
 
 
 def child_env(path: Optional[str], *, online: Optional[str] = None, backend: str = "auto",
@@ -195,6 +253,7 @@ def child_env(path: Optional[str], *, online: Optional[str] = None, backend: str
     """The environment that makes every Python process started with it record."""
     env = dict(os.environ if base is None else base)
     env.pop(OWNER_ENV, None)
+    env.pop(DISABLE_ENV, None)  # asking npusan record to record overrides it
     pp = env.get("PYTHONPATH")
     env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + pp if pp else "")
     if path is not None:
