@@ -28,10 +28,11 @@ test: $(STAMP)
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	$(BIN)/python -m pytest -q
 
-## The CPU benchmarks (analyzer and recorder); numbers are recorded in docs/benchmarks.md.
+## The CPU benchmarks (analyzer, recorder, start-up hook); numbers are recorded in docs/benchmarks.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyzer.py
 	$(BIN)/python benchmarks/bench_recorder.py
+	$(BIN)/python benchmarks/bench_startup.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info src/*.egg-info
