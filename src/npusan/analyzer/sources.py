@@ -85,13 +85,15 @@ _INTERNAL = [
                          r"fx|functional|_compile|_jit_internal|storage|random|serialization)\b")),
     ("torch", re.compile(r"(^|/)torch_npu/")),
     ("npusan", re.compile(r"(^|/)(site|dist)-packages/npusan/")),
+    ("pytest", re.compile(r"(^|/)(site|dist)-packages/(_pytest|pytest|pluggy)/")),
     ("python", re.compile(r"(^|/)lib/python3\.\d+/(?!site-packages/|dist-packages/)")),
     ("python", re.compile(r"^<")),  # <frozen runpy>, <string>, ...
 ]
 
 
 def internal_category(frame: Frame) -> Optional[str]:
-    """``"torch"``, ``"npusan"`` or ``"python"`` for library frames; ``None`` for user code."""
+    """``"torch"``, ``"npusan"``, ``"pytest"`` or ``"python"`` for library frames; ``None``
+    for user code."""
     return _file_category(frame.filename)
 
 
@@ -120,15 +122,21 @@ class Folded:
         return f"… {self.count} {what} frame{'s' if self.count != 1 else ''}"
 
 
+#: Innermost frames shown of a stack that has no frame of user code.
+LIBRARY_ONLY_SHOWN = 3
+
+
 def fold(stack: Iterable[Frame], full: bool = False) -> list[Union[Frame, Folded]]:
     """The frames of ``stack`` with runs of library frames folded, unless ``full``.
 
-    A stack made only of library frames is shown whole: folding all of it would hide
-    the only locations there are.
+    A stack made only of library frames (a tensor freed by pytest after the test
+    returned) keeps its innermost :data:`LIBRARY_ONLY_SHOWN` frames: folding all of it
+    would hide the only locations there are.
     """
     stack = list(stack)
+    keep_from = len(stack)
     if not full and all(internal_category(fr) is not None for fr in stack):
-        full = True
+        keep_from = len(stack) - LIBRARY_ONLY_SHOWN
     out: list[Union[Frame, Folded]] = []
     run: list[str] = []
 
@@ -138,8 +146,8 @@ def fold(stack: Iterable[Frame], full: bool = False) -> list[Union[Frame, Folded
             out.append(Folded(len(run), cats))
             run.clear()
 
-    for fr in stack:
-        cat = None if full else internal_category(fr)
+    for i, fr in enumerate(stack):
+        cat = None if full or i >= keep_from else internal_category(fr)
         if cat is None:
             flush()
             out.append(fr)

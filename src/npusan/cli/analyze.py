@@ -79,13 +79,6 @@ class _Progress(LazyProgress):
         self.update("analyze", f"[bold]analyzing[/] {name}", done, total)
 
 
-def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):
-    """The analyzer's ``analyze_traces`` with our progress callback (import kept lazy)."""
-    from ..analyzer.replay import analyze_traces
-
-    return analyze_traces(list(paths), check_leaks=check_leaks, progress=progress)
-
-
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
@@ -129,9 +122,12 @@ def analyze(
 
     Exit status: 0 no findings, 1 findings, 2 unusable input or usage error.
     """
-    from ..analyzer.baseline import BaselineError, load_baseline
-    from ..analyzer.reporters import ReportOptions, build_report, get_reporter
-    from ..analyzer.suppressions import SuppressionError, load_suppressions
+    from ..analyzer.baseline import BaselineError
+    from ..analyzer.pipeline import AnalysisOptions
+    from ..analyzer.pipeline import analyze as analyze_paths
+    from ..analyzer.reporters import ReportOptions, get_reporter
+    from ..analyzer.suppressions import SuppressionError
+    from ..trace_format.info import no_device_work
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")
@@ -149,34 +145,29 @@ def analyze(
     if output is not None:
         check_writable(output)
     try:
-        suppressions = load_suppressions(suppress_file) if suppress_file else None
-        baseline = load_baseline(baseline_file) if baseline_file else None
+        options = AnalysisOptions.from_files(suppress=suppress_file, baseline=baseline_file,
+                                             check_leaks=check_leaks, group=not no_group, min_count=min_count)
     except (SuppressionError, BaselineError) as e:
         raise UsageProblem(str(e)) from None
 
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
-        result = run_analysis(traces, check_leaks=check_leaks, progress=progress)
+        report = analyze_paths(traces, options, progress=progress)
     finally:
         progress.close()
 
-    for t in result.traces:
+    for t in report.traces:
         for w in t.warnings:
             warn(f"{t.path}: {w}")
         if t.truncated and not t.warnings:
             warn(f"{t.path}: the trace ends without an end record; analyzed up to its last complete record")
+        empty = no_device_work(t.kernels, t.header)
+        if empty:
+            warn(f"{t.path}: {empty}")
 
-    report = build_report(
-        result,
-        group=not no_group,
-        suppressions=suppressions,
-        baseline=baseline,
-        min_count=min_count,
-        check_leaks=check_leaks,
-    )
-    if suppressions is not None:
-        for entry in suppressions.unused():
-            warn(f"suppression file {suppressions.path}: {entry.describe()} matched no finding")
+    if options.suppressions is not None:
+        for entry in options.suppressions.unused():
+            warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
 
     color = (
         fmt == "text"
@@ -185,7 +176,7 @@ def analyze(
         and "NO_COLOR" not in os.environ
         and sys.stdout.isatty()
     )
-    options = ReportOptions(
+    render_options = ReportOptions(
         group=not no_group,
         full_stacks=full_stacks,
         expand=expand,
@@ -195,7 +186,7 @@ def analyze(
         min_count=min_count,
         source_root=source_root,
     )
-    write_output(output, get_reporter(fmt).render(report, options))
+    write_output(output, get_reporter(fmt).render(report, render_options))
 
     failing = [g for g in report.groups if fail_kinds is None or g.kind.value in fail_kinds]
     sys.exit(EXIT_FINDINGS if failing else EXIT_CLEAN)

@@ -26,9 +26,12 @@ from .errors import one_line_errors
 @one_line_errors
 def info(trace: str, as_json: bool, no_color: bool) -> None:
     """Describe TRACE: header, event counts by type, streams, memory, clean end or cut."""
-    from ..trace_format.info import info_dict, summarize
+    from ..trace_format.info import info_dict, no_device_work, summarize
 
     summary = summarize(trace)
+    empty = no_device_work(summary.kernels, summary.header)
+    if empty:
+        click.echo(f"npusan: warning: {empty}", err=True)
     if as_json:
         click.echo(json.dumps(info_dict(summary), indent=2, sort_keys=False))
         return

@@ -49,6 +49,25 @@ def _outputs(path: str, since: float) -> list:
     return sorted(set(out))
 
 
+def check_device(backend: str) -> None:
+    """Fail (exit 2, one line) before running anything when the named device is not here:
+    a recording of a program that cannot reach its device holds no device work."""
+    import importlib.util
+
+    from ..recorder.backends import backend_class, npu_installed
+
+    if importlib.util.find_spec("torch") is None:
+        return  # this Python cannot tell; the program's own Python may have torch
+    if backend_class(backend).available():
+        return
+    if backend == "cuda":
+        fail("--backend cuda: no usable CUDA device here (torch.cuda.is_available() is False, or this "
+             "torch has no GPU trace hooks); record on the simulated device with --backend sim")
+    if not npu_installed():
+        fail("--backend npu: torch_npu is not installed here; record on the simulated device with --backend sim")
+    fail("--backend npu: torch_npu reports no usable NPU here; record on the simulated device with --backend sim")
+
+
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", default="trace.npusan", show_default=True, metavar="PATH",
               help="Trace path; {pid} and {rank} are expanded per process.")
@@ -87,6 +106,8 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
         return
     if not cmd:
         fail("nothing to run: give a command after --, e.g. npusan record -- python train.py")
+    if backend in ("cuda", "npu"):
+        check_device(backend)
     env = child_env(output, online=mode, backend=backend, stack_depth=stack_depth,
                     keep_internal_frames=keep_internal_frames)
     parent = os.path.dirname(os.path.abspath(output)) if "{" not in output else None

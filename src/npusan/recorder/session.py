@@ -111,6 +111,9 @@ class Recorder:
         self._sidx: dict = {}  # (device, handle) -> stream index in the encoder
         self._findings: list = []
         self._reported: set = set()
+        #: Online mode: every distinct finding reported so far, in order (the pytest plugin
+        #: fails a test on them even when the test caught the RaceError).
+        self.found: list = []
         self._flusher: Optional[threading.Thread] = None
         self._stop_flusher = threading.Event()
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
@@ -502,14 +505,29 @@ class Recorder:
     def pending_findings(self) -> bool:
         return bool(self._findings)
 
+    def _take_new_findings(self) -> list:
+        """The engine's findings since last time that were not reported yet (also kept in
+        ``found``)."""
+        pending, self._findings = self._findings, []
+        new = []
+        for f in pending:
+            fp = f.fingerprint()
+            if fp not in self._reported:
+                self._reported.add(fp)
+                new.append(f)
+        self.found.extend(new)
+        return new
+
+    def settle(self) -> list:
+        """Online mode: process every queued event and return the findings not reported
+        yet, without raising or warning about them (a caller that reports them itself,
+        like the pytest plugin, calls this before :meth:`stop`)."""
+        self._drain_now()
+        return self._take_new_findings()
+
     def _report_findings(self, allow_raise: bool = True) -> None:
         """Raise (mode "raise") or warn about findings the engine reported since last time."""
-        found, self._findings = self._findings, []
-        for f in found:
-            fp = f.fingerprint()
-            if fp in self._reported:
-                continue
-            self._reported.add(fp)
+        for f in self._take_new_findings():
             msg = format_finding(f, self.engine.header if self.engine is not None else None)
             if self.online == "raise" and allow_raise:
                 raise RaceError(msg, f)
