@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.npusan-installed
 
-.PHONY: example test bench clean
+.PHONY: example test bench docs clean
 
 $(STAMP): pyproject.toml setup.py src/npusan/analyzer/_core.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyzer.py
 	$(BIN)/python benchmarks/bench_recorder.py
 	$(BIN)/python benchmarks/bench_startup.py
+
+## Regenerate docs/cli.md from the commands' own help (a test checks it is up to date).
+docs: $(STAMP)
+	$(BIN)/python scripts/cli_reference.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info src/*.egg-info
