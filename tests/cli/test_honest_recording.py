@@ -4,6 +4,7 @@ is not silently called clean."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -32,16 +33,17 @@ def test_record_with_a_device_that_is_not_here_exits_2_before_running(tmp_path, 
     if backend == "npu" and importlib.util.find_spec("torch_npu") is not None:
         pytest.skip("torch_npu is installed here")
     marker = tmp_path / "ran"
+    exported = tmp_path / "exported.npusan"  # NPUSAN_TRACE in the shell must not record npusan itself
     proc = subprocess.run(
         [*NPUSAN, "record", "--backend", backend, "-o", str(tmp_path / "t.npusan"), "--",
          "-c", f"open({str(marker)!r}, 'w').close()"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env={**os.environ, "NPUSAN_TRACE": str(exported)},
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"npusan: error: --backend {backend}: {reason}")
     assert "--backend sim" in lines[0]
-    assert not marker.exists() and not (tmp_path / "t.npusan").exists()
+    assert not marker.exists() and not (tmp_path / "t.npusan").exists() and not exported.exists()
 
 
 @pytest.fixture

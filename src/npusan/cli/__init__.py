@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .. import __version__
@@ -23,4 +25,9 @@ for _cmd in (record, analyze, info, export):
 
 def main() -> None:
     """Console-script entry point."""
+    # The start-up hook armed this process if NPUSAN_TRACE/NPUSAN_ONLINE are exported; the
+    # command itself is not the program to record (record --backend cuda imports torch).
+    activate = sys.modules.get("npusan.recorder.activate")
+    if activate is not None:
+        activate.disarm()
     cli(prog_name="npusan")

@@ -236,12 +236,18 @@ def _waiting_for_torch_npu() -> bool:
     return cfg is not None and _wait_for_torch_npu(cfg)
 
 
+def disarm() -> None:
+    """Never start recording in this process from the environment (the ``npusan`` command
+    itself: with ``NPUSAN_TRACE`` exported, its own ``import torch`` must not record)."""
+    global _started
+    _started = True
+    _unwatch()
+
+
 def autostart() -> None:
     """Start recording now if torch is imported, else as soon as it is (idempotent)."""
     if config_from_env() is None:
         return
-    if "torch" not in sys.modules or _importing:
-        _watch_imports()
     _try_start()
     if not _started:
         _watch_imports()
