@@ -48,7 +48,9 @@ def test_the_report_is_what_the_cli_reports(scenario, run):
     assert report.to_json() == cli.stdout
     assert report.to_dict()["findings"][0] == report.findings[0].to_dict()
     assert run("analyze", "--no-color", trace).stdout == report.to_text()
-    assert json.loads(report.to_sarif())["runs"][0]["results"]
+    assert report.to_sarif() == run("analyze", "--format", "sarif", trace).stdout
+    assert [c.to_dict() for c in report.root_causes] == json.loads(cli.stdout)["root_causes"]
+    assert report.root_causes[0].findings == report.findings[:1] and report.root_causes[0].fix
     assert ET.fromstring(report.to_junit()).tag in ("testsuites", "testsuite")
     with pytest.raises(ValueError, match="unknown report format"):
         report.render("yaml")

@@ -27,11 +27,13 @@ from .analyzer.grouping import Group
 from .analyzer.reporters import Report as _Report
 from .analyzer.reporters import ReportOptions, format_names, get_reporter
 from .analyzer.reporters.describe import title as _title
-from .analyzer.reporters.json_report import group_json
-from .analyzer.sources import user_site
+from .analyzer.reporters.json_report import group_json, root_cause_json
+from .analyzer.rootcause import RootCause as _RootCause
+from .analyzer.sources import SourceCache, user_site
 from .trace_format.reader import TraceReader
+from .trace_format.sourcelines import find_source_root
 
-__all__ = ["Finding", "Kind", "Report", "analyze", "load"]
+__all__ = ["Finding", "Kind", "Report", "RootCause", "analyze", "load"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -105,10 +107,34 @@ class Finding:
 
     def to_dict(self) -> dict:
         """This finding as the JSON report writes it (``docs/report-schema.md``)."""
-        return group_json(self._report, self._group)
+        return group_json(self._report, self._group, SourceCache())
 
     def __repr__(self) -> str:
         return f"<npusan.Finding {self.kind.value} x{self.count} {self.fingerprint[:12]}: {self.title}>"
+
+
+class RootCause:
+    """Findings that one synchronization would fix: the same stream must wait for the same
+    other stream, and one wait placed before the first of them orders them all."""
+
+    __slots__ = ("_cause", "_report", "findings")
+
+    def __init__(self, cause: _RootCause, report: _Report, findings: list) -> None:
+        self._cause = cause
+        self._report = report
+        self.findings: list[Finding] = findings  # the first is where the fix goes
+
+    @property
+    def fix(self) -> list:
+        """The fix, as lines of text (code to paste, and where)."""
+        return self.to_dict()["fix"]
+
+    def to_dict(self) -> dict:
+        """This root cause as the JSON report's ``root_causes`` entry."""
+        return root_cause_json(self._report, self._cause, SourceCache())
+
+    def __repr__(self) -> str:
+        return f"<npusan.RootCause of {len(self.findings)} finding(s)>"
 
 
 class Report:
@@ -128,6 +154,12 @@ class Report:
         self.known: list[Finding] = [Finding(g, report) for g in report.known]
         self.below_min_count: list[Finding] = [Finding(g, report) for g in report.below_min_count]
         self.traces: list[TraceSummary] = list(report.traces)
+        by_group = {id(g): f for g, f in zip(report.groups, self.findings)}
+        #: The findings grouped by what one synchronization would fix.
+        self.root_causes: list[RootCause] = [
+            RootCause(c, report, [by_group[id(g)] for g in c.groups if id(g) in by_group])
+            for c in report.causes
+        ]
 
     @property
     def warnings(self) -> list:
@@ -140,13 +172,20 @@ class Report:
     def __len__(self) -> int:
         return len(self.findings)
 
-    def render(self, format: str = "text", *, full_stacks: bool = False, color: bool = False,
-               width: int = 100) -> str:
-        """The report as ``npusan analyze --format FORMAT`` prints it."""
+    def render(self, format: str = "text", *, full_stacks: bool = False, expand: bool = False,
+               color: bool = False, width: int = 100, source_root: Optional[PathLike] = None) -> str:
+        """The report as ``npusan analyze --format FORMAT`` prints it; the keywords are its
+        ``--full-stacks``, ``--expand``, ``--source-root`` (default: the project folder
+        above the working directory, as the command finds it) and terminal settings."""
         if format not in format_names():
             raise ValueError(f"unknown report format {format!r} (expected one of {', '.join(format_names())})")
-        options = ReportOptions(group=self._options.group, full_stacks=full_stacks, color=color, width=width,
-                                check_leaks=self._options.check_leaks, min_count=self._options.min_count)
+        if source_root is None:
+            root = find_source_root(os.getcwd())
+        else:
+            root = os.path.abspath(os.fspath(source_root))
+        options = ReportOptions(group=self._options.group, full_stacks=full_stacks, expand=expand, color=color,
+                                width=width, check_leaks=self._options.check_leaks,
+                                min_count=self._options.min_count, source_root=root)
         return get_reporter(format).render(self._report, options)
 
     def to_text(self, **kwargs: Any) -> str:
