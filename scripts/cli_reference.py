@@ -46,16 +46,21 @@ once (`_NPUSAN_COMPLETE=bash_source npusan > ~/.npusan-complete.bash`) and sourc
 """
 
 
+def _context(cmd: click.Command, name: str, parent=None) -> click.Context:
+    # The command's own context settings (its -h alias), as running it would apply them.
+    return click.Context(cmd, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH,
+                         **cmd.context_settings)
+
+
 def _help(cmd: click.Command, name: str, parent=None) -> str:
-    ctx = click.Context(cmd, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
-    return cmd.get_help(ctx)
+    return cmd.get_help(_context(cmd, name, parent))
 
 
 def render() -> str:
     """The whole of docs/cli.md."""
     from npusan.cli import cli
 
-    root = click.Context(cli, info_name="npusan", terminal_width=WIDTH, max_content_width=WIDTH)
+    root = _context(cli, "npusan")
     parts = [INTRO, "## `npusan`\n", "```\n" + _help(cli, "npusan") + "\n```\n"]
     for name in sorted(cli.commands):
         cmd = cli.commands[name]

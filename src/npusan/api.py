@@ -7,7 +7,7 @@
     report = npusan.analyze("trace.npusan")            # or several paths
     for f in report.findings:
         print(f.kind.value, f.count, f.fingerprint, f.title)
-        print(f.access.stack[-1], f.previous.stack[-1])  # where, later and earlier
+        print(f.location, f.previous_location)  # your lines: the later and the earlier access
     open("report.json", "w").write(report.to_json())
 
 Everything here is imported on first use, never by ``import npusan`` (which stays free of
