@@ -77,6 +77,7 @@ def _run_all(tmp_path: Path, programs: dict, extra_path: str = "") -> dict:
         return dict(pool.map(run, programs.items()))
 
 
+@pytest.mark.timeout(900)  # six Python processes importing torch
 def test_every_order_of_npusan_sim_and_torch_records_the_simulated_device(tmp_path):
     programs = {}
     for i, order in enumerate(itertools.permutations(("npusan", "sim", "torch"))):
@@ -92,6 +93,7 @@ def test_every_order_of_npusan_sim_and_torch_records_the_simulated_device(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 24 Python processes importing torch: minutes on a shared 2-core machine
 def test_every_order_of_npusan_sim_torch_and_torch_npu_records_the_npu(tmp_path):
     programs = {}
     for i, order in enumerate(itertools.permutations(("npusan", "sim", "torch", "torch_npu"))):

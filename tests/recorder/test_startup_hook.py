@@ -96,6 +96,7 @@ def test_npusan_disable_turns_the_hook_off(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # builds the package, C core included
 def test_a_built_wheel_installs_the_hook_at_the_top_of_site_packages(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(REPO)],
