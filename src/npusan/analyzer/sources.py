@@ -7,11 +7,13 @@ too large or not text is simply not quoted, and nothing here ever raises.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 from .findings import Frame
 
@@ -165,8 +167,29 @@ def user_site(stack: Sequence[Frame]) -> Optional[Frame]:
     return stack[-1] if stack else None
 
 
+#: How the report being rendered writes file names (see :func:`paths_shown_as`).
+_PATH_FORM: "contextvars.ContextVar[Optional[Callable[[str], str]]]" = contextvars.ContextVar(
+    "npusan_path_form", default=None)
+
+
+@contextlib.contextmanager
+def paths_shown_as(form: Callable[[str], str]) -> Iterator[None]:
+    """While rendering a report meant for a CI server (SARIF, JUnit), write every file name
+    in its text as ``form`` does, the way its file locations name them, instead of
+    relative to the working directory of whoever ran the analysis."""
+    token = _PATH_FORM.set(form)
+    try:
+        yield
+    finally:
+        _PATH_FORM.reset(token)
+
+
 def display_path(filename: str, cwd: Optional[str] = None) -> str:
-    """A file name as reports show it: relative to the working directory when inside it."""
+    """A file name as reports show it: relative to the working directory when inside it
+    (or as :func:`paths_shown_as` says, while it is in force)."""
+    form = _PATH_FORM.get()
+    if form is not None and cwd is None:
+        return form(filename)
     if os.path.isabs(filename):
         base = cwd or os.getcwd()
         try:
