@@ -113,18 +113,22 @@ def test_stream_variable_not_visible_at_the_fix_line_becomes_a_fresh_placeholder
     assert not any("record_event" in x for x in lines)
 
 
+#: ``x`` in use() is made by make(), where the allocation line calls it ``buf``.
+HELPER_MADE = """
+    from npusan import sim
+    def make():
+        buf = sim_alloc()
+        return buf
+    def use(side):
+        x = make()
+        with sim.stream(side):
+            y = x * 2
+        del x
+    """
+
+
 def test_placeholder_tensor_never_collides_with_a_variable(tmp_path):
-    path = program(tmp_path, """
-        from npusan import sim
-        def make():
-            buf = sim_alloc()
-            return buf
-        def use(side):
-            x = make()
-            with sim.stream(side):
-                y = x * 2
-            del x
-        """)
+    path = program(tmp_path, HELPER_MADE)
     f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
     lines = fix(f, SIM, SourceCache())
     # the allocation line calls it ``buf``, but that variable lives in make(); at the use both
@@ -354,17 +358,7 @@ def test_a_tensor_variable_assigned_again_before_the_use_becomes_a_placeholder(t
 
 
 def test_a_tensor_made_by_a_helper_is_called_by_the_callers_variable(tmp_path):
-    path = program(tmp_path, """
-        from npusan import sim
-        def make():
-            buf = sim_alloc()
-            return buf
-        def use(side):
-            x = make()
-            with sim.stream(side):
-                y = x * 2
-            del x
-        """)
+    path = program(tmp_path, HELPER_MADE)
     f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
     stack = (Frame(path, line(path, "x = make()"), "use"), Frame(path, line(path, "buf = sim_alloc()"), "make"))
     lines = fix(replace(f, block=replace(f.block, stack=stack)), SIM, SourceCache())
