@@ -8,12 +8,16 @@ a CI job fails in a second, with one line, instead of after an hour of replay.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import stat
 import sys
 from typing import Optional, Sequence
 
 import click
 
+from ..trace_format.input_files import distinct_inputs
+from ..trace_format.safe_text import clean
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
 from .progress import LazyProgress
 
@@ -21,7 +25,7 @@ FORMATS = ("text", "json", "sarif", "junit", "short", "html")
 
 
 def warn(message: str) -> None:
-    click.echo(f"npusan: warning: {message}", err=True)
+    click.echo(f"npusan: warning: {clean(message)}", err=True)
 
 
 def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
@@ -57,14 +61,44 @@ def check_writable(path: str, what: str = "report") -> None:
 
 
 def write_output(path: Optional[str], text: str) -> None:
+    """Print ``text``, or write it to ``path`` whole or not at all.
+
+    A regular file is written to a temporary file beside it and renamed over it, so a full
+    disk or a kill leaves the previous report (or none), never a truncated one; a device
+    or pipe (``-o /dev/stdout``) is written directly.
+    """
     if path is None:
         click.echo(text, nl=False)
         return
+    target = os.path.realpath(path)
+    data = text.encode("utf-8")
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+            with open(target, "wb") as f:
+                f.write(data)
+            return
+        _replace_atomically(target, data)
     except OSError as e:
-        raise UsageProblem(f"cannot write the report to {path}: {e.strerror or e}") from None
+        raise UsageProblem(f"cannot write the report to {path}: {e.strerror or e}; nothing was written") from None
+
+
+def _replace_atomically(target: str, data: bytes) -> None:
+    parent, name = os.path.split(target)
+    tmp = os.path.join(parent, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # O_EXCL: never follow a planted link; 0o666 lets the umask decide, as open() would.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 class _Progress(LazyProgress):
@@ -150,6 +184,9 @@ def analyze(
     except (SuppressionError, BaselineError) as e:
         raise UsageProblem(str(e)) from None
 
+    traces, repeated = distinct_inputs(list(traces))
+    for again, first in repeated:
+        warn(f"{again} is the same file as {first}: analyzed once")
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
         report = analyze_paths(traces, options, progress=progress)

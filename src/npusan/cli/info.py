@@ -16,6 +16,7 @@ import click
 from ..analyzer.findings import stream_numbers
 from ..analyzer.reporters.describe import device_label
 from ..trace_format.header import is_default_stream
+from ..trace_format.safe_text import clean, clean_tree
 from .errors import one_line_errors
 
 
@@ -33,7 +34,7 @@ def info(trace: str, as_json: bool, no_color: bool) -> None:
     if empty:
         click.echo(f"npusan: warning: {empty}", err=True)
     if as_json:
-        click.echo(json.dumps(info_dict(summary), indent=2, sort_keys=False))
+        click.echo(json.dumps(clean_tree(info_dict(summary)), indent=2, sort_keys=False))
         return
     _render(summary, no_color)
 
@@ -48,7 +49,7 @@ def _render(s, no_color: bool) -> None:
     console = Console(no_color=no_color, highlight=False, soft_wrap=False)
     h = s.header
 
-    title = f"[bold]{display_path(s.path)}[/bold]"
+    title = f"[bold]{_escape(display_path(s.path))}[/bold]"
     if s.size is not None:
         title += f"  ({_bytes(s.size)})"
     console.print(title)
@@ -155,9 +156,10 @@ def _text(v: Any) -> str:
 
 
 def _escape(text: str) -> str:
+    """Sanitized (a trace is untrusted) and with rich markup escaped."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(clean(text))
 
 
 def _time(value: Any) -> str:

@@ -26,7 +26,9 @@ import msgpack
 
 from . import records as R
 from .errors import TraceFormatError
-from .header import format_version
+from .header import MAX_VALUE_NODES, clean_header, format_version, summarize_value
+from .input_files import open_input
+from .safe_text import clean
 from .symbols import SymbolTable
 
 #: Limits on one msgpack object (a record, or the header). A record is a few dozen bytes;
@@ -38,6 +40,8 @@ MAX_ARRAY_LEN = 1 << 18
 MAX_MAP_LEN = 1 << 16
 MAX_EXT_LEN = 1 << 20
 READ_SIZE = 1 << 16
+#: The header, encoded: npusan writes well under 1 KiB; metadata maps beyond this are refused.
+MAX_HEADER_BYTES = 1 << 20
 
 _KNOWN = frozenset(R.MIN_LENGTH)
 _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.StackError)
@@ -66,8 +70,9 @@ class TraceReader:
         self._mark = (0, len(R.MAGIC))
         # Bytes consumed, when a consumer reads the raw bytes itself (``read_raw``).
         self._consumed: Optional[int] = None
+        self._origin = len(R.MAGIC)  # byte offset where the record unpacker's tell() counts from
         if isinstance(source, (str, bytes, os.PathLike)):
-            self._file: Any = open(source, "rb")
+            self._file: Any = open_input(source)
             self._owns = True
             self.name: Optional[str] = os.fsdecode(source)
         else:
@@ -118,10 +123,18 @@ class TraceReader:
                     f"the trace container version {magic[7]} is not supported (this npusan reads {R.MAGIC[7]})"
                 )
             raise TraceFormatError("not an npusan trace (the file does not start with the magic bytes NPUSANv\\x01)")
+        header, rest = self._decode_header()
+        if not isinstance(header, dict):
+            raise TraceFormatError(f"the trace header is not a map (got {_typename(header)})")
+        self.version = format_version(header)
+        self.header: dict = clean_header(header)
+        del header
+        # The records get their own unpacker, starting where the header ended (the header
+        # unpacker may have read ahead: those bytes come first).
         self._unpacker = msgpack.Unpacker(
-            self._file,
+            _Prefixed(rest, self._file) if rest else self._file,
             raw=False,
-            strict_map_key=False,  # default_streams is keyed by device number
+            strict_map_key=False,
             max_buffer_size=MAX_RECORD_BYTES,
             max_str_len=MAX_STR_LEN,
             max_bin_len=MAX_BIN_LEN,
@@ -130,22 +143,48 @@ class TraceReader:
             max_ext_len=MAX_EXT_LEN,
             read_size=READ_SIZE,
         )
-        try:
-            header = self._unpacker.unpack()
-        except msgpack.exceptions.OutOfData:
-            problem = self._diagnose_tail(len(R.MAGIC))
-            if problem is not None:
-                raise TraceFormatError(f"the trace header is corrupt: {problem}") from None
-            raise TraceFormatError("the trace ends inside its header: the recording was cut before it began") from None
-        except msgpack.exceptions.BufferFull:
-            raise TraceFormatError(f"the trace header is larger than the {_mib(MAX_RECORD_BYTES)} limit") from None
-        except _MSGPACK_ERRORS as e:
-            raise TraceFormatError(f"the trace header is corrupt ({_reason(e)})") from None
-        if not isinstance(header, dict):
-            raise TraceFormatError(f"the trace header is not a map (got {type(header).__name__})")
-        self.version = format_version(header)
-        self.header: dict = header
         self._mark = (0, self.position)
+
+    def _decode_header(self) -> tuple[Any, bytes]:
+        """The header object and the bytes read past it, under the tighter header limits.
+
+        The header is fed to its own unpacker whose buffer holds at most
+        :data:`MAX_HEADER_BYTES` (plus one read), so a huge metadata map is refused before
+        it is decoded into Python objects (which can take 70 times its encoded size).
+        """
+        up = msgpack.Unpacker(
+            raw=False,
+            strict_map_key=False,  # default_streams is keyed by device number
+            max_buffer_size=MAX_HEADER_BYTES + READ_SIZE,
+            max_str_len=MAX_STR_LEN,
+            max_bin_len=MAX_BIN_LEN,
+            max_array_len=MAX_ARRAY_LEN,
+            max_map_len=MAX_MAP_LEN,
+            max_ext_len=MAX_EXT_LEN,
+        )
+        fed = bytearray()
+        while True:
+            chunk = self._file.read(READ_SIZE)
+            if not chunk:
+                problem = self._diagnose_tail(len(R.MAGIC))
+                if problem is not None:
+                    raise TraceFormatError(f"the trace header is corrupt: {problem}")
+                raise TraceFormatError("the trace ends inside its header: the recording was cut before it began")
+            if len(fed) + len(chunk) > MAX_HEADER_BYTES + READ_SIZE:
+                raise TraceFormatError(f"the trace header is larger than the {_kib(MAX_HEADER_BYTES)} limit")
+            up.feed(chunk)
+            fed += chunk
+            try:
+                header = up.unpack()
+            except msgpack.exceptions.OutOfData:
+                continue
+            except _MSGPACK_ERRORS as e:
+                raise TraceFormatError(f"the trace header is corrupt ({_reason(e)})") from None
+            used = up.tell()
+            if used > MAX_HEADER_BYTES:
+                raise TraceFormatError(f"the trace header is larger than the {_kib(MAX_HEADER_BYTES)} limit")
+            self._origin = len(R.MAGIC) + used
+            return header, bytes(fed[used:])
 
     # -- iteration -------------------------------------------------------------------
 
@@ -155,7 +194,7 @@ class TraceReader:
         if self._consumed is not None:
             return self._consumed
         up = getattr(self, "_unpacker", None)
-        return len(R.MAGIC) + (up.tell() if up is not None else 0)
+        return self._origin + (up.tell() if up is not None else 0)
 
     def where(self, rec: Any = None) -> str:
         """Names the record read last for an error message: ``record N at byte offset X``.
@@ -219,7 +258,7 @@ class TraceReader:
                     continue
                 self.records_read = n
                 t = self._check(rec)
-                self._mark = (n, len(R.MAGIC) + unpacker.tell())
+                self._mark = (n, self._origin + unpacker.tell())
                 if t in R.DEFINITIONS:
                     self._define(rec)
                 elif t == R.END:
@@ -229,6 +268,8 @@ class TraceReader:
                 elif t < 0:  # an unknown type, already warned about
                     continue
                 else:
+                    if t == R.NOTE:
+                        _clean_note(rec)
                     yield rec
         except (*_MSGPACK_ERRORS, msgpack.exceptions.BufferFull) as e:
             self.records_read = n
@@ -309,7 +350,7 @@ class TraceReader:
         self._dother += 1
         n = self.records_read = self._dbase + kernels + self._dother
         t = self._check(rec)
-        self._mark = (n, len(R.MAGIC) + self._unpacker.tell())
+        self._mark = (n, self._origin + self._unpacker.tell())
         if t in R.DEFINITIONS:
             self._define(rec)
             return None
@@ -319,6 +360,8 @@ class TraceReader:
             return False
         if t < 0:  # an unknown type, already warned about
             return None
+        if t == R.NOTE:
+            _clean_note(rec)
         return rec
 
     def direct_sync(self, kernels: int, last: Any = None) -> None:
@@ -399,7 +442,8 @@ class TraceReader:
     def _end(self, rec: list, extra: Optional[bytes] = None) -> None:
         """The END record; ``extra``: the bytes after it, if the caller has them."""
         stats = rec[1]
-        self.end_stats = stats if isinstance(stats, dict) else None
+        # Informational, and shown by ``npusan info``: kept only summarized, as the header is.
+        self.end_stats = summarize_value(stats, [MAX_VALUE_NODES]) if isinstance(stats, dict) else None
         self.ended_cleanly = True
         self._definitions += 1  # END is not an event either
         if not extra:
@@ -476,6 +520,12 @@ class TraceReader:
         return dict(self._unknown)
 
 
+def _clean_note(rec: list) -> None:
+    """A NOTE's level and text as safe strings, whatever types the trace gave them."""
+    rec[1] = clean(rec[1] if isinstance(rec[1], (str, bytes)) else repr(rec[1]), 64)
+    rec[2] = clean(rec[2] if isinstance(rec[2], (str, bytes)) else repr(rec[2]))
+
+
 def _read_exactly(f: Any, n: int) -> bytes:
     out = b""
     while len(out) < n:
@@ -505,6 +555,25 @@ def _typename(v: Any) -> str:
 
 def _mib(n: int) -> str:
     return f"{n >> 20} MiB"
+
+
+def _kib(n: int) -> str:
+    return f"{n >> 10} KiB"
+
+
+class _Prefixed:
+    """A binary file whose first bytes were already read: ``read`` serves them first."""
+
+    def __init__(self, prefix: bytes, f: Any) -> None:
+        self._prefix = prefix
+        self._f = f
+
+    def read(self, n: int = -1) -> bytes:
+        if self._prefix:
+            head = self._prefix if n is None or n < 0 else self._prefix[:n]
+            self._prefix = self._prefix[len(head):]
+            return head
+        return self._f.read(n)
 
 
 _LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}

@@ -6,10 +6,10 @@ the fingerprint, so a dashboard tracks the same bug across nightly runs.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from typing import Optional
 
+from ...trace_format.safe_text import clean_lines
 from ..grouping import Group
 from ..sources import paths_shown_as, user_site
 from . import describe as D
@@ -17,12 +17,9 @@ from .base import Report, Reporter, ReportOptions, register
 from .sarif import ci_path
 from .text import group_text
 
-#: Characters XML 1.0 cannot carry at all (control characters other than tab/newline/CR).
-_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
 def _x(s: str) -> str:
-    return _XML_BAD.sub("\ufffd", s)
+    """Safe for XML 1.0 and for a terminal: every line sanitized, newlines kept."""
+    return clean_lines(s)
 
 
 def case_name(g: Group, root: Optional[str] = None) -> str:

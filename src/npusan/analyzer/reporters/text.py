@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime
 import io
-import re
 from typing import Optional
 
 from rich.console import Console
 from rich.text import Text
 
+from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
 from ..grouping import Group
 from ..rootcause import RootCause
@@ -23,7 +23,6 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 
 INDENT = "  "
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 LABEL_WIDTH = 10  # "allocated:" fits
 
 
@@ -101,7 +100,7 @@ class _Writer:
         out: list = [(INDENT * indent, "")] if indent else []
         for p in parts:
             text, style = p if isinstance(p, tuple) else (p, "")
-            out.append((_CONTROL.sub("\ufffd", text), style))
+            out.append((clean(text, 1 << 16), style))
         self.lines.append(out)
 
     def render(self) -> str:
