@@ -124,6 +124,20 @@ def test_header_over_the_limit_is_refused_before_decoding(tmp_path):
         assert r.stderr.count("\n") == 2 and "header is larger than the 1024 KiB limit" in r.stderr
 
 
+def test_record_over_the_limit_is_refused_while_decoding(tmp_path):
+    """msgpack's unpacker resumes a half-built object across reads: the record limit must
+    stop a 16 MiB record of empty arrays (~1 GB decoded) part way, on every read path."""
+    p = tmp_path / "big.npusan"
+    chunk = b"\xdc" + (65535).to_bytes(2, "big") + b"\x90" * 65535
+    n = (16 << 20) // len(chunk)
+    rec = b"\x92\x11" + b"\xdd" + n.to_bytes(4, "big") + chunk * n
+    p.write_bytes(R.MAGIC + msgpack.packb({"format": [1, 0]}) + rec + msgpack.packb([R.END, {}]))
+    for verb in (("analyze",), ("info",), ("export",)):
+        mb, rc, r = _peak_rss_mb(*verb, p)
+        assert rc == 2 and "larger than the 4 MiB limit on one record" in r.stderr, r.stderr
+        assert mb < 450, (verb, mb)
+
+
 def test_header_metadata_is_summarized_in_reports(tmp_path):
     p = tmp_path / "meta.npusan"
     meta = {f"key{i}": "v" * 5000 for i in range(200)}

@@ -44,7 +44,7 @@ def _tid(sidx: int) -> int:
 
 def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None):
     """Pass 1: replay ``path``; return (findings, {id(finding): record index at first occurrence})."""
-    from .engine import Engine
+    from .engine import Engine, RecordError
 
     where: dict[int, int] = {}
     with TraceReader(path) as reader:
@@ -64,7 +64,10 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
             check_leaks=check_leaks,
             on_finding=lambda f: where.setdefault(id(f), position[0]),
         )
-        engine.run(counted())
+        try:
+            engine.run(counted())
+        except RecordError as e:
+            raise RecordError(f"{reader.where()}: {e}") from None
         findings = engine.finish()
         is_default = functools.partial(is_default_stream, reader.header)
         number_streams(findings, stream_numbers(reader.symbols.streams, is_default), is_default)

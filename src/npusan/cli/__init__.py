@@ -11,6 +11,7 @@ from .analyze import analyze
 from .export import export
 from .info import info
 from .record import record
+from .redact import redact
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -19,7 +20,7 @@ def cli() -> None:
     """Find stream-synchronization bugs in PyTorch programs (CUDA and Ascend NPU)."""
 
 
-for _cmd in (record, analyze, info, export):
+for _cmd in (record, analyze, info, export, redact):
     cli.add_command(_cmd)
 
 

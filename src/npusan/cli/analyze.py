@@ -8,9 +8,7 @@ a CI job fails in a second, with one line, instead of after an hour of replay.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
-import stat
 import sys
 from typing import Optional, Sequence
 
@@ -19,6 +17,7 @@ import click
 from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
+from .output import check_writable, write_output
 from .progress import LazyProgress
 
 FORMATS = ("text", "json", "sarif", "junit", "short", "html")
@@ -42,63 +41,6 @@ def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
         if k not in known:
             raise UsageProblem(f"--fail-on: unknown finding kind '{k}' (expected {', '.join(sorted(known))})")
     return frozenset(kinds)
-
-
-def check_writable(path: str, what: str = "report") -> None:
-    """Fail now, before any analysis, if ``-o PATH`` cannot be written (``what``: the report
-    or the timeline, as the error says)."""
-    cannot = f"cannot write the {what} to {path}"
-    if os.path.isdir(path):
-        raise UsageProblem(f"{cannot}: it is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise UsageProblem(f"{cannot}: directory {parent} does not exist")
-    if os.path.exists(path):
-        if not os.access(path, os.W_OK):
-            raise UsageProblem(f"{cannot}: permission denied")
-    elif not os.access(parent, os.W_OK):
-        raise UsageProblem(f"{cannot}: directory {parent} is not writable")
-
-
-def write_output(path: Optional[str], text: str) -> None:
-    """Print ``text``, or write it to ``path`` whole or not at all.
-
-    A regular file is written to a temporary file beside it and renamed over it, so a full
-    disk or a kill leaves the previous report (or none), never a truncated one; a device
-    or pipe (``-o /dev/stdout``) is written directly.
-    """
-    if path is None:
-        click.echo(text, nl=False)
-        return
-    target = os.path.realpath(path)
-    data = text.encode("utf-8")
-    try:
-        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-            with open(target, "wb") as f:
-                f.write(data)
-            return
-        _replace_atomically(target, data)
-    except OSError as e:
-        raise UsageProblem(f"cannot write the report to {path}: {e.strerror or e}; nothing was written") from None
-
-
-def _replace_atomically(target: str, data: bytes) -> None:
-    parent, name = os.path.split(target)
-    tmp = os.path.join(parent, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    # O_EXCL: never follow a planted link; 0o666 lets the umask decide, as open() would.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 class _Progress(LazyProgress):

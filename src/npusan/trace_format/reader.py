@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from typing import IO, Any, Callable, Iterator, Optional, Union
 
 import msgpack
@@ -31,11 +32,14 @@ from .input_files import open_input
 from .safe_text import clean
 from .symbols import SymbolTable
 
-#: Limits on one msgpack object (a record, or the header). A record is a few dozen bytes;
-#: these only bound what a corrupt or hostile file can make the reader allocate.
-MAX_RECORD_BYTES = 64 << 20
-MAX_STR_LEN = 16 << 20
-MAX_BIN_LEN = 16 << 20
+#: Limits on one msgpack object (a record, or the header). A record is a few dozen bytes
+#: (a kernel with thousands of accesses, tens of KiB); these bound what a corrupt or
+#: hostile file can make the reader allocate. Decoding can cost up to ~75 bytes of memory
+#: per encoded byte (a byte ``0x80`` is a new empty dict), so one record of 4 MiB costs at
+#: most ~300 MiB while it is decoded (docs/security.md).
+MAX_RECORD_BYTES = 4 << 20
+MAX_STR_LEN = 1 << 20
+MAX_BIN_LEN = 1 << 20
 MAX_ARRAY_LEN = 1 << 18
 MAX_MAP_LEN = 1 << 16
 MAX_EXT_LEN = 1 << 20
@@ -131,8 +135,9 @@ class TraceReader:
         del header
         # The records get their own unpacker, starting where the header ended (the header
         # unpacker may have read ahead: those bytes come first).
+        source = _RecordSource(rest, self._file)
         self._unpacker = msgpack.Unpacker(
-            _Prefixed(rest, self._file) if rest else self._file,
+            source,
             raw=False,
             strict_map_key=False,
             max_buffer_size=MAX_RECORD_BYTES,
@@ -561,19 +566,45 @@ def _kib(n: int) -> str:
     return f"{n >> 10} KiB"
 
 
-class _Prefixed:
-    """A binary file whose first bytes were already read: ``read`` serves them first."""
+class _RecordSource:
+    """What the record unpacker reads: the bytes read past the header, then the file.
+
+    It also enforces :data:`MAX_RECORD_BYTES`. msgpack's unpacker is resumable: it keeps a
+    half-built object across reads, so its buffer limit does not bound the size of one
+    record, and a record of empty arrays or maps decodes to ~70 times its size. The
+    unpacker calls ``read`` (every 64 KiB) from the loop that consumes the records, whose
+    loop variable ``rec`` holds the record it received last; when that has not changed
+    while more than the limit was read, one record is that large, and the read fails
+    before more of it is decoded. (Looking at the caller's ``rec`` once per read costs
+    nothing per record, unlike a hook msgpack would call for every array.)
+    """
 
     def __init__(self, prefix: bytes, f: Any) -> None:
         self._prefix = prefix
         self._f = f
+        self._last: Any = self  # the consumer's last record at the previous read (self: none yet)
+        self._since = 0  # bytes read while the consumer's last record stayed the same
 
     def read(self, n: int = -1) -> bytes:
         if self._prefix:
-            head = self._prefix if n is None or n < 0 else self._prefix[:n]
-            self._prefix = self._prefix[len(head):]
-            return head
-        return self._f.read(n)
+            data = self._prefix if n is None or n < 0 else self._prefix[:n]
+            self._prefix = self._prefix[len(data):]
+        else:
+            data = self._f.read(n)
+        try:
+            frame = sys._getframe(1)
+        except ValueError:  # pragma: no cover - no caller frame to look at
+            return data
+        if "rec" not in frame.f_code.co_varnames:  # a consumer of another shape: no way to tell
+            return data
+        rec = frame.f_locals.get("rec", self)  # unbound (self): no record received yet
+        if rec is not self._last:
+            self._last = rec
+            self._since = 0
+        self._since += len(data)
+        if self._since > MAX_RECORD_BYTES + READ_SIZE:
+            raise msgpack.exceptions.BufferFull
+        return data
 
 
 _LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}
