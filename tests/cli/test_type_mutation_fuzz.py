@@ -114,6 +114,8 @@ VERBS = [
     ("analyze", "--format", "json"),
     ("analyze", "--format", "sarif"),
     ("analyze", "--format", "junit", "--check-leaks"),
+    ("analyze", "--format", "short"),
+    ("analyze", "--format", "html"),
     ("info",),
     ("info", "--json"),
     ("export",),

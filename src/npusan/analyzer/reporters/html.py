@@ -14,6 +14,7 @@ import html
 from typing import Optional
 
 from ... import __version__
+from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
 from ..grouping import Group
 from ..rootcause import RootCause
@@ -24,7 +25,8 @@ from .json_report import jsonable
 
 
 def e(text) -> str:
-    return html.escape(str(text), quote=True)
+    """Escaped for HTML, and sanitized first (control and bidi characters from a trace)."""
+    return html.escape(clean(str(text), 1 << 16), quote=True)
 
 
 CSS = """

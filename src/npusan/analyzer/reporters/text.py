@@ -68,7 +68,7 @@ class ShortReporter(Reporter):
                 line = D.short_line(g.finding, report.header(g.finding.trace))
                 if len(c.groups) > 1:
                     line += f" [root cause #{c.number}]"
-                out.append(_CONTROL.sub("\ufffd", line) + "\n")
+                out.append(clean(line, 1 << 16) + "\n")
         return "".join(out)
 
 
