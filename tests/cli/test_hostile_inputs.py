@@ -354,8 +354,6 @@ def test_huge_ids_in_trace_format_verbs_stay_small(tmp_path):
     assert rc == 0 and mb < 200, (mb, r.stderr)
 
 
-@pytest.mark.xfail(reason="the replay engine's id tables are dense (rewritten with sparse tables in the "
-                          "engine rework); passes once that lands", strict=False)
 @pytest.mark.parametrize("verb", [("analyze", "--format", "json"), ("export",)])
 def test_huge_ids_analyze_end_to_end_stays_small(tmp_path, verb):
     p = tmp_path / "ids.npusan"

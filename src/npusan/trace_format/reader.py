@@ -10,7 +10,8 @@ unpacker itself and hands the reader every record that is not a kernel), with th
 checks, counts and error messages.
 
 What the reader guarantees about yielded records: each is a list whose first element equals
-a known record type (an int; the kernel fast path does not exclude a float 17.0) and whose length is at least ``records.MIN_LENGTH`` of that type.
+a known record type (an int: a float 17.0 is refused like any non-integer type, as the
+engine's direct loop refuses it) and whose length is at least ``records.MIN_LENGTH`` of that type.
 It does not type-check the fields inside (that would cost more than the replay): consumers
 turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into a
 :class:`TraceFormatError`, naming :meth:`TraceReader.where` (record index, byte offset).
@@ -253,12 +254,13 @@ class TraceReader:
         unpacker = self._unpacker
         KERNEL = R.KERNEL
         list_ = list
+        int_ = int
         n = self.records_read
         try:
             for rec in unpacker:
                 n += 1
                 # Fast path: the bulk of any trace is kernel records.
-                if rec.__class__ is list_ and len(rec) >= 4 and rec[0] == KERNEL:
+                if rec.__class__ is list_ and len(rec) >= 4 and rec[0] == KERNEL and rec[0].__class__ is int_:
                     yield rec
                     continue
                 self.records_read = n
