@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml setup.py src/npusan/analyzer/_core.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)" numpy
-	$(BIN)/python -m pip install -q -e ".[record,test]"
+	$(BIN)/python -m pip install -q -e ".[record,test,cluster]"
 	touch $(STAMP)
 
 ## Record a small multi-stream PyTorch program on the simulated device, then analyze it.

@@ -385,10 +385,11 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-def update_docs(section: str) -> str:
+def update_docs(section: str, heading: str = "Analyzer") -> str:
+    """Replace (or append) the ``## heading`` section of docs/benchmarks.md."""
     path = os.path.join(ROOT, "docs", "benchmarks.md")
     text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Benchmarks\n"
-    pattern = re.compile(r"^## Analyzer\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^## {re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(lambda m: section, text, count=1)
     else:

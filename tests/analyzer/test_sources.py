@@ -16,7 +16,7 @@ TORCH = "/opt/venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
 def test_quotes_existing_lines_and_skips_missing_ones(tmp_path):
     src = tmp_path / "train.py"
     src.write_text("import torch\n\n    x = y + 1   \n")
-    cache = SourceCache()
+    cache = SourceCache([str(tmp_path)])
     assert cache.line(str(src), 1) == "import torch"
     assert cache.line(str(src), 3) == "x = y + 1"
     assert cache.line(str(src), 2) is None  # blank
@@ -29,7 +29,7 @@ def test_quotes_existing_lines_and_skips_missing_ones(tmp_path):
 def test_binary_directories_and_unreadable_files_are_not_quoted(tmp_path):
     binary = tmp_path / "blob.py"
     binary.write_bytes(b"abc\0def\n")
-    cache = SourceCache()
+    cache = SourceCache([str(tmp_path)])
     assert cache.line(str(binary), 1) is None
     assert cache.line(str(tmp_path), 1) is None
     locked = tmp_path / "locked.py"
@@ -54,7 +54,7 @@ def test_relative_files_are_found_under_source_roots(tmp_path):
 def test_long_lines_are_cut(tmp_path):
     src = tmp_path / "long.py"
     src.write_text("x = '" + "a" * 500 + "'\n")
-    line = SourceCache().line(str(src), 1)
+    line = SourceCache([str(tmp_path)]).line(str(src), 1)
     assert line is not None and len(line) == 160 and line.endswith("…")
 
 

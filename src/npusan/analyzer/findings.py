@@ -9,10 +9,11 @@ them into these objects once, at the end.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Iterable, Mapping, Optional
+
+from .fingerprints import fingerprint_of
 
 
 class Kind(str, Enum):
@@ -26,6 +27,11 @@ class Frame:
     filename: str
     lineno: int
     function: str
+    #: The source line as recorded in the trace (format 1.1) or read from a local file
+    #: under a source root; None when unknown. Not part of equality.
+    text: Optional[str] = field(default=None, compare=False)
+    #: The source root the file lies under (recorded, or a local one); None when unknown.
+    root: Optional[str] = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.filename}:{self.lineno} in {self.function}"
@@ -99,18 +105,12 @@ class Finding:
     occurrences: list = field(default_factory=list)
 
     def fingerprint(self) -> str:
-        """A stable identity from code locations only: never pointers, seqs or handles.
+        """A stable identity from code only: never pointers, seqs, handles or line numbers.
 
-        The same bug in two runs (different addresses, different stream handles) gets the
-        same fingerprint, which baselines and SARIF rely on.
+        The same bug in two runs gets the same fingerprint, which baselines, history and
+        SARIF rely on (see :mod:`npusan.analyzer.fingerprints`).
         """
-        h = hashlib.sha256()
-        h.update(self.kind.value.encode())
-        for acc in (self.access, self.previous):
-            h.update(b"\0" + acc.op.encode() + b"\0" + acc.type.encode())
-            for fr in acc.stack:
-                h.update(f"\0{fr.filename}:{fr.lineno}:{fr.function}".encode())
-        return h.hexdigest()[:32]
+        return fingerprint_of(self.kind.value, (self.access, self.previous))
 
 
 def stream_numbers(
@@ -158,6 +158,51 @@ def number_streams(
         f.block = dataclasses.replace(f.block, stream=ref(f.block.stream))
 
 
+def map_frames(findings: Iterable["Finding"], change: Callable[[Frame], Frame]) -> None:
+    """Replace every frame the findings hold (stacks, stream creation stacks) by ``change(frame)``.
+
+    ``change`` is called once per distinct frame; findings are updated in place.
+    """
+    done: dict = {}
+
+    def frame(fr: Frame) -> Frame:
+        key = (fr.filename, fr.lineno, fr.function, fr.text, fr.root)
+        new = done.get(key)
+        if new is None:
+            new = done[key] = change(fr)
+        return new
+
+    def stack(st: Stack) -> Stack:
+        return tuple(frame(fr) for fr in st)
+
+    def stream(s: Optional[StreamRef]) -> Optional[StreamRef]:
+        if s is None or not s.created_stack:
+            return s
+        return dataclasses.replace(s, created_stack=stack(s.created_stack))
+
+    def access(a: AccessInfo) -> AccessInfo:
+        return dataclasses.replace(a, stream=stream(a.stream), stack=stack(a.stack))
+
+    for f in findings:
+        f.access = access(f.access)
+        f.previous = access(f.previous)
+        f.block = dataclasses.replace(f.block, stream=stream(f.block.stream), stack=stack(f.block.stack))
+
+
+def attach_recorded_sources(findings: Iterable["Finding"], recorded: Mapping) -> None:
+    """Give frames the source text and root the trace recorded for them (format 1.1)."""
+    if not recorded:
+        return
+
+    def change(fr: Frame) -> Frame:
+        text, root = recorded.get((fr.filename, fr.lineno, fr.function), (None, None))
+        if text is None and root is None:
+            return fr
+        return dataclasses.replace(fr, text=fr.text or text, root=fr.root or root)
+
+    map_frames(findings, change)
+
+
 @dataclass
 class TraceSummary:
     """What a report says about one analyzed trace file."""
@@ -168,6 +213,8 @@ class TraceSummary:
     kernels: int = 0
     truncated: bool = False  # ended without an END record (crashed or killed writer)
     warnings: list = field(default_factory=list)
+    #: Why the trace could not be analyzed (unreadable, corrupt); None when it was.
+    error: Optional[str] = None
 
 
 @dataclass
@@ -175,5 +222,12 @@ class AnalysisResult:
     """All findings of one ``npusan analyze`` run over one or more traces."""
 
     findings: list  # list[Finding]
-    traces: list  # list[TraceSummary]
+    traces: list  # list[TraceSummary], unreadable ones included (with ``error`` set)
     suppressed: int = 0
+    #: Arguments that named no trace at all: ``(argument, reason)``.
+    input_problems: list = field(default_factory=list)
+
+    @property
+    def errors(self) -> list:
+        """``(trace or argument, reason)`` for everything that could not be analyzed."""
+        return [(t.path, t.error) for t in self.traces if t.error is not None] + list(self.input_problems)

@@ -36,6 +36,9 @@ class Group:
     #: Occurrences the engine counted but did not keep individually (``--no-group`` only).
     omitted: int = 0
     _count: Optional[int] = field(default=None, repr=False)
+    #: "new" or "persisting" against a baseline or the previous run of a history; None
+    #: when the run was not compared with anything.
+    status: Optional[str] = None
 
     @property
     def finding(self) -> Finding:

@@ -78,7 +78,8 @@ def engine_class() -> type:
 
 #: The newest trace format version whose every record the compiled core replays; a trace
 #: declaring a newer minor version is replayed by the Python engine (same findings, slower).
-NATIVE_FORMAT = (1, 0)
+#: 1.1 adds FRAME's source text and root: definitions, which the core hands to Python.
+NATIVE_FORMAT = (1, 1)
 
 
 def make_engine(symbols: SymbolTable, **kwargs):

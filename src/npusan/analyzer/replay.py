@@ -22,7 +22,7 @@ from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
 from .native import NativeEngine, make_engine
-from .findings import AnalysisResult, TraceSummary, number_streams, stream_numbers
+from .findings import AnalysisResult, TraceSummary, attach_recorded_sources, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
 PROGRESS_EVERY = 1 << 16
@@ -45,45 +45,58 @@ def analyze_traces(
     findings: list = []
     summaries: list = []
     for i, path in enumerate(paths):
-        name = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else getattr(path, "name", str(path))
-        try:
-            reader = TraceReader(path)
-        except OSError as e:
-            raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
-        except TraceFormatError as e:
-            raise type(e)(f"{name}: {e}") from None
-        with reader:
-            engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
-            try:
-                _replay(engine, reader, i, report)
-            except RecordError as e:
-                raise RecordError(f"{name}: {reader.where()}: {e}") from None
-            except TraceFormatError as e:
-                raise type(e)(f"{name}: {e}") from None
-            except OSError as e:
-                raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
-            found = engine.finish()
-            # Streams as reports number them: "stream #1" is the first non-default stream.
-            is_default = functools.partial(is_default_stream, reader.header)
-            number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default)
-            warnings = list(reader.warnings)
-            if engine.dropped:
-                warnings.append(
-                    f"{engine.dropped} occurrences of further distinct findings were not kept "
-                    "(too many distinct findings in one trace)"
-                )
-            summaries.append(
-                TraceSummary(
-                    path=name,
-                    header=reader.header,
-                    events=engine.events,
-                    kernels=engine.seq,
-                    truncated=reader.truncated,
-                    warnings=warnings,
-                )
-            )
+        found, summary = analyze_trace(path, i, check_leaks=check_leaks, report=report)
+        summaries.append(summary)
         findings.extend(found)
     return AnalysisResult(findings=findings, traces=summaries)
+
+
+def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=None) -> tuple:
+    """Replay one trace (a path or a binary file object) as trace number ``index``.
+
+    Returns ``(findings, TraceSummary)``: plain, picklable data, so that traces can be
+    analyzed in other processes or on other machines and merged. ``report`` is a progress
+    callback ``(index, bytes_done, bytes_total)``. Unusable input raises
+    :class:`TraceFormatError` naming the file.
+    """
+    i = index
+    name = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else getattr(path, "name", str(path))
+    try:
+        reader = TraceReader(path)
+    except OSError as e:
+        raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
+    except TraceFormatError as e:
+        raise type(e)(f"{name}: {e}") from None
+    with reader:
+        engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
+        try:
+            _replay(engine, reader, i, report)
+        except RecordError as e:
+            raise RecordError(f"{name}: {reader.where()}: {e}") from None
+        except TraceFormatError as e:
+            raise type(e)(f"{name}: {e}") from None
+        except OSError as e:
+            raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
+        found = engine.finish()
+        # Streams as reports number them: "stream #1" is the first non-default stream.
+        is_default = functools.partial(is_default_stream, reader.header)
+        number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default)
+        attach_recorded_sources(found, reader.symbols.recorded_sources())
+        warnings = list(reader.warnings)
+        if engine.dropped:
+            warnings.append(
+                f"{engine.dropped} occurrences of further distinct findings were not kept "
+                "(too many distinct findings in one trace)"
+            )
+        summary = TraceSummary(
+            path=name,
+            header=reader.header,
+            events=engine.events,
+            kernels=engine.seq,
+            truncated=reader.truncated,
+            warnings=warnings,
+        )
+    return found, summary
 
 
 def _replay(engine, reader: TraceReader, index: int, report) -> None:

@@ -1,47 +1,139 @@
 """Quoting source lines for reports, and telling the user's frames from library internals.
 
-Stacks in a trace name files on the machine that recorded it; the machine that analyzes it
-may not have them. Quoting is therefore best effort: a file that is missing, unreadable,
-too large or not text is simply not quoted, and nothing here ever raises.
+Traces are untrusted: a trace attached to a bug report can name any path and line, and a
+report quotes what it names. So a source line is quoted only
+
+* from the text the trace itself recorded for that frame (format 1.1), or
+* from a local file that lies under a *source root* the user named (``--source-root``,
+  the NEW side of ``--map-path OLD=NEW``) or, when none is named, the one detected from
+  the working directory (the nearest enclosing folder with ``.git`` or ``pyproject.toml``).
+
+Paths with ``..`` components, anything under ``/proc``, ``/dev`` or ``/sys``, files whose
+real path (symlinks resolved) leaves every root, and anything that is not a regular file
+are refused. Quoting is best effort: a file that is missing, refused, too large or not text
+is simply not quoted, and nothing here ever raises.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
-from .findings import Frame
+from ..trace_format.sourcelines import find_source_root
+from .findings import Frame, map_frames
 
 #: Files larger than this are not read for quoting (a trace names them; it may be hostile).
 MAX_SOURCE_BYTES = 8 << 20
 #: Quoted lines are cut to this many characters.
 MAX_LINE_CHARS = 160
+#: Never read below these, whatever the roots are.
+_SYSTEM_DIRS = ("/proc", "/dev", "/sys")
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Where local source may be read from, and how recorded paths map to local ones."""
+
+    roots: tuple = ()  # folders, in order of preference
+    maps: tuple = ()  # (recorded prefix, local prefix) pairs, first match wins
+    #: The project folder reports name files relative to (SARIF, JUnit): --source-root, or
+    #: the one detected from the working directory; None when there is none.
+    report_root: Optional[str] = None
+
+    @classmethod
+    def from_options(
+        cls, source_root: Optional[str] = None, map_path: Sequence[str] = (), cwd: Optional[str] = None
+    ) -> "SourceSettings":
+        """From ``--source-root`` and ``--map-path OLD=NEW`` values; raises ValueError on a bad one.
+
+        Without ``--source-root`` the root detected from ``cwd`` (the working directory) is
+        used, if there is one.
+        """
+        maps = []
+        for m in map_path:
+            old, sep, new = m.partition("=")
+            if not sep or not old or not new:
+                raise ValueError(f"--map-path expects OLD=NEW, got '{m}'")
+            maps.append((old.rstrip("/\\") or old, os.path.abspath(new)))
+        roots = []
+        if source_root is not None:
+            if not os.path.isdir(source_root):
+                raise ValueError(f"--source-root {source_root}: not a directory")
+            roots.append(os.path.abspath(source_root))
+        roots += [new for _, new in maps]
+        report_root = roots[0] if source_root is not None else None
+        if source_root is None:
+            report_root = find_source_root(cwd or os.getcwd())
+            if report_root is not None:
+                roots.append(report_root)
+        return cls(tuple(dict.fromkeys(roots)), tuple(maps), report_root)
+
+    def mapped(self, filename: str) -> str:
+        """``filename`` with the first matching ``--map-path`` prefix replaced."""
+        for old, new in self.maps:
+            if filename == old or filename.startswith(old + "/") or filename.startswith(old + "\\"):
+                return new + filename[len(old):]
+        return filename
+
+    def root_of(self, filename: str) -> Optional[str]:
+        """The root (of these settings) that the mapped ``filename`` lies under, lexically."""
+        name = self.mapped(filename)
+        if not os.path.isabs(name):
+            return None
+        for root in self.roots:
+            if name.startswith(root.rstrip(os.sep) + os.sep):
+                return root
+        return None
 
 
 class SourceCache:
-    """Reads each source file at most once; ``line()`` returns ``None`` when it cannot quote."""
+    """Reads each allowed source file at most once; ``line()`` returns ``None`` when it cannot quote."""
 
-    def __init__(self, roots: Sequence[str] = ()) -> None:
-        self.roots = list(roots)
+    def __init__(self, roots: Union[Sequence[str], SourceSettings] = (), maps: Sequence = ()) -> None:
+        self.settings = roots if isinstance(roots, SourceSettings) else SourceSettings(tuple(roots), tuple(maps))
+        self._real_roots = []
+        for r in self.settings.roots:
+            try:
+                self._real_roots.append(os.path.realpath(r))
+            except (OSError, ValueError):
+                pass
         self._files: dict[str, Optional[list[str]]] = {}
+
+    def allowed_path(self, filename: str) -> Optional[str]:
+        """The real local path to read for a recorded ``filename``, or None if refused.
+
+        Refused: ``..`` components, paths outside every root (after ``--map-path`` and
+        symlink resolution), ``/proc``, ``/dev``, ``/sys``.
+        """
+        if not filename or filename.startswith("<") or "\0" in filename:
+            return None
+        if ".." in filename.replace("\\", "/").split("/"):
+            return None
+        name = self.settings.mapped(filename)
+        candidates = [name] if os.path.isabs(name) else [os.path.join(r, name) for r in self._real_roots]
+        for cand in candidates:
+            try:
+                real = os.path.realpath(cand)
+            except (OSError, ValueError):
+                continue
+            if any(real == d or real.startswith(d + os.sep) for d in _SYSTEM_DIRS):
+                continue
+            if any(real.startswith(r.rstrip(os.sep) + os.sep) for r in self._real_roots):
+                return real
+        return None
 
     def _load(self, filename: str) -> Optional[list[str]]:
         if filename in self._files:
             return self._files[filename]
-        lines = None
-        if filename and not filename.startswith("<"):
-            candidates = [filename]
-            if not os.path.isabs(filename):
-                candidates += [os.path.join(r, filename) for r in self.roots]
-            for path in candidates:
-                lines = _read_text_lines(path)
-                if lines is not None:
-                    break
+        path = self.allowed_path(filename)
+        lines = _read_text_lines(path) if path is not None else None
         self._files[filename] = lines
         return lines
 
@@ -50,29 +142,76 @@ class SourceCache:
         return self._load(filename)
 
     def line(self, filename: str, lineno: int) -> Optional[str]:
-        """The stripped source line ``lineno`` (1-based) of ``filename``, or ``None``."""
+        """The stripped source line ``lineno`` (1-based) of an allowed local file, or ``None``."""
         lines = self._load(filename)
         if lines is None or not isinstance(lineno, int) or not 1 <= lineno <= len(lines):
             return None
-        text = lines[lineno - 1].strip()
-        if not text:
-            return None
-        if len(text) > MAX_LINE_CHARS:
-            text = text[: MAX_LINE_CHARS - 1] + "…"
-        return text
+        return _cut(lines[lineno - 1].strip())
+
+    def frame_line(self, fr: Frame) -> Optional[str]:
+        """The line of ``fr``: the text the trace recorded, else an allowed local file's line."""
+        if fr.text:
+            return _cut(fr.text.strip())
+        return self.line(fr.filename, fr.lineno)
+
+
+def _cut(text: str) -> Optional[str]:
+    if not text:
+        return None
+    if len(text) > MAX_LINE_CHARS:
+        text = text[: MAX_LINE_CHARS - 1] + "…"
+    return text
 
 
 def _read_text_lines(path: str) -> Optional[list[str]]:
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
-        if not os.path.isfile(path) or os.path.getsize(path) > MAX_SOURCE_BYTES:
+        fd = os.open(path, flags)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOURCE_BYTES:
             return None
-        with open(path, "rb") as f:
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(MAX_SOURCE_BYTES + 1)
     except (OSError, ValueError):
         return None
-    if b"\0" in data:  # binary, not source
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SOURCE_BYTES or b"\0" in data:  # grown meanwhile, or binary: not source
         return None
     return data.decode("utf-8", "replace").splitlines()
+
+
+def attach_local_sources(findings: Iterable, settings: SourceSettings, cache: Optional[SourceCache] = None) -> None:
+    """Complete frames the trace did not describe: source text from allowed local files, root.
+
+    Run where the report is made (never on a remote worker), so that fingerprints and
+    quotes read the same however the traces were analyzed.
+    """
+    cache = cache or SourceCache(settings)
+
+    def change(fr: Frame) -> Frame:
+        text = fr.text if fr.text else cache.line(fr.filename, fr.lineno)
+        root = fr.root or settings.root_of(fr.filename)
+        if text == fr.text and root == fr.root:
+            return fr
+        # A local root applies to the mapped name: keep the recorded name, relative to it.
+        if root is not None and root != fr.root:
+            root = _recorded_prefix(fr.filename, settings, root)
+        return dataclasses.replace(fr, text=text, root=root)
+
+    map_frames(findings, change)
+
+
+def _recorded_prefix(filename: str, settings: SourceSettings, root: str) -> Optional[str]:
+    """The prefix of the *recorded* ``filename`` that corresponds to local ``root``."""
+    local = settings.mapped(filename)
+    rel = local[len(root.rstrip(os.sep)) + 1:]
+    if filename.endswith(rel):
+        return filename[: len(filename) - len(rel)].rstrip("/\\") or None
+    return None
 
 
 # -- user code versus internals ---------------------------------------------------------

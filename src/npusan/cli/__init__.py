@@ -9,6 +9,7 @@ import click
 from .. import __version__
 from .analyze import analyze
 from .export import export
+from .history import history
 from .info import info
 from .record import record
 from .redact import redact
@@ -20,7 +21,7 @@ def cli() -> None:
     """Find stream-synchronization bugs in PyTorch programs (CUDA and Ascend NPU)."""
 
 
-for _cmd in (record, analyze, info, export, redact):
+for _cmd in (record, analyze, info, export, redact, history):
     cli.add_command(_cmd)
 
 

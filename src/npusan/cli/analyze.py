@@ -16,7 +16,7 @@ import click
 
 from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
-from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
+from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, one_line_errors
 from .output import check_writable, write_output
 from .progress import LazyProgress
 
@@ -55,6 +55,48 @@ class _Progress(LazyProgress):
         self.update("analyze", f"[bold]analyzing[/] {name}", done, total)
 
 
+def batch_options(
+    *,
+    check_leaks: bool,
+    jobs: Optional[int],
+    scheduler: Optional[str],
+    send_traces: bool,
+    source_root: Optional[str],
+    map_path: Sequence[str],
+):
+    """``BatchOptions`` from the command line; a bad value is a :class:`UsageProblem`."""
+    from ..analyzer.batch import BatchOptions
+    from ..analyzer.sources import SourceSettings
+
+    if jobs is not None and jobs < 1:
+        raise UsageProblem(f"--jobs must be at least 1 (got {jobs})")
+    if send_traces and not scheduler:
+        raise UsageProblem("--send-traces only applies with --scheduler")
+    if scheduler is not None and "://" not in scheduler:
+        raise UsageProblem(f"--scheduler expects an address such as tcp://host:8786, got '{scheduler}'")
+    try:
+        sources = SourceSettings.from_options(source_root, map_path)
+    except ValueError as e:
+        raise UsageProblem(str(e)) from None
+    return BatchOptions(
+        check_leaks=check_leaks,
+        jobs=jobs if jobs is not None else (os.cpu_count() or 1),
+        scheduler=scheduler,
+        send_bytes=send_traces,
+        sources=sources,
+    )
+
+
+def run_analysis(inputs: Sequence[str], options, progress=None):
+    """The analyzer's batch pipeline (import kept lazy); a scheduler problem is a usage problem."""
+    from ..analyzer.batch import SchedulerError, analyze_inputs
+
+    try:
+        return analyze_inputs(list(inputs), options, progress=progress)
+    except SchedulerError as e:
+        raise UsageProblem(str(e)) from None
+
+
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
@@ -75,9 +117,21 @@ class _Progress(LazyProgress):
               help="Exit 1 only for these kinds (data-race, missing-record-stream, reuse-race).")
 @click.option("--min-count", default=1, type=int, metavar="N", show_default=True,
               help="Report (and fail on) only findings that occurred at least N times.")
+@click.option("-j", "--jobs", default=None, type=int, metavar="N",
+              help="Analyze traces in N local processes (default: the number of cores).")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Analyze on a Dask cluster (tcp://host:port of its scheduler; needs npusan[cluster]).")
+@click.option("--send-traces", is_flag=True,
+              help="With --scheduler: send the trace bytes to the workers instead of letting them open the paths.")
 @click.option("--source-root", default=None, metavar="DIR",
-              help="SARIF and JUnit name files relative to DIR (default: the nearest folder "
-                   "above the working directory with .git or pyproject.toml).")
+              help="Project folder: paths in reports and fingerprints are relative to it, and source is quoted only from under it "
+                   "(default: the nearest folder above the working directory with .git or pyproject.toml).")
+@click.option("--map-path", multiple=True, metavar="OLD=NEW",
+              help="Read files recorded under OLD from NEW on this machine (repeatable).")
+@click.option("--history", "history_db", default=None, metavar="DB",
+              help="Record this run in an SQLite history (created if missing); findings are marked new or persisting.")
+@click.option("--run-label", default=None, metavar="LABEL",
+              help="Name of this run in --history (default: the date and time).")
 @one_line_errors
 def analyze(
     traces: tuple,
@@ -92,17 +146,23 @@ def analyze(
     baseline_file: Optional[str],
     fail_on: Optional[str],
     min_count: int,
+    jobs: Optional[int],
+    scheduler: Optional[str],
+    send_traces: bool,
     source_root: Optional[str],
+    map_path: tuple,
+    history_db: Optional[str],
+    run_label: Optional[str],
 ) -> None:
-    """Analyze one or more traces and report stream-synchronization bugs.
+    """Analyze traces and report stream-synchronization bugs.
 
-    Exit status: 0 no findings, 1 findings, 2 unusable input or usage error.
+    TRACE may be a file, a directory (searched recursively for traces, plain or .zst/.gz)
+    or a glob pattern. Exit status: 0 no findings, 1 findings, 2 unusable input or usage
+    error (also when any trace could not be read; the others are still reported).
     """
-    from ..analyzer.baseline import BaselineError
-    from ..analyzer.pipeline import AnalysisOptions
-    from ..analyzer.pipeline import analyze as analyze_paths
-    from ..analyzer.reporters import ReportOptions, get_reporter
-    from ..analyzer.suppressions import SuppressionError
+    from ..analyzer.baseline import BaselineError, load_baseline
+    from ..analyzer.reporters import ReportOptions, build_report, get_reporter
+    from ..analyzer.suppressions import SuppressionError, load_suppressions
     from ..trace_format.info import no_device_work
 
     if fmt not in FORMATS:
@@ -110,43 +170,60 @@ def analyze(
     if min_count < 1:
         raise UsageProblem(f"--min-count must be at least 1 (got {min_count})")
     fail_kinds = parse_kinds(fail_on)
-    if source_root is not None:
-        if not os.path.isdir(source_root):
-            raise UsageProblem(f"--source-root {source_root}: not a directory")
-        source_root = os.path.abspath(source_root)
-    else:
-        from ..trace_format.sourcelines import find_source_root
-
-        source_root = find_source_root(os.getcwd())
     if output is not None:
         check_writable(output)
     try:
-        options = AnalysisOptions.from_files(suppress=suppress_file, baseline=baseline_file,
-                                             check_leaks=check_leaks, group=not no_group, min_count=min_count)
+        suppressions = load_suppressions(suppress_file) if suppress_file else None
+        baseline = load_baseline(baseline_file) if baseline_file else None
     except (SuppressionError, BaselineError) as e:
         raise UsageProblem(str(e)) from None
 
     traces, repeated = distinct_inputs(list(traces))
     for again, first in repeated:
         warn(f"{again} is the same file as {first}: analyzed once")
+    options = batch_options(
+        check_leaks=check_leaks, jobs=jobs, scheduler=scheduler, send_traces=send_traces,
+        source_root=source_root, map_path=map_path,
+    )
+    history = open_history(history_db)
+
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
-        report = analyze_paths(traces, options, progress=progress)
+        result = run_analysis(traces, options, progress=progress)
     finally:
         progress.close()
 
-    for t in report.traces:
+    for t in result.traces:
         for w in t.warnings:
             warn(f"{t.path}: {w}")
         if t.truncated and not t.warnings:
             warn(f"{t.path}: the trace ends without an end record; analyzed up to its last complete record")
-        empty = no_device_work(t.kernels, t.header)
+        empty = no_device_work(t.kernels, t.header) if t.error is None else None
         if empty:
             warn(f"{t.path}: {empty}")
+    errors = result.errors
+    if errors and all(t.error is not None for t in result.traces):
+        # Nothing could be analyzed: no report, one line per problem.
+        for where, why in errors:
+            click.echo(f"npusan: error: {where}: {why}", err=True)
+        sys.exit(EXIT_UNUSABLE)
+    for where, why in errors:
+        click.echo(f"npusan: error: {where}: {why} (the other traces are reported)", err=True)
 
-    if options.suppressions is not None:
-        for entry in options.suppressions.unused():
-            warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
+    report = build_report(
+        result,
+        group=not no_group,
+        suppressions=suppressions,
+        baseline=baseline,
+        min_count=min_count,
+        check_leaks=check_leaks,
+        history=history.previous() if history is not None else None,
+    )
+    if history is not None:
+        history.record(report, label=run_label)
+    if suppressions is not None:
+        for entry in suppressions.unused():
+            warn(f"suppression file {suppressions.path}: {entry.describe()} matched no finding")
 
     color = (
         fmt == "text"
@@ -163,9 +240,25 @@ def analyze(
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
         check_leaks=check_leaks,
         min_count=min_count,
-        source_root=source_root,
+        source_roots=options.sources.roots,
+        path_maps=options.sources.maps,
+        source_root=options.sources.report_root,
     )
     write_output(output, get_reporter(fmt).render(report, render_options))
 
     failing = [g for g in report.groups if fail_kinds is None or g.kind.value in fail_kinds]
+    if errors:
+        sys.exit(EXIT_UNUSABLE)
     sys.exit(EXIT_FINDINGS if failing else EXIT_CLEAN)
+
+
+def open_history(path: Optional[str]):
+    """The ``--history`` database (created when missing), or None; problems are usage problems."""
+    if path is None:
+        return None
+    from ..analyzer.history import History, HistoryError
+
+    try:
+        return History.open(path)
+    except HistoryError as e:
+        raise UsageProblem(str(e)) from None

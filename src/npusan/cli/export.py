@@ -33,6 +33,18 @@ class _Progress(LazyProgress):
         self.update(phase, label, done, total)
 
 
+def single_trace(argument: str) -> str:
+    """The one trace a file, directory or glob argument names; a usage problem otherwise."""
+    from ..trace_format.inputs import find_traces
+
+    found = find_traces([argument])
+    if found.problems:
+        raise UsageProblem(f"{argument}: {found.problems[0][1]}")
+    if len(found.paths) != 1:
+        raise UsageProblem(f"{argument} names {len(found.paths)} traces; export one at a time")
+    return found.paths[0]
+
+
 @click.command()
 @click.argument("trace", metavar="TRACE")
 @click.option("--format", "fmt", default="chrome", metavar="FORMAT", show_default=True,
@@ -49,7 +61,10 @@ class _Progress(LazyProgress):
 @one_line_errors
 def export(trace: str, fmt: str, output: Optional[str], force: bool, around_findings: Optional[int],
            max_kernels: Optional[int], everything: bool, check_leaks: bool) -> None:
-    """Export TRACE as a timeline: one track per stream, sync arrows, findings marked."""
+    """Export TRACE as a timeline: one track per stream, sync arrows, findings marked.
+
+    TRACE may also be a directory or glob pattern that names exactly one trace.
+    """
     from ..analyzer.timeline import ExportLimits
 
     if fmt not in FORMATS:
@@ -73,6 +88,7 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
         if max_kernels is not None:
             limits.max_kernels = max_kernels
 
+    trace = single_trace(trace)
     try:
         open_input(trace).close()  # unreadable, a device, a FIFO without a writer: fail now
     except OSError as e:

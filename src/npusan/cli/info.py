@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import shlex
+import sys
 from typing import Any
 
 import click
@@ -16,27 +17,55 @@ import click
 from ..analyzer.findings import stream_numbers
 from ..analyzer.reporters.describe import device_label
 from ..trace_format.header import is_default_stream
+from ..trace_format.errors import TraceFormatError
 from ..trace_format.safe_text import clean, clean_tree
-from .errors import one_line_errors
+from .errors import EXIT_UNUSABLE, one_line_errors
 
 
 @click.command()
-@click.argument("trace", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables (an array for several traces).")
 @click.option("--no-color", is_flag=True, help="Plain text output.")
 @one_line_errors
-def info(trace: str, as_json: bool, no_color: bool) -> None:
-    """Describe TRACE: header, event counts by type, streams, memory, clean end or cut."""
-    from ..trace_format.info import info_dict, no_device_work, summarize
+def info(traces: tuple, as_json: bool, no_color: bool) -> None:
+    """Describe traces: header, event counts by type, streams, memory, clean end or cut.
 
-    summary = summarize(trace)
-    empty = no_device_work(summary.kernels, summary.header)
-    if empty:
-        click.echo(f"npusan: warning: {empty}", err=True)
-    if as_json:
-        click.echo(json.dumps(clean_tree(info_dict(summary)), indent=2, sort_keys=False))
+    TRACE may be a file, a directory (searched recursively) or a glob pattern.
+    """
+    from ..trace_format.info import info_dict, no_device_work, summarize
+    from ..trace_format.inputs import find_traces
+
+    found = find_traces(traces)
+    if len(found.paths) == 1 and not found.problems:
+        summary = summarize(found.paths[0])
+        empty = no_device_work(summary.kernels, summary.header)
+        if empty:
+            click.echo(f"npusan: warning: {empty}", err=True)
+        if as_json:
+            click.echo(json.dumps(clean_tree(info_dict(summary)), indent=2, sort_keys=False))
+            return
+        _render(summary, no_color)
         return
-    _render(summary, no_color)
+    docs, failed = [], False
+    for where, why in found.problems:
+        click.echo(f"npusan: error: {where}: {why}", err=True)
+        failed = True
+    for path in found.paths:
+        try:
+            summary = summarize(path)
+        except (TraceFormatError, OSError) as e:
+            text = str(e) if isinstance(e, TraceFormatError) else f"cannot read the trace: {e.strerror or e}"
+            click.echo(f"npusan: error: {text if text.startswith(path) else f'{path}: {text}'}", err=True)
+            failed = True
+            continue
+        if as_json:
+            docs.append(clean_tree(info_dict(summary)))
+        else:
+            _render(summary, no_color)
+    if as_json:
+        click.echo(json.dumps(docs, indent=2, sort_keys=False))
+    if failed:
+        sys.exit(EXIT_UNUSABLE)
 
 
 def _render(s, no_color: bool) -> None:

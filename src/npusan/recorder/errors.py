@@ -54,6 +54,7 @@ def format_finding(f: Any, header: Optional[dict] = None) -> str:
         from ..analyzer.reporters import ReportOptions, build_report
         from ..analyzer.reporters.text import group_text
 
+        f = _with_own_source(f)
         report = build_report(AnalysisResult(findings=[f], traces=[TraceSummary("<live>", dict(header or {}))]))
         text = group_text(report, report.groups[0], ReportOptions()).rstrip("\n")
         # Live, there is no "(1/1)" numbering and no trace to count occurrences in.
@@ -62,6 +63,23 @@ def format_finding(f: Any, header: Optional[dict] = None) -> str:
         return "\n".join(lines)
     except Exception:
         return _plain(f)
+
+
+def _with_own_source(f: Any) -> Any:
+    """A copy of ``f`` whose frames carry their source lines, read as the trace writer does.
+
+    Live, the frames are this process's own code (no untrusted trace is involved), so
+    they are read directly rather than through the analyzer's source-root rule.
+    """
+    import dataclasses
+
+    from ..analyzer.findings import map_frames
+    from ..trace_format.sourcelines import SourceLines
+
+    lines = SourceLines()
+    f = dataclasses.replace(f)
+    map_frames([f], lambda fr: fr if fr.text else dataclasses.replace(fr, text=lines.lookup(fr.filename, fr.lineno)[0]))
+    return f
 
 
 def _plain(f: Any) -> str:

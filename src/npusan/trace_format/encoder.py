@@ -38,6 +38,9 @@ class RecordEncoder:
         self._free_bids: list[int] = []
         self._next_bid = 0
         self.counts: dict[int, int] = {}
+        #: Set (to a :class:`~npusan.trace_format.sourcelines.SourceLines`) to store each
+        #: frame's source line text and source root in its FRAME record.
+        self.source_lines = None
 
     # -- interning -------------------------------------------------------------------
 
@@ -54,7 +57,13 @@ class RecordEncoder:
         if fid is None:
             f, fn = self.string(filename), self.string(function)
             fid = self._frames[key] = len(self._frames)
-            self.sink([R.FRAME, fid, f, int(lineno), fn])
+            text = root = None
+            if self.source_lines is not None:  # format 1.1: the line's text, the file's root
+                text, root = self.source_lines.lookup(filename, int(lineno))
+            if text is None and root is None:
+                self.sink([R.FRAME, fid, f, int(lineno), fn])
+            else:
+                self.sink([R.FRAME, fid, f, int(lineno), fn, text, None if root is None else self.string(root)])
         return fid
 
     def stack(self, frames: Optional[Iterable[Sequence]]) -> Optional[int]:

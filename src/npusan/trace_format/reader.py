@@ -27,6 +27,7 @@ from typing import IO, Any, Callable, Iterator, Optional, Union
 import msgpack
 
 from . import records as R
+from .compression import decompressed
 from .errors import TraceFormatError
 from .header import MAX_VALUE_NODES, clean_header, format_version, summarize_value
 from .input_files import open_input
@@ -77,7 +78,7 @@ class TraceReader:
         self._consumed: Optional[int] = None
         self._origin = len(R.MAGIC)  # byte offset where the record unpacker's tell() counts from
         if isinstance(source, (str, bytes, os.PathLike)):
-            self._file: Any = open_input(source)
+            self._file: Any = decompressed(open_input(source), os.fsdecode(source))  # .zst/.gz as a stream
             self._owns = True
             self.name: Optional[str] = os.fsdecode(source)
         else:
@@ -90,6 +91,12 @@ class TraceReader:
             self._base = self._tell()
             self.size = self._size()
             self._read_header()
+        except TraceFormatError:
+            damaged = getattr(self._file, "problem", None)  # corrupt compressed data
+            self.close()
+            if damaged is not None:
+                raise TraceFormatError(f"{damaged} inside the trace header") from None
+            raise
         except BaseException:
             self.close()
             raise
@@ -315,6 +322,10 @@ class TraceReader:
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
+        damaged = getattr(self._file, "problem", None)  # compressed data that ended early
+        if damaged is not None:
+            self._warn(f"{damaged}: analyzed the {self.events} events before it")
+            return
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
             "(crash or kill); analyzed up to the last complete record"

@@ -10,7 +10,7 @@ share one representation and the analyzer's hot loop touches no objects.
 Layouts (``stack`` is a stack id or nil; ``sidx`` a stream index; ``bid`` a block id)::
 
     [STR, sid, text]                      intern a string
-    [FRAME, fid, file_sid, lineno, func_sid]
+    [FRAME, fid, file_sid, lineno, func_sid, text|nil, root_sid|nil]   (1.1: the last two)
     [STACK, kid, [fid, ...]]              frames outermost first
     [STREAM_DEF, sidx, device, handle]    intern a stream (device, raw handle)
     [BLOCK_DEF, bid, ptr, size|nil]       intern a block seen without an allocation
@@ -41,7 +41,7 @@ from typing import Final
 
 MAGIC: Final = b"NPUSANv\x01"
 FORMAT_MAJOR: Final = 1
-FORMAT_MINOR: Final = 0
+FORMAT_MINOR: Final = 1
 
 STR: Final = 0
 FRAME: Final = 1

@@ -16,6 +16,8 @@ from .safe_text import clean
 #: Ceiling on entries in any one table, so a hostile trace cannot grow memory without bound
 #: faster than its own size (each entry costs a few bytes of file).
 MAX_TABLE = 1 << 24
+#: Recorded source lines longer than this are cut (a line is quoted, not a file).
+MAX_SOURCE_TEXT = 1000
 
 
 class SymbolTable:
@@ -26,6 +28,8 @@ class SymbolTable:
         self.streams: dict[int, tuple[int, int]] = {}  # sidx -> (device, handle)
         self.blocks: dict[int, tuple[int, Optional[int]]] = {}  # bid -> (ptr, size) from BLOCK_DEF
         self.threads: dict[int, str] = {}
+        #: fid -> (source line text or None, source root sid or None), format 1.1 frames.
+        self.frame_sources: dict[int, tuple[Optional[str], Optional[int]]] = {}
 
     def define(self, rec: list) -> None:
         """Absorb one definition record; raise TraceFormatError if it is malformed."""
@@ -39,6 +43,8 @@ class SymbolTable:
                 if f not in self.strings or fn not in self.strings or not isinstance(line, int):
                     raise TraceFormatError(f"frame {fid!r} refers to undefined strings")
                 self._put(self.frames, fid, (f, line, fn))
+                if len(rec) > 5:  # format 1.1: the line's text and the file's source root
+                    self._frame_source(fid, rec[5], rec[6] if len(rec) > 6 else None)
             elif t == R.STACK:
                 _, kid, fids = rec[:3]
                 if not isinstance(fids, (list, tuple)) or any(f not in self.frames for f in fids):
@@ -60,6 +66,15 @@ class SymbolTable:
         except ValueError as e:  # unpacking a short record
             raise TraceFormatError(f"malformed {R.RECORD_NAMES.get(t, t)} record") from e
 
+    def _frame_source(self, fid: int, text, root) -> None:
+        # Informational trailing fields: a value of the wrong type is ignored, not fatal.
+        text = _text(text) if isinstance(text, (str, bytes)) else None
+        if text is not None and len(text) > MAX_SOURCE_TEXT:
+            text = text[: MAX_SOURCE_TEXT - 1] + "…"
+        root = root if type(root) is int and root in self.strings else None
+        if text is not None or root is not None:
+            self.frame_sources[fid] = (text, root)
+
     @staticmethod
     def _put(table: dict, key, value, replace: bool = False) -> None:
         if not isinstance(key, int) or key < 0 or key >= MAX_TABLE:
@@ -75,6 +90,17 @@ class SymbolTable:
 
     def string(self, sid: Optional[int]) -> str:
         return self.strings.get(sid, "?") if type(sid) is int else "?"
+
+    def recorded_sources(self) -> dict[tuple[str, int, str], tuple[Optional[str], Optional[str]]]:
+        """``{(filename, lineno, function): (line text, source root)}`` of format 1.1 frames."""
+        out = {}
+        for fid, (text, root) in self.frame_sources.items():
+            f, line, fn = self.frames[fid]
+            out[(self.strings[f], line, self.strings[fn])] = (
+                text,
+                self.strings.get(root) if root is not None else None,
+            )
+        return out
 
     def frames_of(self, kid: Optional[int]) -> tuple[tuple[str, int, str], ...]:
         """The frames ``(filename, lineno, function)`` of a stack id, outermost first."""

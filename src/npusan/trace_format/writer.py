@@ -24,8 +24,10 @@ from typing import IO, Any, Iterable, Mapping, Optional, Sequence, Union
 import msgpack
 
 from . import records as R
+from .compression import open_for_writing
 from .encoder import RecordEncoder
 from .header import build_header
+from .sourcelines import SourceLines
 
 PathOrFile = Union[str, "os.PathLike[str]", IO[bytes]]
 StackArg = Optional[Sequence[Sequence]]  # [(filename, lineno, function), ...] outermost first
@@ -61,8 +63,9 @@ class FileSink:
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     ) -> None:
         if isinstance(file, (str, bytes, os.PathLike)):
-            # Unbuffered: this class buffers, so a flush really reaches the OS.
-            self._file: Any = open(file, "wb", buffering=0)
+            # Unbuffered: this class buffers, so a flush really reaches the OS. A name ending
+            # in .zst or .gz compresses: one complete frame per flush.
+            self._file: Any = open_for_writing(file)
             self._owns = True
             self.name = os.fspath(file)
         else:
@@ -187,7 +190,9 @@ class TraceWriter:
     pointers are ints; ``device=`` names the device of the stream (streams are identified
     per device), ``stack=`` is a list of ``(filename, lineno, function)`` outermost first,
     and ``thread=`` (an id, a name, or ``(id, name)``) is noted once per thread for ``npusan info``
-    (records of format 1.0 carry no thread). Every method is thread-safe. Writing errors
+    (records of format 1.0 carry no thread). With ``source_text`` (the default), each frame's
+    source line is read (``linecache``) and stored with the frame, so that the trace reads
+    with its source on any machine; pass False when the stacks do not name local files. Every method is thread-safe. Writing errors
     raise :class:`OSError` (see the module docstring). ``header=`` overrides header keys
     (the recorder passes ``device_count`` and ``default_streams``).
     """
@@ -201,10 +206,13 @@ class TraceWriter:
         header: Optional[Mapping] = None,
         flush_bytes: int = DEFAULT_FLUSH_BYTES,
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+        source_text: bool = True,
     ) -> None:
         self.sink = FileSink(file, flush_bytes=flush_bytes, flush_interval=flush_interval)
         self.lock = threading.Lock()
         self.encoder = RecordEncoder(self.sink)
+        if source_text:
+            self.encoder.source_lines = SourceLines()
         self.header = build_header(backend, metadata, header)
         self._threads: dict[Any, int] = {}
         self.closed = False

@@ -44,7 +44,8 @@ def test_full_stacks_shows_internal_frames():
 
 def test_source_lines_are_quoted_when_the_file_exists(tmp_path, monkeypatch):
     f = make_finding(later=(str(SOURCE), 21, "data_race"))
-    out = text([f])
+    assert " | " not in text([f])  # outside every source root: never read
+    out = text([f], ReportOptions(source_roots=(str(SOURCE.parent),)))
     assert "21 | y = x.sum()" in out
     monkeypatch.chdir(tmp_path)  # train.py (relative) does not exist here: simply not quoted
     out = text([make_finding()])

@@ -14,6 +14,7 @@ from ..baseline import Baseline, KnownFinding
 from ..findings import AnalysisResult, Finding, Kind, TraceSummary, number_streams
 from ..grouping import Group, group_findings, ungrouped
 from ..rootcause import RootCause, root_cause_of, root_causes
+from ..sources import SourceCache, SourceSettings
 from ..suppressions import Suppressions
 
 
@@ -25,10 +26,17 @@ class ReportOptions:
     width: int = 100  # terminal width for the text report (plain text never wraps)
     check_leaks: bool = False
     min_count: int = 1
-    source_roots: tuple = ()  # extra directories to look for relative source files in
+    #: Folders local source may be quoted from (--source-root, --map-path targets, detected).
+    source_roots: tuple = ()
+    #: ``(recorded prefix, local prefix)`` pairs from --map-path.
+    path_maps: tuple = ()
     expand: bool = False  # True: every finding of a root cause in full, not only the first
     #: SARIF and JUnit name files relative to this folder (--source-root, or the detected one).
     source_root: Optional[str] = None
+
+    def source_cache(self) -> SourceCache:
+        """Where reporters quote source from: recorded text, or files under the roots."""
+        return SourceCache(SourceSettings(tuple(self.source_roots), tuple(self.path_maps)))
 
 
 @dataclass
@@ -45,6 +53,13 @@ class Report:
     suppressions: Optional[Suppressions] = None
     grouped: bool = True
     check_leaks: bool = False
+    #: What "new", "persisting" and "fixed" were measured against: a baseline or the
+    #: previous run of a history; None when nothing was compared.
+    compared_with: Optional[Baseline] = None
+    #: Findings of ``compared_with`` that are gone now.
+    fixed: list = field(default_factory=list)  # list[KnownFinding]
+    #: ``(trace or argument, reason)`` for inputs that could not be analyzed.
+    errors: list = field(default_factory=list)
     _causes: Optional[list] = field(default=None, repr=False)
     _cause_of: dict = field(default_factory=dict, repr=False)
 
@@ -96,8 +111,14 @@ def build_report(
     baseline: Optional[Baseline] = None,
     min_count: int = 1,
     check_leaks: bool = False,
+    history: Optional[Baseline] = None,
 ) -> Report:
-    """Apply suppressions (per finding), grouping, the baseline and ``min_count``."""
+    """Apply suppressions (per finding), grouping, the baseline and ``min_count``.
+
+    ``history`` is the previous run of a ``--history`` database: reported groups get the
+    status "new" or "persisting" against it and ``fixed`` lists what it had that is gone.
+    A baseline sets the same fields (everything reported against a baseline is new).
+    """
     number_unnumbered_streams(result.findings)
     kept: list[Finding] = []
     silenced: list[Finding] = []
@@ -114,6 +135,7 @@ def build_report(
         suppressions=suppressions,
         grouped=group,
         check_leaks=check_leaks,
+        errors=result.errors,
     )
     reported: list[Group] = []
     for g in group_findings(kept):
@@ -127,9 +149,15 @@ def build_report(
         report.groups = reported
     else:
         report.groups = ungrouped(f for g in reported for f in g.findings)
+    present = {f.fingerprint() for f in result.findings}
     if baseline is not None:
-        present = {f.fingerprint() for f in result.findings}
         report.gone = baseline.gone(present)
+    compared = history if history is not None else baseline
+    if compared is not None:
+        report.compared_with = compared
+        report.fixed = compared.gone(present)
+        for g in report.groups:
+            g.status = "persisting" if g.fingerprint in compared else "new"
     result.suppressed = len(report.suppressed)
     return report
 
@@ -155,6 +183,45 @@ def number_unnumbered_streams(findings: list) -> None:
             numbers[sidx] = n
     for trace, numbers in by_trace.items():
         number_streams([f for f in findings if f.trace == trace], numbers, lambda d, h: False)
+
+
+def trace_rows(report) -> list[dict]:
+    """Per trace: path, rank, kernels, distinct findings by kind, status; as reports list them.
+
+    Status: ``unreadable``, ``findings``, ``truncated`` (no findings, cut) or ``clean``.
+    """
+    by_trace: list = [dict.fromkeys((k.value for k in Kind), 0) for _ in report.traces]
+    for g in report.groups:
+        seen = set()
+        for f in g.findings:
+            for t in f.traces or [f.trace]:
+                if 0 <= t < len(by_trace) and t not in seen:
+                    seen.add(t)
+                    by_trace[t][g.kind.value] += 1
+    rows = []
+    for i, t in enumerate(report.traces):
+        h = t.header if isinstance(t.header, dict) else {}
+        rank = h.get("rank")
+        found = sum(by_trace[i].values())
+        if t.error is not None:
+            status = "unreadable"
+        elif found:
+            status = "findings"
+        elif t.truncated:
+            status = "truncated"
+        else:
+            status = "clean"
+        rows.append(
+            {
+                "trace": str(t.path),
+                "rank": rank if type(rank) is int else None,
+                "kernels": t.kernels,
+                "findings": by_trace[i],
+                "status": status,
+                "error": t.error,
+            }
+        )
+    return rows
 
 
 class Reporter:
@@ -197,4 +264,5 @@ __all__ = [
     "Group",
     "KnownFinding",
     "TraceSummary",
+    "trace_rows",
 ]

@@ -117,7 +117,7 @@ def assigned_name(fr: Optional[Frame], sources: Optional[SourceCache]) -> Option
     """The variable the source line at ``fr`` assigns, if it is a plain assignment."""
     if fr is None or sources is None:
         return None
-    src = sources.line(fr.filename, fr.lineno)
+    src = sources.frame_line(fr)
     m = _ASSIGNED.match(src) if src else None
     if m is None or keyword.iskeyword(m.group(1)):
         return None

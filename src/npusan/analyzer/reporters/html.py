@@ -71,7 +71,7 @@ class HtmlReporter(Reporter):
     extension = ".html"
 
     def render(self, report: Report, options: ReportOptions) -> str:
-        sources = SourceCache(options.source_roots)
+        sources = options.source_cache()
         near = _nearby_kernels(report)
         out = [
             "<!DOCTYPE html>",
@@ -176,7 +176,7 @@ def _stack(stack, sources: SourceCache) -> str:
             lines.append(f'<div class="dim">{e(item)}</div>')
             continue
         lines.append(f"<div>{e(display_path(item.filename))}:{item.lineno} in {e(item.function)}</div>")
-        src = sources.line(item.filename, item.lineno)
+        src = sources.frame_line(item)
         if src is not None:
             lines.append(f'<div class="src">{item.lineno:>6} | {e(src)}</div>')
     return f'<div class="stack">{"".join(lines)}</div>'

@@ -16,10 +16,10 @@ from ..grouping import Group
 from ..rootcause import RootCause
 from ..sources import SourceCache
 from . import describe as D
-from .base import Report, Reporter, ReportOptions, register
+from .base import Report, Reporter, ReportOptions, register, trace_rows
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.2"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.3"
 
 
 def frames_json(stack) -> list:
@@ -80,6 +80,7 @@ def group_json(report: Report, g: Group, sources: Optional[SourceCache] = None) 
         "omitted": g.omitted,
         "fix": D.fix(f, header, sources),
         "root_cause": cause.number if cause is not None else None,
+        "status": g.status,
     }
 
 
@@ -126,7 +127,7 @@ def jsonable(v: Any, depth: int = 0) -> Any:
 
 def report_json(report: Report, options: ReportOptions) -> dict:
     counts = report.counts_by_kind()
-    sources = SourceCache(options.source_roots)
+    sources = options.source_cache()
     doc = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "npusan", "version": __version__},
@@ -153,10 +154,18 @@ def report_json(report: Report, options: ReportOptions) -> dict:
                 "kernels": t.kernels,
                 "truncated": bool(t.truncated),
                 "warnings": [str(w) for w in t.warnings],
+                "rank": row["rank"],
+                "findings": row["findings"],
+                "status": row["status"],
+                "error": row["error"],
             }
-            for t in report.traces
+            for t, row in zip(report.traces, trace_rows(report))
         ],
+        "errors": [{"trace": str(where), "error": str(why)} for where, why in report.errors],
+        "fixed": None,
     }
+    if report.compared_with is not None:
+        doc["fixed"] = [{"fingerprint": k.fingerprint, "kind": k.kind, "title": k.title} for k in report.fixed]
     if report.baseline is not None:
         doc["baseline"] = {
             "path": report.baseline.path,

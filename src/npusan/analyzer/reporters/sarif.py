@@ -145,7 +145,7 @@ def result(report: Report, g: Group, sources: Optional[SourceCache] = None, root
         stacks.append(sarif_stack(f.previous.stack, "earlier access: " + earlier, root))
     if f.block.stack:
         stacks.append(sarif_stack(f.block.stack, alloc, root))
-    return {
+    out = {
         "ruleId": f.kind.value,
         "ruleIndex": RULES.index(f.kind),
         "level": "error",
@@ -162,6 +162,9 @@ def result(report: Report, g: Group, sources: Optional[SourceCache] = None, root
             "rootCause": report.cause_of(g).number,
         },
     }
+    if g.status is not None:  # compared with --history / --baseline
+        out["baselineState"] = "new" if g.status == "new" else "unchanged"
+    return out
 
 
 def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optional[str] = None) -> dict:
@@ -208,7 +211,7 @@ class SarifReporter(Reporter):
     extension = ".sarif"
 
     def render(self, report: Report, options: ReportOptions) -> str:
-        doc = sarif_doc(report, SourceCache(options.source_roots), options.source_root)
+        doc = sarif_doc(report, options.source_cache(), options.source_root)
         return dump_json(doc, len(report.groups))
 
 

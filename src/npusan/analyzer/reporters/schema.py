@@ -106,6 +106,7 @@ REPORT_SCHEMA = {
                     "omitted": {"type": "integer", "minimum": 0},
                     "fix": {"type": "array", "items": {"type": "string"}},
                     "root_cause": {"type": ["integer", "null"], "minimum": 1},
+                    "status": {"enum": ["new", "persisting", None]},
                 },
             },
         },
@@ -167,24 +168,22 @@ REPORT_SCHEMA = {
                 "truncated": {"type": "boolean"},
             },
         },
+        "errors": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["trace", "error"],
+                "properties": {"trace": {"type": "string"}, "error": {"type": "string"}},
+            },
+        },
+        "fixed": {"type": ["array", "null"], "items": {"$ref": "#/$defs/known"}},
         "baseline": {
             "type": ["object", "null"],
             "required": ["path", "known", "gone"],
             "properties": {
                 "path": {"type": "string"},
                 "known": {"type": "array", "items": {"type": "string"}},
-                "gone": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["fingerprint", "kind", "title"],
-                        "properties": {
-                            "fingerprint": {"type": "string"},
-                            "kind": {"type": "string"},
-                            "title": {"type": "string"},
-                        },
-                    },
-                },
+                "gone": {"type": "array", "items": {"$ref": "#/$defs/known"}},
             },
         },
         "traces": {
@@ -199,6 +198,10 @@ REPORT_SCHEMA = {
                     "kernels": {"type": "integer", "minimum": 0},
                     "truncated": {"type": "boolean"},
                     "warnings": {"type": "array", "items": {"type": "string"}},
+                    "rank": {"type": ["integer", "null"]},
+                    "findings": {"type": "object", "propertyNames": _kind, "additionalProperties": {"type": "integer"}},
+                    "status": {"enum": ["clean", "findings", "truncated", "unreadable"]},
+                    "error": {"type": ["string", "null"]},
                 },
             },
         },
@@ -209,6 +212,15 @@ REPORT_SCHEMA = {
         "stream": _stream,
         "access": _access,
         "occurrence": _occurrence,
+        "known": {
+            "type": "object",
+            "required": ["fingerprint", "kind", "title"],
+            "properties": {
+                "fingerprint": {"type": "string"},
+                "kind": {"type": "string"},
+                "title": {"type": "string"},
+            },
+        },
     },
 }
 

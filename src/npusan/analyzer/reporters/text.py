@@ -20,7 +20,7 @@ from ..grouping import Group
 from ..rootcause import RootCause
 from ..sources import Folded, SourceCache, display_path, fold, user_site
 from . import describe as D
-from .base import Report, Reporter, ReportOptions, register
+from .base import Report, Reporter, ReportOptions, register, trace_rows
 
 INDENT = "  "
 LABEL_WIDTH = 10  # "allocated:" fits
@@ -32,7 +32,10 @@ class TextReporter(Reporter):
     extension = ".txt"
 
     def render(self, report: Report, options: ReportOptions) -> str:
-        w = _Writer(SourceCache(options.source_roots), options)
+        w = _Writer(options.source_cache(), options)
+        if len(report.traces) > 1 or report.errors:
+            _trace_table(w, report)
+            w.line()
         n = len(report.groups)
         numbers = {id(g): i for i, g in enumerate(_display_order(report), 1)}
         for c in report.causes:
@@ -74,7 +77,7 @@ class ShortReporter(Reporter):
 
 def group_text(report: Report, g: Group, options: ReportOptions, index: int = 1, total: int = 1) -> str:
     """One finding as the terminal report shows it (plain unless ``options.color``)."""
-    w = _Writer(SourceCache(options.source_roots), options)
+    w = _Writer(options.source_cache(), options)
     w.group(report, g, index, total)
     return w.render()
 
@@ -143,7 +146,7 @@ class _Writer:
                 f" in {item.function}",
                 indent=1,
             )
-            src = self.sources.line(item.filename, item.lineno)
+            src = self.sources.frame_line(item)
             if src is not None:
                 self.line(pad, (f"{item.lineno:>6} | ", "dim"), (src, "bold"), indent=1)
 
@@ -197,6 +200,7 @@ class _Writer:
         self.line(
             (f"error[{f.kind.value}]", "bold red"),
             (f" ({i}/{n})", "dim"),
+            *([(f" [{g.status}]", "bold yellow" if g.status == "new" else "dim")] if g.status else []),
             ": ",
             (D.title(f, header), "bold"),
         )
@@ -296,10 +300,45 @@ def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
         )
         for k in report.gone:
             w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
+    compared = report.compared_with
+    if compared is not None and compared is not report.baseline:
+        new = sum(1 for g in report.groups if g.status == "new")
+        w.line(
+            f"compared with {compared.path}: {new} new, {len(report.groups) - new} persisting, "
+            f"{len(report.fixed)} fixed" + (":" if report.fixed else ""),
+            indent=1,
+        )
+        for k in report.fixed:
+            w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
+    for where, why in report.errors:
+        w.line(("unreadable: ", "bold red"), f"{where}: {why}", indent=1)
     for i, t in enumerate(report.traces):
-        _trace_lines(w, t)
+        if t.error is None:
+            _trace_lines(w, t)
     if report.check_leaks:
         w.line(("blocks still alive at the end were checked (--check-leaks)", "dim"), indent=1)
+
+
+def _trace_table(w: _Writer, report: Report) -> None:
+    """One line per trace: a batch run's overview before its findings."""
+    rows = trace_rows(report)
+    kinds = [k.value for k in Kind]
+    head = ["trace", "rank", "kernels", *kinds, "status"]
+    cells = [
+        [r["trace"], "-" if r["rank"] is None else str(r["rank"]), str(r["kernels"]),
+         *(str(r["findings"][k]) for k in kinds), r["status"]]
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head))]
+
+    def fmt(c: list) -> str:
+        left = c[0].ljust(widths[0])
+        return "  ".join([left, *(x.rjust(widths[i + 1]) for i, x in enumerate(c[1:-1])), c[-1]])
+
+    w.line((fmt(head), "bold"))
+    for r, c in zip(rows, cells):
+        style = {"unreadable": "bold red", "findings": "red", "truncated": "yellow"}.get(r["status"], "green")
+        w.line((fmt(c), style))
 
 
 def _trace_lines(w: _Writer, t) -> None:

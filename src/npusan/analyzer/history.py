@@ -1,0 +1,204 @@
+"""Run history for nightly jobs: which findings are new, which persist, which were fixed.
+
+``npusan analyze --history DB`` records every run in an SQLite database (created when
+missing): the run's label, the traces (rank, kernels, status), and every finding's
+fingerprint, kind, title and occurrences per trace. The previous run of the database is
+what "new", "persisting" and "fixed" are measured against; ``npusan history DB`` shows
+the runs and, per fingerprint, when it was first and last seen.
+
+The database holds data derived from traces (titles, paths): it is read back only as
+values, never as code, and every reporter escapes what it shows.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .baseline import Baseline, KnownFinding
+from .reporters.base import trace_rows
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    label TEXT NOT NULL,
+    created REAL NOT NULL,
+    traces INTEGER NOT NULL,
+    errors INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS findings (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    fingerprint TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    title TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (run, fingerprint)
+);
+CREATE TABLE IF NOT EXISTS trace_findings (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    trace TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    count INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS traces (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    trace TEXT NOT NULL,
+    rank INTEGER,
+    kernels INTEGER NOT NULL,
+    status TEXT NOT NULL
+);
+"""
+
+
+class HistoryError(Exception):
+    """The history database cannot be used; one sentence for the user."""
+
+
+@dataclass
+class Run:
+    id: int
+    label: str
+    created: float
+    traces: int
+    errors: int
+    by_kind: dict = field(default_factory=dict)  # kind -> number of distinct findings
+
+
+@dataclass
+class Track:
+    """One fingerprint across the runs of a history."""
+
+    fingerprint: str
+    kind: str
+    title: str
+    counts: dict = field(default_factory=dict)  # run id -> occurrences in that run
+
+
+class History:
+    """An open history database (see the module docstring)."""
+
+    def __init__(self, path: str, db: sqlite3.Connection) -> None:
+        self.path = path
+        self.db = db
+
+    @classmethod
+    def open(cls, path: str, create: bool = True) -> "History":
+        if os.path.isdir(path):
+            raise HistoryError(f"history {path}: is a directory")
+        exists = os.path.exists(path)
+        if not exists and not create:
+            raise HistoryError(f"history {path}: no such file")
+        if not exists:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                raise HistoryError(f"history {path}: directory {parent} does not exist")
+        elif not os.path.isfile(path):
+            raise HistoryError(f"history {path}: not a regular file")
+        try:
+            db = sqlite3.connect(path, timeout=30)
+            db.executescript(_SCHEMA)
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                db.commit()
+            elif row[0] != str(SCHEMA_VERSION):
+                raise HistoryError(
+                    f"history {path}: database schema {row[0]}, this npusan reads schema {SCHEMA_VERSION}"
+                )
+        except sqlite3.DatabaseError as e:
+            raise HistoryError(f"history {path}: not an npusan history database ({e})") from None
+        return cls(path, db)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- what analyze compares against -------------------------------------------------
+
+    def last_run(self) -> Optional[Run]:
+        runs = self.runs()
+        return runs[-1] if runs else None
+
+    def previous(self) -> Baseline:
+        """The last recorded run's findings as a baseline (empty for an empty history)."""
+        last = self.last_run()
+        if last is None:
+            return Baseline(f"{self.path} (no earlier run)")
+        out = Baseline(f"{self.path} (run {last.label})")
+        for fp, kind, title in self.db.execute(
+            "SELECT fingerprint, kind, title FROM findings WHERE run = ? ORDER BY rowid", (last.id,)
+        ):
+            out.known[fp] = KnownFinding(fp, kind, title)
+        return out
+
+    def record(self, report, label: Optional[str] = None) -> Run:
+        """Record one analyzed run (a :class:`~npusan.analyzer.reporters.base.Report`)."""
+        from .reporters import describe as D
+
+        created = time.time()
+        if not label:
+            label = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+        groups = list(report.groups) + list(report.known) + list(report.below_min_count)
+        errors = len(report.errors)
+        with self.db:
+            cur = self.db.execute(
+                "INSERT INTO runs (label, created, traces, errors) VALUES (?, ?, ?, ?)",
+                (label, created, len(report.traces), errors),
+            )
+            run = cur.lastrowid
+            totals: dict = {}
+            per_trace: dict = {}
+            for g in groups:
+                f = g.finding
+                entry = totals.setdefault(g.fingerprint, [f.kind.value, D.title(f, report.header(f.trace)), 0])
+                entry[2] += g.count
+                for x in g.findings:
+                    key = (report.trace_path(x.trace), g.fingerprint)
+                    per_trace[key] = per_trace.get(key, 0) + max(1, x.count)
+            self.db.executemany(
+                "INSERT INTO findings VALUES (?, ?, ?, ?, ?)",
+                [(run, fp, k, t, c) for fp, (k, t, c) in totals.items()],
+            )
+            self.db.executemany(
+                "INSERT INTO trace_findings VALUES (?, ?, ?, ?)",
+                [(run, tr, fp, c) for (tr, fp), c in per_trace.items()],
+            )
+            self.db.executemany(
+                "INSERT INTO traces VALUES (?, ?, ?, ?, ?)",
+                [(run, row["trace"], row["rank"], row["kernels"], row["status"]) for row in trace_rows(report)],
+            )
+        return Run(run, label, created, len(report.traces), errors)
+
+    # -- what `npusan history` shows ---------------------------------------------------
+
+    def runs(self) -> list[Run]:
+        out = []
+        for rid, label, created, traces, errors in self.db.execute(
+            "SELECT id, label, created, traces, errors FROM runs ORDER BY id"
+        ):
+            r = Run(rid, label, created, traces, errors)
+            for kind, n in self.db.execute(
+                "SELECT kind, COUNT(*) FROM findings WHERE run = ? GROUP BY kind", (rid,)
+            ):
+                r.by_kind[kind] = n
+            out.append(r)
+        return out
+
+    def tracks(self) -> list[Track]:
+        """Every fingerprint ever recorded, in order of first appearance."""
+        out: dict = {}
+        for run, fp, kind, title, count in self.db.execute(
+            "SELECT run, fingerprint, kind, title, count FROM findings ORDER BY run, rowid"
+        ):
+            t = out.get(fp)
+            if t is None:
+                t = out[fp] = Track(fp, kind, title)
+            t.title = title  # the latest title
+            t.counts[run] = count
+        return list(out.values())

@@ -1,0 +1,39 @@
+"""`npusan history DB`: the runs an ``analyze --history DB`` recorded, and each finding across them."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import click
+
+from .output import check_writable, write_output
+from .errors import UsageProblem, one_line_errors
+
+
+@click.command()
+@click.argument("database", metavar="DB")
+@click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
+              help="text, json or html (a self-contained page with a chart of findings per kind).")
+@click.option("-o", "--output", default=None, metavar="FILE", help="Write to FILE instead of stdout.")
+@one_line_errors
+def history(database: str, fmt: str, output: Optional[str]) -> None:
+    """Show the runs recorded in a history database and, per finding, when it was seen."""
+    from ..analyzer.history import History, HistoryError
+    from ..analyzer.history_report import RENDERERS
+
+    if fmt not in RENDERERS:
+        raise UsageProblem(f"unknown history format '{fmt}' (expected one of {', '.join(RENDERERS)})")
+    if not os.path.exists(database):
+        raise UsageProblem(f"history {database}: no such file")
+    if output is not None:
+        check_writable(output)
+    try:
+        db = History.open(database, create=False)
+    except HistoryError as e:
+        raise UsageProblem(str(e)) from None
+    try:
+        text = RENDERERS[fmt](db)
+    finally:
+        db.close()
+    write_output(output, text)

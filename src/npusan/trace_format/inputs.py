@@ -1,0 +1,101 @@
+"""Which files a command line names: files, directories of traces, glob patterns.
+
+A nightly job leaves one trace per rank in dated folders; ``npusan analyze nightly/`` must
+find them all. A directory is searched recursively for *traces*: regular files that start
+with the trace magic bytes, plain or compressed (``.zst``/``.gz`` are recognized by their
+content, and their first bytes decompressed to check the magic), whatever their names.
+A file named explicitly is always taken, so that a file that is not a trace is reported
+as such instead of silently skipped.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from . import records as R
+from .compression import DecompressingReader, sniff
+from .reader import _read_exactly
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass
+class Inputs:
+    """The traces a command line names, in order, and the arguments that named none."""
+
+    paths: list = field(default_factory=list)  # list[str], each once, in command-line order
+    #: ``(argument, reason)`` for arguments that name no trace (missing file, empty folder).
+    problems: list = field(default_factory=list)
+
+
+def find_traces(arguments: Iterable[str]) -> Inputs:
+    """Expand files, directories and glob patterns into trace paths (see the module docstring).
+
+    Directory contents and glob matches are taken sorted by path, so runs are reproducible. A path named
+    twice (directly, or by overlapping patterns) is taken once.
+    """
+    out = Inputs()
+    seen: set = set()
+
+    def take(path: str) -> None:
+        key = os.path.realpath(path)
+        if key not in seen:
+            seen.add(key)
+            out.paths.append(path)
+
+    for arg in arguments:
+        arg = os.fspath(arg)
+        if os.path.isdir(arg):
+            found = list(_walk(arg))
+            if not found:
+                out.problems.append((arg, "no npusan traces in this directory (searched recursively)"))
+            for p in found:
+                take(p)
+        elif os.path.lexists(arg) or not (_GLOB_CHARS & set(arg)):
+            take(arg)  # a file (a missing one is reported when it is read)
+        else:
+            matches = sorted(glob.glob(arg, recursive=True))
+            if not matches:
+                out.problems.append((arg, "no file matches this pattern"))
+            for m in matches:
+                if os.path.isdir(m):
+                    for p in _walk(m):
+                        take(p)
+                elif is_trace_file(m):
+                    take(m)
+    return out
+
+
+def _walk(top: str) -> list:
+    """The traces under ``top``, sorted by path (as glob matches are)."""
+    found = []
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(root, name)
+            if is_trace_file(path):
+                found.append(path)
+    return sorted(found)
+
+
+def is_trace_file(path: str) -> bool:
+    """Whether ``path`` is a regular file whose (decompressed) content starts with the magic.
+
+    Never blocks: FIFOs, devices and sockets are not traces here.
+    """
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
+        with open(path, "rb") as f:
+            head = f.read(len(R.MAGIC))
+            kind = sniff(head)
+            if kind is None:
+                return head == R.MAGIC
+            f.seek(0)
+            reader = DecompressingReader(f, kind)
+            return _read_exactly(reader, len(R.MAGIC)) == R.MAGIC
+    except (OSError, ValueError):
+        return False

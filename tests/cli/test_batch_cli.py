@@ -1,0 +1,186 @@
+"""Nightly batch analysis: directories, globs, compressed traces, unreadable traces among
+good ones, --jobs, history across runs, `npusan history`, and a real Dask LocalCluster."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sqlite3
+
+import pytest
+import zstandard
+
+from .npusan_scenarios import copy_source, run, scenario, workdir  # noqa: F401  (fixtures)
+
+
+def _nightly(workdir, scenario):
+    """ranks/ with nested folders, plain, .gz and .zst traces, and files that are not traces."""
+    (workdir / "night" / "node0" / "deep").mkdir(parents=True)
+    (workdir / "night" / "node1").mkdir(parents=True)
+    scenario("data_race", "night/node0/rank0.npusan")
+    scenario("seed_example", "night/node0/deep/rank1.bin")
+    raw = (workdir / scenario("reuse_race", "tmp.bin")).read_bytes()
+    (workdir / "night" / "node1" / "rank2.npusan.gz").write_bytes(gzip.compress(raw))
+    raw = (workdir / scenario("correct", "tmp2.bin")).read_bytes()
+    (workdir / "night" / "node1" / "rank3.zst").write_bytes(zstandard.ZstdCompressor().compress(raw))
+    (workdir / "night" / "notes.txt").write_text("not a trace\n")
+    (workdir / "night" / "node1" / "junk.gz").write_bytes(gzip.compress(b"also not a trace"))
+    return workdir / "night"
+
+
+def test_a_directory_is_searched_recursively_for_plain_and_compressed_traces(workdir, scenario, run):
+    night = _nightly(workdir, scenario)
+    r = run("analyze", str(night), "--format", "json", "--jobs", "1")
+    assert r.exit_code == 1, r.stderr
+    doc = json.loads(r.stdout)
+    paths = [t["path"].replace(str(workdir) + "/", "") for t in doc["traces"]]
+    assert paths == ["night/node0/deep/rank1.bin", "night/node0/rank0.npusan",
+                     "night/node1/rank2.npusan.gz", "night/node1/rank3.zst"]
+    assert doc["errors"] == []
+    assert [t["status"] for t in doc["traces"]] == ["findings", "findings", "findings", "clean"]
+    assert doc["traces"][2]["findings"] == {"data-race": 0, "missing-record-stream": 1, "reuse-race": 1}
+    assert sorted(f["kind"] for f in doc["findings"]) == [
+        "data-race", "missing-record-stream", "missing-record-stream", "reuse-race"]
+
+
+def test_glob_patterns_and_info_take_the_same_inputs(workdir, scenario, run):
+    night = _nightly(workdir, scenario)
+    r = run("analyze", f"{night}/**/rank[01]*", "--format", "json")
+    assert [t["path"].rsplit("/", 1)[-1] for t in json.loads(r.stdout)["traces"]] == ["rank1.bin", "rank0.npusan"]
+    r = run("info", str(night), "--json")
+    assert r.exit_code == 0, r.stderr
+    assert len(json.loads(r.stdout)) == 4
+    r = run("analyze", "nothing-*.bin")
+    assert r.exit_code == 2 and "no file matches" in r.stderr
+
+
+def test_an_unreadable_trace_does_not_stop_the_others(workdir, scenario, run):
+    night = _nightly(workdir, scenario)
+    good = (night / "node0" / "rank0.npusan").read_bytes()
+    (night / "node0" / "rank9.npusan").write_bytes(good[:40] + b"\xc1" * 32)  # corrupt after the magic
+    r = run("analyze", str(night), "--format", "json")
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)
+    assert [e["trace"].rsplit("/", 1)[-1] for e in doc["errors"]] == ["rank9.npusan"]
+    assert doc["errors"][0]["error"] and "rank9" not in doc["errors"][0]["error"]
+    assert len(doc["findings"]) == 4  # everything readable was analyzed
+    assert "rank9.npusan" in r.stderr and "the other traces are reported" in r.stderr
+    text = run("analyze", str(night), "--no-color")
+    assert text.exit_code == 2
+    lines = text.stdout.splitlines()
+    assert lines[0].split() == ["trace", "rank", "kernels", "data-race", "missing-record-stream", "reuse-race", "status"]
+    assert any(l.endswith("unreadable") and "rank9.npusan" in l for l in lines[:7])
+    assert any(l.strip().startswith("unreadable: ") and "rank9.npusan" in l for l in lines)
+
+
+def test_jobs_give_the_same_report_as_a_serial_run(workdir, scenario, run):
+    night = _nightly(workdir, scenario)
+    serial = run("analyze", str(night), "--format", "json", "--jobs", "1")
+    parallel = run("analyze", str(night), "--format", "json", "--jobs", "2")
+    assert serial.exit_code == parallel.exit_code == 1
+    assert parallel.stdout == serial.stdout
+    assert run("analyze", str(night), "--jobs", "0").exit_code == 2
+
+
+def _history_runs(workdir, scenario, run, db):
+    scenario("data_race", "dr.bin")
+    scenario("seed_example", "se.bin")
+    runs = [("mon", ["dr.bin", "se.bin"]), ("tue", ["dr.bin"]), ("wed", ["dr.bin", "se.bin"])]
+    docs = []
+    for label, traces in runs:
+        r = run("analyze", *traces, "--history", db, "--run-label", label, "--format", "json")
+        assert r.exit_code == 1, r.stderr
+        docs.append(json.loads(r.stdout))
+    return docs
+
+
+def test_history_marks_new_persisting_fixed_and_reappearing(workdir, scenario, run):
+    mon, tue, wed = _history_runs(workdir, scenario, run, "h.db")
+    status = lambda doc: {f["kind"]: f["status"] for f in doc["findings"]}  # noqa: E731
+    assert status(mon) == {"data-race": "new", "missing-record-stream": "new"}
+    assert mon["fixed"] == []
+    assert status(tue) == {"data-race": "persisting"}
+    assert [(k["kind"], bool(k["title"])) for k in tue["fixed"]] == [("missing-record-stream", True)]
+    assert status(wed) == {"data-race": "persisting", "missing-record-stream": "new"}  # back again
+    assert wed["fixed"] == []
+    sarif = json.loads(run("analyze", "dr.bin", "se.bin", "--history", "h.db", "--format", "sarif").stdout)
+    assert sorted(r["baselineState"] for r in sarif["runs"][0]["results"]) == ["unchanged", "unchanged"]
+    db = sqlite3.connect(workdir / "h.db")
+    assert [r[0] for r in db.execute("SELECT label FROM runs ORDER BY id")][:3] == ["mon", "tue", "wed"]
+    assert db.execute("SELECT COUNT(*) FROM trace_findings WHERE run <= 3").fetchone()[0] == 5
+
+
+def test_history_command_in_each_format(workdir, scenario, run):
+    _history_runs(workdir, scenario, run, "h.db")
+    doc = json.loads(run("history", "h.db", "--format", "json").stdout)
+    assert [r["label"] for r in doc["runs"]] == ["mon", "tue", "wed"]
+    assert [r["by_kind"]["missing-record-stream"] for r in doc["runs"]] == [1, 0, 1]
+    mrs = next(f for f in doc["fingerprints"] if f["kind"] == "missing-record-stream")
+    assert (mrs["first_run"], mrs["last_run"]) == ("mon", "wed")
+    assert [o["run"] for o in mrs["occurrences"]] == ["mon", "wed"]
+    text = run("history", "h.db").stdout
+    assert "3 runs, 2 distinct findings" in text and mrs["fingerprint"][:16] in text
+    r = run("history", "h.db", "--format", "html", "-o", "h.html")
+    assert r.exit_code == 0
+    page = (workdir / "h.html").read_text()
+    assert page.count('<polyline class="kind"') == 3 and "<svg" in page
+    assert "<script" not in page and "src=" not in page and "href=" not in page
+    assert run("history", "missing.db").exit_code == 2
+    (workdir / "bad.db").write_text("not sqlite")
+    r = run("history", "bad.db")
+    assert r.exit_code == 2 and "not an npusan history database" in r.stderr
+
+
+def test_baseline_sets_status_and_fixed_too(workdir, scenario, run):
+    scenario("data_race", "dr.bin")
+    scenario("seed_example", "se.bin")
+    base = run("analyze", "dr.bin", "se.bin", "--format", "json", "-o", "base.json")
+    assert base.exit_code == 1
+    doc = json.loads(run("analyze", "dr.bin", "--baseline", "base.json", "--format", "json").stdout)
+    assert doc["findings"] == []
+    assert [k["kind"] for k in doc["fixed"]] == ["missing-record-stream"]
+    doc = json.loads(run("analyze", "se.bin", "--format", "json").stdout)
+    assert doc["fixed"] is None and doc["findings"][0]["status"] is None
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=50)
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()
+
+
+def test_dask_cluster_reports_exactly_what_a_local_run_reports(workdir, scenario, run, dask_cluster):
+    night = _nightly(workdir, scenario)
+    good = (night / "node0" / "rank0.npusan").read_bytes()
+    (night / "node0" / "rank9.npusan").write_bytes(good[:40] + b"\xc1" * 32)
+    local = run("analyze", str(night), "--format", "json", "--jobs", "1")
+    by_path = run("analyze", str(night), "--format", "json", "--scheduler", dask_cluster)
+    by_bytes = run("analyze", str(night), "--format", "json", "--scheduler", dask_cluster, "--send-traces")
+    assert json.loads(by_path.stdout)["errors"] == json.loads(local.stdout)["errors"]
+    assert local.exit_code == by_path.exit_code == by_bytes.exit_code == 2
+    assert json.loads(by_path.stdout) == json.loads(local.stdout)
+    assert json.loads(by_bytes.stdout) == json.loads(local.stdout)
+
+
+def test_export_takes_a_directory_naming_one_trace(workdir, scenario, run):
+    (workdir / "one").mkdir()
+    scenario("data_race", "one/r0.bin")
+    r = run("export", "one", "-o", "t.json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((workdir / "t.json").read_text())["traceEvents"]
+    scenario("seed_example", "one/r1.bin")
+    r = run("export", "one")
+    assert r.exit_code == 2 and "names 2 traces" in r.stderr
+
+
+def test_scheduler_options_are_checked_before_analysis(workdir, scenario, run):
+    scenario("data_race", "dr.bin")
+    r = run("analyze", "dr.bin", "--scheduler", "localhost")
+    assert r.exit_code == 2 and "tcp://" in r.stderr
+    r = run("analyze", "dr.bin", "--send-traces")
+    assert r.exit_code == 2 and "--scheduler" in r.stderr
