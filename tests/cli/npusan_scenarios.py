@@ -232,8 +232,10 @@ def make_result(findings, *, paths=("a.bin",), truncated=()):
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
-    """A working directory holding train.py, so reports quote it by a relative name."""
+    """A project folder (pyproject.toml: its source root) holding train.py, so reports may
+    read it, and quote it by a relative name."""
     copy_source(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scenario'\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("NO_COLOR", raising=False)
     return tmp_path

@@ -64,7 +64,7 @@ def test_module_is_called_by_the_name_the_program_imports(tmp_path, imports, exp
             out.fill_(1)
             y = out.sum()
         """)
-    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "side = make_stream()"), SIM, SourceCache())
+    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "side = make_stream()"), SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == f"{expect}.wait_stream(side)"
     assert "does not import" not in "\n".join(lines)
 
@@ -77,7 +77,7 @@ def test_npu_module_through_torch_npu_alias(tmp_path):
             out.fill_(1)
             y = out.sum()
         """)
-    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = tnpu"), {"backend": "npu"}, SourceCache())
+    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = tnpu"), {"backend": "npu"}, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "tnpu.npu.current_stream().wait_stream(s)"
 
 
@@ -89,7 +89,7 @@ def test_a_module_the_file_does_not_import_is_named_in_full_and_said_so(tmp_path
             out.fill_(1)
             y = out.sum()
         """)
-    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "side = make()"), SIM, SourceCache())
+    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "side = make()"), SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "npusan.sim.current_stream().wait_stream(side)"
     assert any("does not import npusan.sim under a name visible at line 5: add `import npusan.sim`" in x
                for x in lines)
@@ -105,7 +105,7 @@ def test_stream_variable_not_visible_at_the_fix_line_becomes_a_fresh_placeholder
             out.fill_(1)
         """)
     f = race_at(path, "return out.sum()", "out.fill_(1)", "side = sim.Stream()")
-    lines = fix(f, SIM, SourceCache())
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     # ``side`` is not a variable in consume(); ``s1`` is (a parameter), so the placeholder is s1_2
     assert lines[1].strip() == "sim.current_stream().wait_stream(s1_2)"
     assert "where s1_2 is stream #1 (sim:0), created at" in "\n".join(lines)
@@ -130,7 +130,7 @@ HELPER_MADE = """
 def test_placeholder_tensor_never_collides_with_a_variable(tmp_path):
     path = program(tmp_path, HELPER_MADE)
     f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
-    lines = fix(f, SIM, SourceCache())
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     # the allocation line calls it ``buf``, but that variable lives in make(); at the use both
     # ``x`` and ``y`` are variables, so the placeholder is one that nothing there binds
     assert lines[1].strip().startswith("x_2.record_stream(sim.current_stream())    # x_2: the 4.0 KiB tensor")
@@ -149,7 +149,7 @@ def test_tensor_allocated_in_the_same_function_is_called_by_its_variable(tmp_pat
     f = missing_rs(path, "del tmp", "y = tmp * 2", "tmp = sim_alloc()")
     side = replace(f.previous.stream, created_stack=())
     f = replace(f, previous=replace(f.previous, stream=side))
-    lines = fix(f, SIM, SourceCache())
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip().startswith("tmp.record_stream(sim.current_stream())")
     assert "sim.default_stream(0).wait_stream(s1)" in lines[2]
 
@@ -165,7 +165,7 @@ def test_self_attributes_are_used_within_the_same_class(tmp_path):
                 return out.sum()
         """)
     f = race_at(path, "return out.sum()", "out.fill_(1)", "self.copy_stream = ")
-    lines = fix(f, {"backend": "cuda"}, SourceCache())
+    lines = fix(f, {"backend": "cuda"}, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "torch.cuda.current_stream().wait_stream(self.copy_stream)"
     assert "`event = torch.cuda.current_stream().record_event()`" in lines[2]
 
@@ -174,7 +174,7 @@ def test_unreadable_source_gives_placeholders_that_cannot_compile(tmp_path):
     f = race_at(program(tmp_path, "a = 1\nb = 2\nc = 3\n"), "c = 3", "b = 2", "a = 1")
     f = replace(f, access=replace(f.access, stack=(Frame("/nonexistent/t.py", 3, "f"),)),
                 previous=replace(f.previous, stack=(Frame("/nonexistent/t.py", 2, "f"),)))
-    lines = fix(f, SIM, SourceCache())
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "npusan.sim.current_stream().wait_stream(<s1>)"
     assert "`<event> = npusan.sim.current_stream().record_event()`" in lines[2]
     assert any("is not readable here, so the names in this fix are not checked" in x for x in lines)
@@ -204,7 +204,7 @@ def test_scope_index_bindings(tmp_path):
             def m(self):
                 pass
         """)
-    idx = ScopeIndex(SourceCache())
+    idx = ScopeIndex(SourceCache([str(tmp_path)]))
     top = idx.scope_at(path, line(path, "x = 1"))
     assert top.names["os"] == "os" and top.names["T"] == "torch" and top.names["helpers"] == ".helpers"
     assert top.names["x"] == OTHER and "a" not in top.names
@@ -229,7 +229,7 @@ def test_root_cause_fix_before_a_free_names_the_allocating_stream(tmp_path):
         """)
     f = make_finding("missing-record-stream", later_op="free", later_type="write", later_seq=0, first_seq=2,
                      later=(path, line(path, "del tmp"), "step"), earlier=(path, 1, "x"))
-    lines = wait_fix(f, SIM, SourceCache())
+    lines = wait_fix(f, SIM, SourceCache([str(tmp_path)]))
     assert "before the free at" in lines[0]
     assert lines[1].strip() == "sim.default_stream(0).wait_stream(s1)"
 
