@@ -299,18 +299,18 @@ def test_a_stream_name_is_trusted_only_as_a_parameter_or_an_unshadowed_global(tm
             side = out * 2          # not the stream created in other()
             return side.sum()
         """)
-    lines = fix(race_at(path, "return out.sum()", "out.fill_(1)", "copy = sim.Stream()"), SIM, SourceCache())
+    lines = fix(race_at(path, "return out.sum()", "out.fill_(1)", "copy = sim.Stream()"), SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "sim.current_stream().wait_stream(copy)"
     f = race_at(path, "return out.sum()", "out.fill_(1)", "copy = sim.Stream()")
     at = line(path, "copy = out.clone()") + 1
     f = replace(f, access=replace(f.access, stack=(Frame(path, at, "shadowed"),)))
-    assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(s1)"
+    assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(s1)"
     f = race_at(path, "return out.sum()", "out.fill_(1)", "side = sim.Stream()")
     at = line(path, "def passed(") + 1
     f = replace(f, access=replace(f.access, stack=(Frame(path, at, "passed"),)))
-    assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(side)"
+    assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(side)"
     f = replace(f, access=replace(f.access, stack=(Frame(path, line(path, "return side.sum()"), "unrelated"),)))
-    assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(s1)"
+    assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(s1)"
 
 
 @pytest.mark.parametrize("rebinding", ["s = sim.Stream()  # another stream", 's = "done"', "for s in range(2): pass"])
@@ -323,7 +323,7 @@ def test_a_stream_variable_assigned_again_before_the_fix_line_becomes_a_placehol
             {rebinding}
             y = out.sum()
         """)
-    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = sim.Stream()"), SIM, SourceCache())
+    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = sim.Stream()"), SIM, SourceCache([str(tmp_path)]))
     # ``s`` at the fix line is no longer the stream that raced: waiting on it would paste and be wrong
     assert lines[1].strip() == "sim.current_stream().wait_stream(s1)"
     assert "where s1 is stream #1 (sim:0), created at" in "\n".join(lines)
@@ -338,7 +338,7 @@ def test_a_stream_variable_assigned_again_after_the_fix_line_is_still_used(tmp_p
             y = out.sum()
             s = None
         """)
-    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = sim.Stream()"), SIM, SourceCache())
+    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = sim.Stream()"), SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "sim.current_stream().wait_stream(s)"
 
 
@@ -353,7 +353,7 @@ def test_a_tensor_variable_assigned_again_before_the_use_becomes_a_placeholder(t
                 y = keep * 2
             del keep
         """)
-    lines = fix(missing_rs(path, "del keep", "y = keep * 2", "tmp = sim_alloc()"), SIM, SourceCache())
+    lines = fix(missing_rs(path, "del keep", "y = keep * 2", "tmp = sim_alloc()"), SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip().startswith("x.record_stream(sim.current_stream())    # x: the 4.0 KiB tensor")
 
 
@@ -361,7 +361,7 @@ def test_a_tensor_made_by_a_helper_is_called_by_the_callers_variable(tmp_path):
     path = program(tmp_path, HELPER_MADE)
     f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
     stack = (Frame(path, line(path, "x = make()"), "use"), Frame(path, line(path, "buf = sim_alloc()"), "make"))
-    lines = fix(replace(f, block=replace(f.block, stack=stack)), SIM, SourceCache())
+    lines = fix(replace(f, block=replace(f.block, stack=stack)), SIM, SourceCache([str(tmp_path)]))
     # the allocation stack passes through ``x = make()`` in the fix's own function
     assert lines[1].strip().startswith("x.record_stream(sim.current_stream())    # x: the 4.0 KiB tensor")
 
@@ -376,7 +376,7 @@ def test_scope_index_rebound(tmp_path):
             return s
         g = 2
         """)
-    idx = ScopeIndex(SourceCache())
+    idx = ScopeIndex(SourceCache([str(tmp_path)]))
     assert idx.rebound(path, 2, "s", 3, 4) is False
     assert idx.rebound(path, 2, "s", 3, 5) is True      # ``s += 1`` on the fix line counts
     assert idx.rebound(path, 2, "t", 4, 6) is False
