@@ -205,10 +205,10 @@ def analyze(
     if errors and all(t.error is not None for t in result.traces):
         # Nothing could be analyzed: no report, one line per problem.
         for where, why in errors:
-            click.echo(f"npusan: error: {where}: {why}", err=True)
+            click.echo(f"npusan: error: {clean(str(where))}: {clean(str(why))}", err=True)
         sys.exit(EXIT_UNUSABLE)
     for where, why in errors:
-        click.echo(f"npusan: error: {where}: {why} (the other traces are reported)", err=True)
+        click.echo(f"npusan: error: {clean(str(where))}: {clean(str(why))} (the other traces are reported)", err=True)
 
     report = build_report(
         result,

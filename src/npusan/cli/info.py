@@ -48,14 +48,14 @@ def info(traces: tuple, as_json: bool, no_color: bool) -> None:
         return
     docs, failed = [], False
     for where, why in found.problems:
-        click.echo(f"npusan: error: {where}: {why}", err=True)
+        click.echo(f"npusan: error: {clean(str(where))}: {clean(str(why))}", err=True)
         failed = True
     for path in found.paths:
         try:
             summary = summarize(path)
         except (TraceFormatError, OSError) as e:
             text = str(e) if isinstance(e, TraceFormatError) else f"cannot read the trace: {e.strerror or e}"
-            click.echo(f"npusan: error: {text if text.startswith(path) else f'{path}: {text}'}", err=True)
+            click.echo(f"npusan: error: {clean(text if text.startswith(path) else f'{path}: {text}')}", err=True)
             failed = True
             continue
         if as_json:
