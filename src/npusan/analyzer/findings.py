@@ -168,6 +168,7 @@ class TraceSummary:
     kernels: int = 0
     truncated: bool = False  # ended without an END record (crashed or killed writer)
     warnings: list = field(default_factory=list)
+    end_reason: Optional[str] = None  # an END record that says the recording stopped early
 
 
 @dataclass

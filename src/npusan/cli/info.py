@@ -81,12 +81,18 @@ def _render(s, no_color: bool) -> None:
     console.print(meta)
     console.print()
 
-    if s.ended_cleanly:
+    from ..trace_format.reader import _end_reason
+
+    reason = _end_reason(s.end_stats)
+    if s.ended_cleanly and reason:
+        console.print(f"[bold yellow]ended early[/bold yellow]: {_text(reason)}; everything before is usable")
+    elif s.ended_cleanly:
         console.print("[green]ended cleanly[/green] (the trace has its end record)")
     else:
         console.print(
             "[bold yellow]truncated[/bold yellow]: no end record, the recording was cut "
-            "(crash or kill); everything up to the last complete record is usable"
+            "(the process was killed or crashed before it could finish the trace); "
+            "everything up to the last complete record is usable"
         )
     console.print()
 
