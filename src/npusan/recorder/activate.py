@@ -48,6 +48,9 @@ import os
 import sys
 from typing import Optional
 
+#: Set when a start had to wait for npusan.recorder.session to finish importing.
+_start_after_session_import = False
+
 BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 OWNER_ENV = "NPUSAN_TRACE_OWNER"
 #: Set to 1 to turn off recording from the environment (the start-up hook stays inert).
@@ -188,6 +191,13 @@ def start_from_env() -> None:
     try:
         cfg = config_from_env()
         if cfg is None:
+            return
+        session = sys.modules.get(__package__ + ".session")
+        if session is not None and not hasattr(session, "_resume_start_from_env"):
+            # torch is being imported by the recorder's own import (the program is starting
+            # npusan.record() itself): start when that import ends (see session's last line).
+            global _start_after_session_import
+            _start_after_session_import = True
             return
         from . import session
 

@@ -691,3 +691,20 @@ def _after_fork_in_child() -> None:
         rec.after_fork_in_child()
     _current = None
     _joined.clear()
+
+
+def _resume_start_from_env() -> None:
+    """Run the start from the environment that this module's own import put off.
+
+    Importing this module imports torch (stack capture needs it), which is when recording
+    from the environment starts; when the program itself imports the recorder (to call
+    ``npusan.record()``), that start waits until this module exists, and then the
+    program's own recorder joins it (see :meth:`Recorder.start`).
+    """
+    act = sys.modules.get(__package__ + ".activate")
+    if act is not None and getattr(act, "_start_after_session_import", False):
+        act._start_after_session_import = False
+        act.start_from_env()
+
+
+_resume_start_from_env()

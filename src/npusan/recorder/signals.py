@@ -43,6 +43,7 @@ _GUARDED_EXCLUDED = (os.path.join(_HERE, "activate.py"), os.path.join(_HERE, "_b
 _MAX_DEPTH = 400
 
 _previous: dict = {}  # signum -> the handler we replaced
+_pending: set = set()  # signals put off because they arrived inside the recorder
 _installed = False
 
 
@@ -77,6 +78,7 @@ def _on_signal(signum: int, frame: Any) -> None:
         # Raised again from another thread a moment later, when the recorder has
         # returned to the program (or deferred again). Not from here: Python would run
         # the handler again right after the call that re-raises it, still in here.
+        _pending.add(signum)
         try:
             t = threading.Timer(RETRY_DELAY, _thread.interrupt_main, (signum,))
             t.daemon = True
@@ -84,6 +86,7 @@ def _on_signal(signum: int, frame: Any) -> None:
             return
         except Exception:  # no thread at interpreter shutdown: handle it now
             pass
+    _pending.discard(signum)
     if signum == signal.SIGTERM:
         _terminate(signum)
         return
@@ -145,6 +148,12 @@ def uninstall() -> None:
         except Exception:
             pass
     _previous.clear()
+    if signal.SIGTERM in _pending and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # A SIGTERM that arrived while the recorder was stopping: the trace is finished
+        # now; end the process by it, as it would have ended without npusan.
+        _pending.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
+    _pending.discard(signal.SIGINT)  # its timer raises it with the program's own handler
 
 
 def _is_default(h: Optional[Callable]) -> bool:
