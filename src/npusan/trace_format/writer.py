@@ -28,6 +28,7 @@ import os
 import stat
 import threading
 import time
+import weakref
 from typing import IO, Any, Iterable, Mapping, Optional, Sequence, Union
 
 import msgpack
@@ -242,6 +243,7 @@ class MappedFileSink(FileSink):
         self._map: Optional[mmap.mmap] = None
         self._size = 0  # bytes allocated (and mapped)
         self._pos = 0  # bytes committed
+        self._limit = -1  # commit without growing while _pos + n <= _limit (-1: refuse)
         #: Commit after every record (TraceWriter's calls); the recorder commits per batch.
         self.autocommit = True
         try:
@@ -270,17 +272,30 @@ class MappedFileSink(FileSink):
         else:
             self._map.resize(new)
         self._size = new
+        self._limit = new - MAP_RESERVE
+        _MAPPED.add(self)
 
     def commit(self) -> None:
         """Copy the buffered records into the mapped file (they survive a kill from now on)."""
         buf = self._buf
-        if not buf:
-            return
+        n = len(buf)
+        if n:
+            pos = self._pos
+            if pos + n > self._limit:  # grow, or refuse (error, closed, forked child)
+                self._commit_slow()
+                return
+            self._map[pos:pos + n] = buf  # type: ignore[index]
+            self._pos = pos + n
+            buf.clear()
+
+    def _commit_slow(self) -> None:
+        buf = self._buf
         if self.error is not None or self.closed:
             buf.clear()
             self._refuse()
         if os.getpid() != self._pid:
             buf.clear()
+            self._limit = -1
             self.error = OSError(f"this trace belongs to process {self._pid}; a forked child does not write to it")
             raise self.error
         n = len(buf)
@@ -291,15 +306,24 @@ class MappedFileSink(FileSink):
             self._map[pos:pos + n] = buf  # type: ignore[index]
         except OSError as e:
             buf.clear()
+            self._limit = -1
             self.error = e
             raise
         except Exception as e:  # mmap errors other than OSError (ValueError, ...)
             buf.clear()
+            self._limit = -1
             self.error = OSError(f"cannot write the trace: {e}")
             raise self.error from e
         self._pos = pos + n
-        self.bytes_written += n
         buf.clear()
+
+    @property
+    def bytes_written(self) -> int:  # type: ignore[override]
+        return self._pos
+
+    @bytes_written.setter
+    def bytes_written(self, value: int) -> None:
+        pass  # FileSink's counter; the committed length is the count here
 
     def flush(self) -> None:
         if self.error is not None:
@@ -332,6 +356,7 @@ class MappedFileSink(FileSink):
                 self.commit()
         finally:
             self.closed = True
+            self._limit = -1
             mine = os.getpid() == self._pid
             try:
                 if self._map is not None:
@@ -344,6 +369,18 @@ class MappedFileSink(FileSink):
                 finally:
                     self._file.close()
 
+
+#: Live mapped sinks: a forked child must never write into its parent's mapping.
+_MAPPED: "weakref.WeakSet[MappedFileSink]" = weakref.WeakSet()
+
+
+def _refuse_mapped_in_child() -> None:
+    for sink in list(_MAPPED):
+        sink._limit = -1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_refuse_mapped_in_child)
 
 #: errno values that mean "this file cannot be mapped here" (use the buffered sink).
 _CANNOT_MAP = (errno.EINVAL, errno.ENODEV, errno.EOPNOTSUPP, errno.EACCES)
