@@ -147,16 +147,18 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
     status_dir = tempfile.mkdtemp(prefix="npusan-record-")
     env[status.ENV] = status_dir
     try:
-        rc = _run(_argv(cmd), env, output)
-        for line in _summary(status.read(status_dir), online=mode is not None, backend=backend):
-            click.echo(line, err=True)
+        rc, started = _run(_argv(cmd), env, output)
+        if started:
+            for line in _summary(status.read(status_dir), online=mode is not None, backend=backend):
+                click.echo(line, err=True)
     finally:
         shutil.rmtree(status_dir, ignore_errors=True)
     sys.exit(rc)
 
 
-def _run(argv: list, env: dict, output: str) -> int:
-    """Run the command with signals forwarded; its exit status as a shell reports it."""
+def _run(argv: list, env: dict, output: str) -> tuple:
+    """Run the command with signals forwarded: (its exit status as a shell reports it,
+    whether it started at all)."""
     parent = os.path.dirname(os.path.abspath(output)) if "{" not in output else None
     if parent:
         os.makedirs(parent, exist_ok=True)
@@ -175,12 +177,12 @@ def _run(argv: list, env: dict, output: str) -> int:
             proc = subprocess.Popen(argv, env=env)
         except FileNotFoundError:
             click.echo(f"npusan: error: command not found: {argv[0]}", err=True)
-            return EXIT_NOT_FOUND
+            return EXIT_NOT_FOUND, False
         except OSError as e:  # PermissionError, a directory, ENOEXEC
             click.echo(f"npusan: error: cannot execute {argv[0]}: {e.strerror or e}", err=True)
-            return EXIT_NOT_EXECUTABLE
+            return EXIT_NOT_EXECUTABLE, False
         rc = proc.wait()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    return rc if rc >= 0 else 128 - rc
+    return (rc if rc >= 0 else 128 - rc), True

@@ -294,7 +294,8 @@ def _try_start() -> None:
     start_from_env()
     from . import session
 
-    if session.current() is None and _waiting_for_torch_npu():
+    current = getattr(session, "current", None)  # absent while the recorder itself is importing
+    if current is not None and current() is None and _waiting_for_torch_npu():
         _started = False  # torch_npu's import will call back
     else:
         _unwatch()
