@@ -42,7 +42,11 @@ def record(
 ):
     """A recorder writing ``path`` (a path or a binary file object); use it as a context
     manager, or call ``.start()`` / ``.stop()``. ``online="raise"|"warn"`` also runs the
-    analyzer in process. Ops from every thread started after it begins are recorded."""
+    analyzer in process. Ops from every thread started after it begins are recorded.
+
+    Started while this process is already recording (under ``npusan record``, say), it
+    joins that recording: ``path`` is not written (a note on stderr says so) and stopping
+    it leaves the running recording alone."""
     from .recorder.session import Recorder
 
     return Recorder(
@@ -74,11 +78,18 @@ def enable(mode: str = "raise", *, backend: Any = "auto", trace: Any = None, sta
 
 
 def disable() -> None:
-    """Stop whatever recorder is active in this process (trace closed cleanly)."""
+    """Stop whatever recorder is active in this process (trace closed cleanly).
+
+    After an :func:`enable` (or :func:`record`) that joined a recording already running
+    in this process (under ``npusan record``, say), it only undoes that join: the running
+    recording goes on."""
     import sys
 
     session = sys.modules.get("npusan.recorder.session")
     if session is None:
+        return
+    if session._joined:
+        session._joined[-1].stop()
         return
     rec = session.current()
     if rec is not None:

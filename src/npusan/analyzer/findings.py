@@ -215,6 +215,7 @@ class TraceSummary:
     warnings: list = field(default_factory=list)
     #: Why the trace could not be analyzed (unreadable, corrupt); None when it was.
     error: Optional[str] = None
+    end_reason: Optional[str] = None  # an END record that says the recording stopped early
 
 
 @dataclass

@@ -21,7 +21,7 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
-from .native import NativeEngine, make_engine
+from .native import NativeEngine, ViewsMet, make_engine
 from .findings import AnalysisResult, TraceSummary, attach_recorded_sources, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
@@ -58,9 +58,21 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
     analyzed in other processes or on other machines and merged. ``report`` is a progress
     callback ``(index, bytes_done, bytes_total)``. Unusable input raises
     :class:`TraceFormatError` naming the file.
+
+    A path (which can be read again) of format 1.1 is replayed by the compiled core until
+    its first VIEWS record, then again from the start by the Python engine; a file object
+    of format 1.1 is replayed by the Python engine (see ``native.make_engine``).
     """
-    i = index
     name = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else getattr(path, "name", str(path))
+    reopenable = isinstance(path, (str, bytes, os.PathLike))
+    try:
+        return _analyze_one(path, name, index, check_leaks, report, reopenable)
+    except ViewsMet:  # strided views: the compiled core does not replay them yet
+        return _analyze_one(path, name, index, check_leaks, report, False)
+
+
+def _analyze_one(path, name: str, i: int, check_leaks: bool, report, native_file: bool) -> tuple:
+    """``(findings, TraceSummary)`` of one trace (``native_file``: see ``make_engine``)."""
     try:
         reader = TraceReader(path)
     except OSError as e:
@@ -68,7 +80,8 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
     except TraceFormatError as e:
         raise type(e)(f"{name}: {e}") from None
     with reader:
-        engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
+        engine = make_engine(reader.symbols, file=native_file, header=reader.header, check_leaks=check_leaks,
+                             trace_index=i)
         try:
             _replay(engine, reader, i, report)
         except RecordError as e:
@@ -81,12 +94,19 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
         # Streams as reports number them: "stream #1" is the first non-default stream.
         is_default = functools.partial(is_default_stream, reader.header)
         number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default)
+        # Source lines the trace recorded (FRAME 1.1): the reader defined them in both engines.
         attach_recorded_sources(found, reader.symbols.recorded_sources())
         warnings = list(reader.warnings)
         if engine.dropped:
             warnings.append(
                 f"{engine.dropped} occurrences of further distinct findings were not kept "
                 "(too many distinct findings in one trace)"
+            )
+        budget = getattr(engine, "overlap_budget", None)  # the Python engine's (strided views)
+        if budget is not None and budget.gave_up:
+            warnings.append(
+                f"{budget.gave_up} comparisons of strided views were too costly to "
+                "answer exactly and counted as overlapping (a race reported there may be false)"
             )
         summary = TraceSummary(
             path=name,
@@ -95,6 +115,7 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
             kernels=engine.seq,
             truncated=reader.truncated,
             warnings=warnings,
+            end_reason=reader.end_reason,
         )
     return found, summary
 

@@ -110,12 +110,18 @@ def _render(s, no_color: bool) -> None:
     console.print(meta)
     console.print()
 
-    if s.ended_cleanly:
+    from ..trace_format.reader import _end_reason
+
+    reason = _end_reason(s.end_stats)
+    if s.ended_cleanly and reason:
+        console.print(f"[bold yellow]ended early[/bold yellow]: {_text(reason)}; everything before is usable")
+    elif s.ended_cleanly:
         console.print("[green]ended cleanly[/green] (the trace has its end record)")
     else:
         console.print(
             "[bold yellow]truncated[/bold yellow]: no end record, the recording was cut "
-            "(crash or kill); everything up to the last complete record is usable"
+            "(the process was killed or crashed before it could finish the trace); "
+            "everything up to the last complete record is usable"
         )
     console.print()
 
@@ -171,6 +177,16 @@ def _render(s, no_color: bool) -> None:
     mem.add_row("live at end", f"{m.live_at_end:,}")
     mem.add_row("used without allocation", f"{m.unallocated_blocks:,}")
     console.print(mem)
+
+    v = s.views
+    if v.exact or v.hull_fallbacks:
+        line = f"[bold]Strided views[/bold]: {v.exact:,} exact"
+        if v.hull_fallbacks:
+            line += (f", [yellow]{v.hull_fallbacks:,} recorded as their hull[/yellow] (too irregular to "
+                     "describe exactly: a race between them and a neighbouring view may be a false report)")
+        else:
+            line += ", none recorded as their hull"
+        console.print(line)
 
     if s.threads:
         console.print("[bold]Threads[/bold]: " + ", ".join(f"{_escape(n)} ({t})" for t, n in sorted(s.threads.items())))

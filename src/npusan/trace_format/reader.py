@@ -65,6 +65,9 @@ class TraceReader:
         self.truncated = False
         self.ended_cleanly = False
         self.end_stats: Optional[dict] = None
+        #: Why a trace with an END record still stops early (a signal ended the process,
+        #: recording stopped on a full disk), from the END statistics; None for a clean end.
+        self.end_reason: Optional[str] = None
         self.records_read = 0  # every record consumed (definitions and skipped ones included)
         self._unknown: dict[int, int] = {}  # unknown record type -> how many were skipped
         self._done = False
@@ -271,6 +274,9 @@ class TraceReader:
                     yield rec
                     continue
                 self.records_read = n
+                if rec == 0 and rec.__class__ is int and self._zero_tail():
+                    self.records_read = n = n - 1
+                    break
                 t = self._check(rec)
                 self._mark = (n, self._origin + unpacker.tell())
                 if t in R.DEFINITIONS:
@@ -316,7 +322,9 @@ class TraceReader:
         self._done = True
         if tail is None:
             offset = self._start_of(n + 1)
-            problem = self._diagnose_tail(offset)
+            problem = None if self._zeros else self._diagnose_tail(offset)
+        elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset):
+            problem = None  # the space a killed mapped writer reserved (see _zero_tail)
         else:
             problem = _scan_prefix(tail[: 1 << 20]) if tail else None
         if problem is not None:
@@ -328,7 +336,8 @@ class TraceReader:
             return
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
-            "(crash or kill); analyzed up to the last complete record"
+            "(the process was killed or crashed, or the trace could not be written to the end); "
+            "analyzed up to the last complete record"
         )
 
     # -- direct reading (the replay fast path) ----------------------------------------
@@ -367,6 +376,11 @@ class TraceReader:
         """
         self._dother += 1
         n = self.records_read = self._dbase + kernels + self._dother
+        if rec == 0 and rec.__class__ is int and self._zero_tail():
+            self._dother -= 1
+            self.records_read = n - 1
+            self._ran_out()
+            return False
         t = self._check(rec)
         self._mark = (n, self._origin + self._unpacker.tell())
         if t in R.DEFINITIONS:
@@ -420,6 +434,7 @@ class TraceReader:
         return self._current_index() - self._definitions - sum(self._unknown.values())
 
     _definitions = 0
+    _zeros = False  # the data ended in the zero bytes a killed mapped writer leaves
 
     def _check(self, rec: Any) -> int:
         """Validate a record that missed the fast path; return its type (-1: skip it)."""
@@ -463,6 +478,9 @@ class TraceReader:
         # Informational, and shown by ``npusan info``: kept only summarized, as the header is.
         self.end_stats = summarize_value(stats, [MAX_VALUE_NODES]) if isinstance(stats, dict) else None
         self.ended_cleanly = True
+        self.end_reason = _end_reason(self.end_stats)
+        if self.end_reason is not None:
+            self._warn(f"the recording ended early: {self.end_reason}; analyzed up to that point")
         self._definitions += 1  # END is not an event either
         if not extra:
             try:
@@ -494,6 +512,34 @@ class TraceReader:
             return off + up.tell()
         except Exception:  # unseekable, or the data changed under us: no exact offset
             return None
+
+    def _zero_tail(self) -> bool:
+        """Whether the zero byte just read starts a zero tail (see :meth:`_zero_tail_from`)."""
+        return self._zero_tail_from(self.position - 1)
+
+    def _zero_tail_from(self, offset: int) -> bool:
+        """Whether the data from ``offset`` (where a record would start) to the end of the
+        file is all zero bytes.
+
+        A trace written through a mapping is grown ahead of its records; a process killed
+        before closing it leaves that space as zero bytes after its last record (a zero byte
+        is never the start of a record). Such a tail ends the data like a cut.
+        """
+        try:
+            here = self._file.tell()
+            self._file.seek(self._base + offset)
+            try:
+                while True:
+                    chunk = self._file.read(1 << 20)
+                    if not chunk:
+                        self._zeros = True
+                        return True
+                    if chunk.count(0) != len(chunk):
+                        return False
+            finally:
+                self._file.seek(here)
+        except (OSError, AttributeError, ValueError):
+            return False
 
     def _diagnose_tail(self, offset: Optional[int]) -> Optional[str]:
         """Tell a cut record from a corrupt length field in the bytes from ``offset`` on.
@@ -671,4 +717,16 @@ def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
             need += 2 * length
         else:
             i += length + (1 if kind == "ext" else 0)
+    return None
+
+
+def _end_reason(stats: Optional[dict]) -> Optional[str]:
+    """The END statistics' ``signal`` / ``stopped`` keys as one phrase (capped), or None."""
+    if not stats:
+        return None
+    sig, stopped = stats.get("signal"), stats.get("stopped")
+    if isinstance(sig, str) and sig:
+        return f"the process was ended by {sig[:40]}"
+    if isinstance(stopped, str) and stopped:
+        return f"recording stopped: {stopped[:300]}"
     return None

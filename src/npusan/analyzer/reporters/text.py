@@ -352,7 +352,12 @@ def _trace_lines(w: _Writer, t) -> None:
         bits.append(f"rank {h['rank']}")
     bits.append(_plural(t.events, "event"))
     bits.append(_plural(t.kernels, "kernel"))
-    state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow") if t.truncated else ("ended cleanly", "green")
+    if t.truncated:
+        state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow")
+    elif getattr(t, "end_reason", None):
+        state = ("ENDED EARLY: analyzed up to where recording stopped", "bold yellow")
+    else:
+        state = ("ended cleanly", "green")
     w.line(f"trace {t.path}: {', '.join(bits)}, ", state, indent=1)
     rec: list[str] = []
     if h.get("writer"):
