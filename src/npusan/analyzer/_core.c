@@ -862,8 +862,12 @@ static void seg_remove(block_t *b, uint32_t at) {
 
 /* split(segs, lo, hi) -> [i, j) */
 static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *pj) {
-    uint32_t i = 0;
-    while (b->segs[i].hi <= lo) i++;
+    /* the first segment with hi > lo (binary search: segments are sorted and adjacent) */
+    uint32_t i = 0, top = b->nseg - 1;
+    while (i < top) {
+        uint32_t mid = (i + top) / 2;
+        if (b->segs[mid].hi <= lo) i = mid + 1; else top = mid;
+    }
     if (seg_reserve(c, b)) return -1;
     if (b->segs[i].lo < lo) {
         if (seg_insert(c, b, i + 1, lo, b->segs[i].hi, &b->segs[i].writes, &b->segs[i].reads)) return -1;
@@ -871,7 +875,11 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
         i++;
     }
     uint32_t j = i;
-    while (b->segs[j].hi < hi) j++;
+    top = b->nseg - 1;
+    while (j < top) { /* the first segment with hi >= hi */
+        uint32_t mid = (j + top) / 2;
+        if (b->segs[mid].hi < hi) j = mid + 1; else top = mid;
+    }
     if (seg_reserve(c, b)) return -1;
     if (b->segs[j].hi > hi) {
         if (seg_insert(c, b, j + 1, hi, b->segs[j].hi, &b->segs[j].writes, &b->segs[j].reads)) return -1;
