@@ -222,6 +222,7 @@ typedef struct {
     acc_t write;
     accv_t reads;
     seg_t *segs; uint32_t nseg, segcap; /* segs != NULL: range mode */
+    u128 *ends; /* ends[k] == segs[k].hi, packed: the searches touch a few cache lines, not every segment */
     accv_t uses;
     int32_t *recorded; uint32_t nrec, reccap;
     ghost_t *ghosts; uint32_t ng;
@@ -716,6 +717,7 @@ static void block_free(block_t *b) {
     av_clear(&b->uses);
     for (uint32_t i = 0; i < b->nseg; i++) { av_clear(&b->segs[i].writes); av_clear(&b->segs[i].reads); }
     free(b->segs);
+    free(b->ends);
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
@@ -1012,9 +1014,14 @@ static int seg_reserve(Core *c, block_t *b) {
     uint32_t cap = b->segcap ? b->segcap * 2 : 4;
     seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
     if (!s) return oom(c);
-    b->segs = s; b->segcap = cap;
+    b->segs = s;
+    u128 *e = realloc(b->ends, cap * sizeof(u128));
+    if (!e) return oom(c);
+    b->ends = e; b->segcap = cap;
     return 0;
 }
+
+static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->segs[k].hi = hi; b->ends[k] = hi; }
 
 /* Insert a segment with copies of `writes` and `reads` (room was reserved: seg_reserve). */
 static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t *writes, accv_t *reads) {
@@ -1023,7 +1030,8 @@ static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t
     if ((writes && av_copy(&w, writes)) || (reads && av_copy(&r, reads))) { av_clear(&w); av_clear(&r); return oom(c); }
     memmove(&b->segs[at + 1], &b->segs[at], (b->nseg - at) * sizeof(seg_t));
     seg_t *s = &b->segs[at];
-    s->lo = lo; s->hi = hi;
+    memmove(&b->ends[at + 1], &b->ends[at], (b->nseg - at) * sizeof(u128));
+    s->lo = lo; s->hi = hi; b->ends[at] = hi;
     s->writes = w; s->reads = r;
     b->nseg++;
     return 0;
@@ -1032,6 +1040,7 @@ static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t
 static void seg_remove(block_t *b, uint32_t at) {
     av_clear(&b->segs[at].writes); av_clear(&b->segs[at].reads);
     memmove(&b->segs[at], &b->segs[at + 1], (b->nseg - at - 1) * sizeof(seg_t));
+    memmove(&b->ends[at], &b->ends[at + 1], (b->nseg - at - 1) * sizeof(u128));
     b->nseg--;
 }
 
@@ -1041,24 +1050,24 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
     uint32_t i = 0, top = b->nseg - 1;
     while (i < top) {
         uint32_t mid = (i + top) / 2;
-        if (b->segs[mid].hi <= lo) i = mid + 1; else top = mid;
+        if (b->ends[mid] <= lo) i = mid + 1; else top = mid;
     }
     if (seg_reserve(c, b)) return -1;
     if (b->segs[i].lo < lo) {
         if (seg_insert(c, b, i + 1, lo, b->segs[i].hi, &b->segs[i].writes, &b->segs[i].reads)) return -1;
-        b->segs[i].hi = lo;
+        seg_sethi(b, i, lo);
         i++;
     }
     uint32_t j = i;
     top = b->nseg - 1;
     while (j < top) { /* the first segment with hi >= hi */
         uint32_t mid = (j + top) / 2;
-        if (b->segs[mid].hi < hi) j = mid + 1; else top = mid;
+        if (b->ends[mid] < hi) j = mid + 1; else top = mid;
     }
     if (seg_reserve(c, b)) return -1;
     if (b->segs[j].hi > hi) {
         if (seg_insert(c, b, j + 1, hi, b->segs[j].hi, &b->segs[j].writes, &b->segs[j].reads)) return -1;
-        b->segs[j].hi = hi;
+        seg_sethi(b, j, hi);
     }
     *pi = i; *pj = j + 1;
     return 0;
@@ -1081,7 +1090,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     uint32_t n = i;
     while (n + 1 < j && n + 1 < b->nseg) {
         if (same_state(&b->segs[n], &b->segs[n + 1])) {
-            b->segs[n].hi = b->segs[n + 1].hi;
+            seg_sethi(b, n, b->ends[n + 1]);
             seg_remove(b, n + 1);
             j--;
         } else {
@@ -1092,7 +1101,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
         uint32_t best = 0;
         u128 bw = INF128;
         for (uint32_t m = 0; m + 1 < b->nseg; m++) {
-            u128 w = b->segs[m + 1].hi - b->segs[m].lo;
+            u128 w = b->ends[m + 1] - (m ? b->ends[m - 1] : 0); /* segments are adjacent from 0 */
             if (w < bw) { bw = w; best = m; }
         }
         seg_t *s = &b->segs[best], *t = &b->segs[best + 1];
@@ -1107,7 +1116,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
             it = av_items(srcs[q]);
             for (uint32_t k = 0; k < srcs[q]->n; k++) if (av_latest(&reads, it[k].stream, &it[k])) return oom(c);
         }
-        s->hi = t->hi;
+        seg_sethi(b, best, t->hi);
         av_clear(&s->writes); av_clear(&s->reads);
         s->writes = writes; s->reads = reads;
         seg_remove(b, best + 1);
@@ -1140,7 +1149,7 @@ static int to_segments(Core *c, block_t *b) {
 
 static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     if (!b->segs && to_segments(c, b)) return -1;
-    u128 end = b->segs[b->nseg - 1].hi, lo, hi;
+    u128 end = b->ends[b->nseg - 1], lo, hi;
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
         lo = acc->off; hi = (u128)acc->off + acc->n;
@@ -1168,8 +1177,8 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
         }
         if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
             for (uint32_t k = 0; k < b->nseg; k++) { av_clear(&b->segs[k].writes); av_clear(&b->segs[k].reads); }
-            free(b->segs);
-            b->segs = NULL; b->nseg = b->segcap = 0;
+            free(b->segs); free(b->ends);
+            b->segs = NULL; b->ends = NULL; b->nseg = b->segcap = 0;
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
             return 0;
@@ -1241,7 +1250,7 @@ static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
     if (!b->segs && to_segments(c, b)) return -1;
-    u128 end = b->segs[b->nseg - 1].hi, lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
+    u128 end = b->ends[b->nseg - 1], lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
     if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, end, hi, NULL, NULL))) return -1;
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
