@@ -182,7 +182,6 @@ class NativeEngine:
         self._sent_streams: dict = {}  # sidx -> the symbols entry given to the core
         self._sent_blocks: dict = {}  # bid -> the symbols entry given to the core
         self._notes = 0  # NOTE records (counted as events, replayed by nobody)
-        self.direct_tail: tuple = (None, 0)
 
     # ------------------------------------------------------------------ counters
 
