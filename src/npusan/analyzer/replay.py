@@ -65,7 +65,8 @@ def analyze_traces(
             found = engine.finish()
             # Streams as reports number them: "stream #1" is the first non-default stream.
             is_default = functools.partial(is_default_stream, reader.header)
-            number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default)
+            number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default,
+                           reader.symbols.stream_labels)
             warnings = list(reader.warnings)
             if engine.dropped:
                 warnings.append(

@@ -114,6 +114,7 @@ class Recorder:
         self._flusher: Optional[threading.Thread] = None
         self._stop_flusher = threading.Event()
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
+        self.collectives = None  # c10d collectives as the process group runs them
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -159,6 +160,10 @@ class Recorder:
             _current = self
         try:
             be.install(self)
+            from . import collectives
+
+            self.collectives = collectives.Collectives(self)
+            collectives.install()
             from .dispatch import ModeInstaller
 
             self.dispatch = ModeInstaller(self)
@@ -278,6 +283,21 @@ class Recorder:
                     self._busy = False
         except Exception as e:
             self._fail(e)
+
+    def hold(self) -> int:
+        """Keep the queue from being drained (by any thread) until :meth:`release`; returns
+        its length. A collective's events fire inside the op and are reordered before any of
+        them is encoded (:mod:`.collectives`)."""
+        self._lock.acquire()
+        self._held_busy = self._busy
+        self._busy = True
+        return len(self._deferred)
+
+    def release(self) -> None:
+        self._busy = self._held_busy
+        self._lock.release()
+        if len(self._deferred) >= self._qmax:
+            self._drain_now()
 
     def _post(self, fn, args: tuple) -> None:
         """Queue ``fn(*args)``; drain when the queue is long enough (never raises)."""

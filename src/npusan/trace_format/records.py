@@ -28,6 +28,7 @@ Layouts (``stack`` is a stack id or nil; ``sidx`` a stream index; ``bid`` a bloc
     [ERASE_STREAM, bid, sidx, stack]
     [KERNEL, sidx, op_sid, stack, access, ...]
     [THREAD, tid, name]                   name of a host thread (informational)
+    [STREAM_LABEL, sidx, role, label]     what a stream is for (1.1): role "comm", label text
     [NOTE, level, text]                   a message from the writer (e.g. recording stopped)
     [END, stats_map]                      clean end of the trace
 
@@ -41,7 +42,7 @@ from typing import Final
 
 MAGIC: Final = b"NPUSANv\x01"
 FORMAT_MAJOR: Final = 1
-FORMAT_MINOR: Final = 0
+FORMAT_MINOR: Final = 1
 
 STR: Final = 0
 FRAME: Final = 1
@@ -64,6 +65,7 @@ KERNEL: Final = 17
 THREAD: Final = 18
 NOTE: Final = 19
 END: Final = 20
+STREAM_LABEL: Final = 21
 
 #: Human-readable names, used by ``npusan info`` and error messages.
 RECORD_NAMES: Final = {
@@ -88,6 +90,7 @@ RECORD_NAMES: Final = {
     THREAD: "thread",
     NOTE: "note",
     END: "end",
+    STREAM_LABEL: "stream-label",
 }
 
 #: Minimum array length of each known record type (the reader rejects shorter ones).
@@ -113,10 +116,14 @@ MIN_LENGTH: Final = {
     THREAD: 3,
     NOTE: 3,
     END: 2,
+    STREAM_LABEL: 4,
 }
 
 #: Record types that only define interned names; the reader absorbs them into its symbol table.
-DEFINITIONS: Final = frozenset({STR, FRAME, STACK, STREAM_DEF, BLOCK_DEF, THREAD})
+DEFINITIONS: Final = frozenset({STR, FRAME, STACK, STREAM_DEF, BLOCK_DEF, THREAD, STREAM_LABEL})
+
+#: The role of a STREAM_LABEL naming a process group's communication stream.
+ROLE_COMM: Final = "comm"
 
 #: Header keys (all present in files written by npusan; readers must tolerate missing ones
 #: except ``format``).
