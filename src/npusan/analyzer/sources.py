@@ -85,6 +85,8 @@ _INTERNAL = [
                          r"fx|functional|_compile|_jit_internal|storage|random|serialization)\b")),
     ("torch", re.compile(r"(^|/)torch_npu/")),
     ("npusan", re.compile(r"(^|/)(site|dist)-packages/npusan/")),
+    # torch's deprecated collectives are wrapped by typing_extensions.deprecated
+    ("python", re.compile(r"(^|/)(site|dist)-packages/typing_extensions\.py$")),
     ("python", re.compile(r"(^|/)lib/python3\.\d+/(?!site-packages/|dist-packages/)")),
     ("python", re.compile(r"^<")),  # <frozen runpy>, <string>, ...
 ]

@@ -42,6 +42,7 @@ the op.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import re
 import sys
@@ -122,6 +123,9 @@ SPECS: Dict[str, Spec] = {
 }
 
 WAIT_TENSOR = "_c10d_functional::wait_tensor"
+#: Appended to the kernel name of a collective that ran on the communication stream with
+#: ``async_op=False`` (torch < 2.8), which torch.distributed waits for at once.
+SYNC_SUFFIX = " (async_op=False)"
 
 
 def spec_of(schema_name: str) -> Optional[Spec]:
@@ -178,7 +182,8 @@ class Pending:
 #: Frames of code that launches collectives from C++ and waits for them there (the DDP
 #: reducer during backward, ``_broadcast_coalesced`` in DDP's constructor and buffer sync).
 _CPP_WAITERS = re.compile(r"[\\/]torch[\\/](autograd|nn[\\/]parallel|distributed[\\/]utils\.py)")
-_SKIP_FRAMES = re.compile(r"[\\/](npusan[\\/]recorder|torch[\\/]utils[\\/]_python_dispatch\.py)")
+_SKIP_FRAMES = re.compile(
+    r"[\\/](npusan[\\/]recorder|torch[\\/](utils[\\/]_python_dispatch\.py|_dynamo[\\/]|_compile\.py))")
 
 
 def _waited_in_cpp() -> bool:
@@ -207,6 +212,7 @@ class Collectives:
         # same wrapper back to Python when the op returns if it is still alive. The last
         # few are kept alive for that moment; a Work the program keeps stays in _works.
         self._recent: "collections.deque[Any]" = collections.deque(maxlen=_RECENT_WORKS)
+        self._futures: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
         self._tensors: Dict[int, Pending] = {}  # storage ptr of a functional output -> pending
         self._labelled: set = set()
         self._lock = threading.Lock()
@@ -224,6 +230,10 @@ class Collectives:
         argv = _bind(schema, args, kwargs)
         async_op = argv.get("async_op", argv.get("asyncOp", True))
         on_comm = spec.functional or async_op is not False or not self.model.sync_on_current_stream
+        if on_comm and async_op is False and not spec.functional:
+            # torch < 2.8: waited by torch.distributed at once, on the stream current now;
+            # reports say so (the program's fix is then a wait_stream, not a work.wait()).
+            spec = dataclasses.replace(spec, name=spec.name + SYNC_SUFFIX)
         if be.comm_modeled:
             out = func(*args, **kwargs)
             try:
@@ -382,6 +392,21 @@ class Collectives:
             pending = self._works.pop(work, None)
         self._finish(pending)
 
+    def future_made(self, work: Any, fut: Any) -> None:
+        """``work.get_future()``: waiting for the future waits for the work (what
+        ``all_reduce_coalesced(async_op=True)`` and communication hooks return)."""
+        with self._lock:
+            pending = self._works.get(work)
+            if pending is not None:
+                self._futures[fut] = pending
+
+    def future_waited(self, fut: Any) -> None:
+        with self._lock:
+            pending = self._futures.pop(fut, None)
+            if pending is not None:
+                self._works = weakref.WeakKeyDictionary({w: p for w, p in self._works.items() if p is not pending})
+        self._finish(pending)
+
     def tensor_waited(self, t: Any) -> None:
         """``wait_tensor(t)``: as ``work.wait()`` for the functional collective that made t."""
         if not isinstance(t, Tensor):
@@ -477,18 +502,49 @@ def install() -> None:
     orig = Work.wait
 
     def wait(self, *args, **kwargs):
-        res = orig(self, *args, **kwargs)
+        # Before the real wait: what a backend does inside it (gloo copies results into
+        # the output of some collectives) comes after the wait, as on a device.
         c = _current()
         if c is not None:
             try:
                 c.work_waited(self)
             except Exception as e:
                 c.rec._fail(e)
-        return res
+        return orig(self, *args, **kwargs)
 
     wait.__doc__ = orig.__doc__
-    wait._npusan_orig = orig  # type: ignore[attr-defined]
     Work.wait = wait
+
+    orig_gf = Work.get_future
+
+    def get_future(self, *args, **kwargs):
+        fut = orig_gf(self, *args, **kwargs)
+        c = _current()
+        if c is not None:
+            try:
+                c.future_made(self, fut)
+            except Exception as e:
+                c.rec._fail(e)
+        return fut
+
+    get_future.__doc__ = orig_gf.__doc__
+    Work.get_future = get_future
+
+    import torch
+
+    orig_fw = torch._C.Future.wait  # torch.futures.Future.wait calls it
+
+    def future_wait(self):
+        c = _current()
+        if c is not None:
+            try:
+                c.future_waited(self)
+            except Exception as e:
+                c.rec._fail(e)
+        return orig_fw(self)
+
+    future_wait.__doc__ = orig_fw.__doc__
+    torch._C.Future.wait = future_wait
     _installed = True
 
 

@@ -111,6 +111,11 @@ def stream_short(s: Optional[StreamRef], header: dict) -> str:
     return ("the " if s.is_default or s.label is not None else "") + stream_label(s, header)
 
 
+#: The kernel name suffix of a collective torch waited for at once (the recorder's
+#: ``collectives.SYNC_SUFFIX``; the analyzer does not import the recorder).
+_SYNC_SUFFIX = " (async_op=False)"
+
+
 def is_comm(s: Optional[StreamRef]) -> bool:
     """A process group's communication stream (the recorder labelled it so)."""
     return s is not None and s.role == "comm"
@@ -313,6 +318,16 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
 
     if f.kind is Kind.DATA_RACE and is_comm(earlier.stream):
         # The program synchronizes with a process group through its Work, not its stream.
+        if earlier.op.endswith(_SYNC_SUFFIX):
+            coll = earlier.op[: -len(_SYNC_SUFFIX)]
+            return [
+                f"make the {later.type} at {frame_label(at_later)} wait for the {coll} at "
+                f"{frame_label(at_earlier)}: it ran with async_op=False, so torch waited for it on the "
+                f"stream that was current at line {_line(at_earlier)}; right before line {_line(at_later)} add",
+                f"    {mod}.current_stream().wait_stream(s)",
+                f"where s is the stream that was current at line {_line(at_earlier)} "
+                f"(the one its `with {mod}.stream(s):` made current)",
+            ]
         work = assigned_name(at_earlier, sources) or "work"
         return [
             f"wait for the {earlier.op} launched at {frame_label(at_earlier)} before the {later.type} "
