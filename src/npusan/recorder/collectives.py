@@ -41,7 +41,6 @@ the op.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import re
@@ -52,9 +51,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from torch import Tensor
-
-#: Works kept alive after their op returned (see Collectives._recent).
-_RECENT_WORKS = 64
 
 #: The writes of a functional collective that go to the tensor the op returns.
 OUT = "<out>"
@@ -208,10 +204,9 @@ class Collectives:
         self.rec = rec
         self.model = CommModel.for_torch(torch.__version__)
         self._works: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
-        # The Python wrapper of a Work is the user's only while it lives: pybind hands the
-        # same wrapper back to Python when the op returns if it is still alive. The last
-        # few are kept alive for that moment; a Work the program keeps stays in _works.
-        self._recent: "collections.deque[Any]" = collections.deque(maxlen=_RECENT_WORKS)
+        # The Python wrapper of a Work is the program's only if it is still alive when the
+        # op returns (pybind hands the live wrapper back): the recorder keeps it until the
+        # next op it sees (Recorder._recent_works), never longer (a Work holds tensors).
         self._futures: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
         self._tensors: Dict[int, Pending] = {}  # storage ptr of a functional output -> pending
         self._labelled: set = set()
@@ -357,8 +352,7 @@ class Collectives:
                 at += 1
         for k, item in enumerate(items):
             q.insert(at + k, item)
-        if comm != cur:
-            self._register(spec, argv, out, Pending(spec.name, device, None))
+        # Nothing to register: the runtime fires the wait's events itself.
 
     def _record_streams(self, tensors: List[Tensor], comm: int, device: int, key) -> None:
         rec = self.rec
@@ -382,7 +376,7 @@ class Collectives:
         if work is not None:
             with self._lock:
                 self._works[work] = pending
-                self._recent.append(work)
+            self.rec._recent_works.append(work)
 
     # -- waits ------------------------------------------------------------------------
 

@@ -41,6 +41,8 @@ class RecordingMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = session._current
         if rec is not None and rec.active:
+            if rec._recent_works:
+                rec._recent_works.clear()
             info = func.__dict__.get("_npusan_info")
             if info is None:
                 info = op_info(func)

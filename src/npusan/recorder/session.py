@@ -115,6 +115,7 @@ class Recorder:
         self._stop_flusher = threading.Event()
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
         self.collectives = None  # c10d collectives as the process group runs them
+        self._recent_works: list = []  # Works kept alive until the next op (collectives.py)
 
     # ------------------------------------------------------------------ lifecycle
 
