@@ -1,6 +1,10 @@
 """Collective scenarios on the simulated device, run by ``test_collectives_dist.py`` under
 ``npusan record --backend sim -- torchrun --nproc_per_node=2 dist_prog.py SCENARIO...``.
 
+With ``NPUSAN_TEST_DEVICE=cuda`` the same scenarios run on CUDA streams with an NCCL
+process group (``test_gpu_collectives.py``): ``dev`` is then ``torch.cuda`` with the two
+host-memory calls of the simulated device mapped to ``pin_memory`` and ``.cuda()``.
+
 ``ok_*`` scenarios are correct programs (no finding may point into them). Each ``bug_*``
 scenario has one race: its earlier access carries the comment ``EARLIER:<name>`` and its
 later one ``LATER:<name>``; the test checks that the finding points at those lines.
@@ -8,14 +12,23 @@ later one ``LATER:<name>``; the test checks that the finding points at those lin
 
 from __future__ import annotations
 
+import os
 import sys
+import types
 import warnings
 
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as fc
 
-from npusan import sim
+ON_CUDA = os.environ.get("NPUSAN_TEST_DEVICE") == "cuda"
+if ON_CUDA:
+    sim = types.SimpleNamespace(
+        Stream=torch.cuda.Stream, stream=torch.cuda.stream, current_stream=torch.cuda.current_stream,
+        synchronize=torch.cuda.synchronize, host_tensor=lambda t: t.pin_memory(),
+        to_device=lambda t: t.cuda(non_blocking=True))
+else:
+    from npusan import sim
 
 warnings.filterwarnings("ignore")
 
@@ -56,9 +69,9 @@ def ok_sync_all():
     sc = torch.empty(4)
     dist.scatter(sc, [torch.ones(4) for _ in range(W)] if r == 0 else None, src=0)
     _ = sc + 1
-    if r == 0:
+    if W > 1 and r == 0:
         dist.send(x, 1)
-    elif r == 1:
+    elif W > 1 and r == 1:
         dist.recv(x, 0)
     x.add_(1)
     dist.barrier()
@@ -92,11 +105,9 @@ def ok_async_all():
     w = dist.all_to_all_single(s, torch.ones(4 * W), async_op=True)
     w.wait()
     _ = s + 1
-    if r == 0:
-        w = dist.isend(x, 1)
-    elif r == 1:
-        w = dist.irecv(x, 0)
-    w.wait()
+    if W > 1:
+        w = dist.isend(x, 1) if r == 0 else dist.irecv(x, 0)
+        w.wait()
     x.add_(1)
     fut = dist.all_reduce_coalesced([x, torch.ones(2)], async_op=True)
     fut.wait()
@@ -153,7 +164,7 @@ def ok_prefetch_host():
     copy = sim.Stream()
     weight = torch.randn(16, 4)
     for _ in range(2):
-        host = sim.host_tensor(torch.randn(8, 16))  # a pinned batch from the data loader
+        host = sim.host_tensor(torch.randn(8, 16, device="cpu"))  # a pinned batch from the data loader
         with sim.stream(copy):
             batch = sim.to_device(host)
         sim.current_stream().wait_stream(copy)
@@ -229,7 +240,10 @@ def ok_ddp():
 
 
 def main(names) -> None:
-    dist.init_process_group("gloo")
+    if ON_CUDA:
+        torch.cuda.set_device(0)
+        torch.set_default_device("cuda")
+    dist.init_process_group("nccl" if ON_CUDA else "gloo")
     try:
         for name in names:
             globals()[name]()

@@ -51,17 +51,17 @@ def _torchrun() -> list:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def launch(tmp: Path, names, **env) -> list:
-    """Record ``dist_prog.py names...`` on 2 ranks; return the two rank traces."""
+def launch(tmp: Path, names, nproc: int = 2, backend: str = "sim", **env) -> list:
+    """Record ``dist_prog.py names...`` on ``nproc`` ranks; return the rank traces."""
     trace = tmp / "dist.npusan"
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NPUSAN_", "TORCH_NCCL_"))}
     full.update(env, OMP_NUM_THREADS="1")
-    cmd = [*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", *_torchrun(),
-           "--nproc_per_node=2", f"--master_port={_free_port()}", str(PROG), *names]
+    cmd = [*NPUSAN, "record", "--backend", backend, "-o", str(trace), "--", *_torchrun(),
+           f"--nproc_per_node={nproc}", f"--master_port={_free_port()}", str(PROG), *names]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=str(tmp), timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     traces = sorted(tmp.glob("dist.rank*.npusan"))
-    assert len(traces) == 2, (proc.stderr[-2000:], list(tmp.iterdir()))
+    assert len(traces) == nproc, (proc.stderr[-2000:], list(tmp.iterdir()))
     return traces
 
 
@@ -104,7 +104,7 @@ def by_scenario(result) -> dict:
     return out
 
 
-def check_findings(result, header_model: str) -> None:
+def check_findings(result, header_model: str, ranks: int = 2) -> None:
     found = by_scenario(result)
     assert not [n for n in found if not n.startswith("bug_")], {
         n: [(f.kind.value, f.previous.op, user_site(f.access.stack)) for f in fs]
@@ -112,7 +112,7 @@ def check_findings(result, header_model: str) -> None:
     for name in BUGS:
         fs = found.get(name, [])
         # one finding per rank trace
-        assert sorted(f.trace for f in fs) == [0, 1], (header_model, name, [
+        assert sorted(f.trace for f in fs) == list(range(ranks)), (header_model, name, [
             (f.kind.value, user_site(f.access.stack), user_site(f.previous.stack)) for f in fs])
         for f in fs:
             assert f.kind.value == "data-race"
