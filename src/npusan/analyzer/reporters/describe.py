@@ -320,6 +320,7 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
         # The program synchronizes with a process group through its Work, not its stream.
         if earlier.op.endswith(_SYNC_SUFFIX):
             coll = earlier.op[: -len(_SYNC_SUFFIX)]
+            mod = Names(header, sources, at_later).module()
             return [
                 f"make the {later.type} at {frame_label(at_later)} wait for the {coll} at "
                 f"{frame_label(at_earlier)}: it ran with async_op=False, so torch waited for it on the "
