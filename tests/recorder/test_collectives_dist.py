@@ -143,7 +143,7 @@ def test_reports_name_the_collective_and_its_comm_stream(current_model):
     proc = subprocess.run([*NPUSAN, "analyze", *map(str, traces)], capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr
     assert "not ordered after a write on the comm stream of process group 0 (sim:0)" in proc.stdout
-    assert "write by all_reduce on comm stream of process group 0 (sim:0)" in proc.stdout
+    assert "write by all_reduce on the comm stream of process group 0 (sim:0)" in proc.stdout
     assert "c10d::" not in proc.stdout and "c10d." not in proc.stdout
 
 

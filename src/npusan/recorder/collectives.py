@@ -381,7 +381,7 @@ class Collectives:
     # -- waits ------------------------------------------------------------------------
 
     def work_waited(self, work: Any) -> None:
-        """``work.wait()`` returned: the current stream waits for the collective's end."""
+        """``work.wait()``: the current stream waits for the collective's end."""
         with self._lock:
             pending = self._works.pop(work, None)
         self._finish(pending)
@@ -401,7 +401,7 @@ class Collectives:
                 self._works = weakref.WeakKeyDictionary({w: p for w, p in self._works.items() if p is not pending})
         self._finish(pending)
 
-    def tensor_waited(self, t: Any) -> None:
+    def tensor_waited(self, t: Any, result: Any = None) -> None:
         """``wait_tensor(t)``: as ``work.wait()`` for the functional collective that made t."""
         if not isinstance(t, Tensor):
             return
@@ -483,63 +483,52 @@ def _current() -> Optional[Collectives]:
     return getattr(rec, "collectives", None)
 
 
+def _wrap(owner: Any, name: str, notify: Any, *, after: bool = False) -> None:
+    """Replace ``owner.name`` by a wrapper that tells the recording's :class:`Collectives`
+    (``notify(collectives, first_arg)`` before the call, or with ``after``
+    ``notify(collectives, first_arg, result)`` after it) and never raises into the program."""
+    orig = getattr(owner, name)
+
+    def tell(*args) -> None:
+        c = _current()
+        if c is not None:
+            try:
+                notify(c, *args)
+            except Exception as e:
+                c.rec._fail(e)
+
+    def wrapper(first, *args, **kwargs):
+        if not after:
+            tell(first)
+        res = orig(first, *args, **kwargs)
+        if after:
+            tell(first, res)
+        return res
+
+    wrapper.__doc__ = orig.__doc__
+    wrapper.__name__ = getattr(orig, "__name__", name)
+    setattr(owner, name, wrapper)
+
+
 def install() -> None:
-    """Wrap ``Work.wait`` once per process (a no-op wrapper while nothing records)."""
+    """Wrap ``Work.wait``, ``Work.get_future`` and ``Future.wait`` once per process (the
+    wrappers do nothing while nothing records).
+
+    The waits are told before the real wait: what a backend does inside it (gloo copies
+    the results of some collectives into their outputs) comes after the wait, as on a device.
+    """
     global _installed
     if _installed:
         return
+    _installed = True
     try:
+        import torch
         from torch._C._distributed_c10d import Work
     except Exception:  # torch without distributed support
-        _installed = True
         return
-    orig = Work.wait
-
-    def wait(self, *args, **kwargs):
-        # Before the real wait: what a backend does inside it (gloo copies results into
-        # the output of some collectives) comes after the wait, as on a device.
-        c = _current()
-        if c is not None:
-            try:
-                c.work_waited(self)
-            except Exception as e:
-                c.rec._fail(e)
-        return orig(self, *args, **kwargs)
-
-    wait.__doc__ = orig.__doc__
-    Work.wait = wait
-
-    orig_gf = Work.get_future
-
-    def get_future(self, *args, **kwargs):
-        fut = orig_gf(self, *args, **kwargs)
-        c = _current()
-        if c is not None:
-            try:
-                c.future_made(self, fut)
-            except Exception as e:
-                c.rec._fail(e)
-        return fut
-
-    get_future.__doc__ = orig_gf.__doc__
-    Work.get_future = get_future
-
-    import torch
-
-    orig_fw = torch._C.Future.wait  # torch.futures.Future.wait calls it
-
-    def future_wait(self):
-        c = _current()
-        if c is not None:
-            try:
-                c.future_waited(self)
-            except Exception as e:
-                c.rec._fail(e)
-        return orig_fw(self)
-
-    future_wait.__doc__ = orig_fw.__doc__
-    torch._C.Future.wait = future_wait
-    _installed = True
+    _wrap(Work, "wait", Collectives.work_waited)
+    _wrap(Work, "get_future", Collectives.future_made, after=True)
+    _wrap(torch._C.Future, "wait", Collectives.future_waited)  # torch.futures.Future.wait calls it
 
 
 def patch_functional() -> None:
@@ -553,17 +542,4 @@ def patch_functional() -> None:
         from torch.distributed import _functional_collectives as fc
     except Exception:
         return
-    orig = fc.wait_tensor
-
-    def wait_tensor(tensor):
-        res = orig(tensor)
-        c = _current()
-        if c is not None:
-            try:
-                c.tensor_waited(tensor)
-            except Exception as e:
-                c.rec._fail(e)
-        return res
-
-    wait_tensor.__doc__ = orig.__doc__
-    fc.wait_tensor = wait_tensor
+    _wrap(fc, "wait_tensor", Collectives.tensor_waited, after=True)

@@ -90,9 +90,11 @@ def stream_name(s: Optional[StreamRef], header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0), created at train.py:41"."""
     if s is None:
         return "an unknown stream"
+    if s.label is not None:  # "the comm stream of process group 0 (cuda:0)"
+        return "the " + stream_label(s, header)
     name = stream_label(s, header)
     site = user_site(s.created_stack)
-    if not s.is_default and site is not None and s.label is None:
+    if not s.is_default and site is not None:
         name += f", created at {frame_label(site)}"
     return name
 
