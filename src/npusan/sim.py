@@ -311,7 +311,10 @@ def is_host(t: torch.Tensor) -> bool:
     """Whether ``t`` lies in memory marked by :func:`host_tensor`."""
     if not _host:
         return False
-    p = t.data_ptr()
+    try:
+        p = t.data_ptr()
+    except RuntimeError:  # a wrapper subclass without storage of its own
+        return False
     for base, end in list(_host.items()):
         if base <= p < end:
             return True

@@ -169,7 +169,6 @@ def parse_version(v: str) -> Tuple[int, int]:
 class Pending:
     """A launched collective not yet waited."""
 
-    name: str
     device: int
     end: Any  # the end event (a sim.Event), or None where the runtime's hooks carry it
     keep: List[Tensor] = field(default_factory=list)  # stashed tensors (sim, no record_stream)
@@ -204,9 +203,6 @@ class Collectives:
         self.rec = rec
         self.model = CommModel.for_torch(torch.__version__)
         self._works: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
-        # The Python wrapper of a Work is the program's only if it is still alive when the
-        # op returns (pybind hands the live wrapper back): the recorder keeps it until the
-        # next op it sees (Recorder._recent_works), never longer (a Work holds tensors).
         self._futures: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
         self._tensors: Dict[int, Pending] = {}  # storage ptr of a functional output -> pending
         self._labelled: set = set()
@@ -310,7 +306,7 @@ class Collectives:
             self._record_streams(reads + writes, comm, device, key)
         else:
             keep = reads + writes
-        pending = Pending(spec.name, device, be.comm_end(comm, device), keep)
+        pending = Pending(device, be.comm_end(comm, device), keep)
         if _waited_in_cpp():
             be.comm_wait(pending.end, device)
             return
@@ -376,6 +372,9 @@ class Collectives:
         if work is not None:
             with self._lock:
                 self._works[work] = pending
+            # The wrapper made here is the program's Work only if it is still alive when
+            # the op returns (pybind hands a live wrapper back): kept until the next op the
+            # recorder sees, never longer (a Work holds tensors).
             self.rec._recent_works.append(work)
 
     # -- waits ------------------------------------------------------------------------

@@ -40,25 +40,27 @@ class RecordingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = session._current
-        if rec is not None and rec.active:
-            if rec._recent_works:
-                rec._recent_works.clear()
+        if rec is None or not rec.active:
+            return func(*args, **(kwargs or {}))
+        if rec._recent_works:
+            rec._recent_works.clear()
+        try:
             info = func.__dict__.get("_npusan_info")
             if info is None:
                 info = op_info(func)
-            if info.collective is not None and rec.collectives is not None:
-                out = rec.collectives.run(func, info.collective, args, kwargs)
-                if rec._findings:
-                    rec._report_findings()
-                return out
+        except Exception as e:  # never into user code
+            rec._fail(e)
+            return func(*args, **(kwargs or {}))
+        if info.collective is not None and rec.collectives is not None:
+            out = rec.collectives.run(func, info.collective, args, kwargs)
+            if rec._findings:
+                rec._report_findings()
+            return out
         out = func(*args, **(kwargs or {}))
         rec = session._current
         if rec is None or not rec.active:
             return out
         try:
-            info = func.__dict__.get("_npusan_info")
-            if info is None:
-                info = op_info(func)
             if info.view:
                 if info.wait_tensor and rec.collectives is not None:
                     rec.collectives.tensor_waited(args[0] if args else None)

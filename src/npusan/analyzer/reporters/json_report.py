@@ -18,7 +18,7 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.2"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.3"
 
 
 def frames_json(stack) -> list:
