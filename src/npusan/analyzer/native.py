@@ -78,7 +78,8 @@ def engine_class() -> type:
 
 #: The newest trace format version whose every record the compiled core replays; a trace
 #: declaring a newer minor version is replayed by the Python engine (same findings, slower).
-NATIVE_FORMAT = (1, 0)
+#: 1.1 added STREAM_LABEL, a definition the Python side absorbs (the core hands it over).
+NATIVE_FORMAT = (1, 1)
 
 
 def make_engine(symbols: SymbolTable, **kwargs):

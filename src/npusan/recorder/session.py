@@ -116,6 +116,7 @@ class Recorder:
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
         self.collectives = None  # c10d collectives as the process group runs them
         self._recent_works: list = []  # Works kept alive until the next op (collectives.py)
+        self._held_by: Optional[int] = None  # thread holding the queue for a collective (hold)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -292,9 +293,11 @@ class Recorder:
         self._lock.acquire()
         self._held_busy = self._busy
         self._busy = True
+        self._held_by = threading.get_ident()
         return len(self._deferred)
 
     def release(self) -> None:
+        self._held_by = None
         self._busy = self._held_busy
         self._lock.release()
         if len(self._deferred) >= self._qmax:
@@ -309,6 +312,12 @@ class Recorder:
 
     def _drain_now(self) -> None:
         if not self.active:
+            return
+        held = self._held_by
+        if held is not None and held != threading.get_ident():
+            # A collective holds the queue (hold()) and drains it when it releases. Waiting
+            # for it here could deadlock: the op may wait for this very thread (a process
+            # group's watchdog firing a hook while it holds the group's lock).
             return
         try:
             with self._lock:
