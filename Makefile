@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 STAMP := $(VENV)/.npusan-installed
 
-.PHONY: example test bench clean
+.PHONY: example test bench docs clean
 
 $(STAMP): pyproject.toml setup.py src/npusan/analyzer/_core.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,10 +28,15 @@ test: $(STAMP)
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
 	$(BIN)/python -m pytest -q
 
-## The CPU benchmarks (analyzer and recorder); numbers are recorded in docs/benchmarks.md.
+## The CPU benchmarks (analyzer, recorder, start-up hook); numbers are recorded in docs/benchmarks.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_analyzer.py
 	$(BIN)/python benchmarks/bench_recorder.py
+	$(BIN)/python benchmarks/bench_startup.py
+
+## Regenerate docs/cli.md from the commands' own help (a test checks it is up to date).
+docs: $(STAMP)
+	$(BIN)/python scripts/cli_reference.py
 
 clean:
 	rm -rf $(VENV) out build *.egg-info src/*.egg-info

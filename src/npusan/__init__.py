@@ -11,6 +11,12 @@ Recording from code::
     npusan.enable(mode="raise")                 # online: raise npusan.RaceError at the race
     ...
     npusan.disable()
+
+Analyzing from code (``docs/api.md``)::
+
+    report = npusan.analyze("trace.npusan")     # what `npusan analyze` reports, as objects
+    for f in report.findings:
+        print(f.kind.value, f.count, f.title)
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from .recorder.errors import RaceError
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "record", "enable", "disable", "RaceError"]
+__all__ = ["__version__", "record", "enable", "disable", "RaceError", "analyze", "load", "Report", "Finding",
+           "Kind"]
 
 
 def record(
@@ -35,7 +42,11 @@ def record(
 ):
     """A recorder writing ``path`` (a path or a binary file object); use it as a context
     manager, or call ``.start()`` / ``.stop()``. ``online="raise"|"warn"`` also runs the
-    analyzer in process. Ops from every thread started after it begins are recorded."""
+    analyzer in process. Ops from every thread started after it begins are recorded.
+
+    Started while this process is already recording (under ``npusan record``, say), it
+    joins that recording: ``path`` is not written (a note on stderr says so) and stopping
+    it leaves the running recording alone."""
     from .recorder.session import Recorder
 
     return Recorder(
@@ -67,12 +78,46 @@ def enable(mode: str = "raise", *, backend: Any = "auto", trace: Any = None, sta
 
 
 def disable() -> None:
-    """Stop whatever recorder is active in this process (trace closed cleanly)."""
+    """Stop whatever recorder is active in this process (trace closed cleanly).
+
+    After an :func:`enable` (or :func:`record`) that joined a recording already running
+    in this process (under ``npusan record``, say), it only undoes that join: the running
+    recording goes on."""
     import sys
 
     session = sys.modules.get("npusan.recorder.session")
     if session is None:
         return
+    if session._joined:
+        session._joined[-1].stop()
+        return
     rec = session.current()
     if rec is not None:
         rec.stop()
+
+
+def analyze(*paths: Any, **options: Any):
+    """Analyze trace files as ``npusan analyze`` does; returns a :class:`npusan.api.Report`.
+
+    Keywords: ``check_leaks``, ``group``, ``suppress`` (a suppression file), ``baseline`` (a
+    JSON report of an earlier run), ``min_count``. See :func:`npusan.api.analyze`.
+    """
+    from .api import analyze as _analyze
+
+    return _analyze(*paths, **options)
+
+
+def load(path: Any):
+    """Open a trace for reading (header, then records on iteration); see :func:`npusan.api.load`."""
+    from .api import load as _load
+
+    return _load(path)
+
+
+def __getattr__(name: str) -> Any:
+    # The API's classes, imported on first use so that ``import npusan`` stays cheap.
+    if name in ("Report", "Finding", "Kind"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'npusan' has no attribute {name!r}")

@@ -229,6 +229,22 @@ def test_same_bug_repeated_is_one_finding_with_a_count():
     assert len(missing) == 1 and missing[0].count == 1000
 
 
+def test_tensors_from_different_allocation_sites_are_separate_findings_with_their_own_block():
+    # ``a, b = load()`` then one kernel reading both on another stream, then both freed by
+    # the same line: the same code, but two tensors, each reported with its own block
+    p = Prog()
+    for ptr, maker in ((X, "make_a"), (X + 0x1000, "make_b")):
+        p.memory_allocated(ptr, S0, size=64, stack=p._stack(maker))
+        p.write(S0, ptr)
+    p.wait_stream(S1, S0, event=1)
+    p.read(S1, X, X + 0x1000, stack="use")
+    p.memory_freed(X)
+    p.memory_freed(X + 0x1000)
+    missing = [x for x in p.findings() if x.kind is Kind.MISSING_RECORD_STREAM]
+    assert sorted((m.block.address, m.block.stack[0].function, m.count) for m in missing) == [
+        (X, "make_a", 1), (X + 0x1000, "make_b", 1)]
+
+
 def test_on_finding_is_called_once_per_distinct_finding_at_first_occurrence():
     seen = []
     p = Prog(on_finding=lambda f: seen.append((f.kind, f.access.seq, p.engine.seq)))

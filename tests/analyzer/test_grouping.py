@@ -43,6 +43,8 @@ def test_ungrouped_lists_every_kept_occurrence_and_counts_the_rest():
     assert [e.finding.access.seq for e in entries] == [2, 12, 22]
     assert [e.finding.previous.seq for e in entries] == [1, 11, 21]
     assert [e.addresses for e in entries] == [[0x10], [0x20], [0x10]]
+    # each entry shows its own block, not the first occurrence's
+    assert [e.finding.block.address for e in entries] == [0x10, 0x20, 0x10]
     assert all(e.count == 1 for e in entries)
     assert entries[-1].omitted == 2  # 5 counted, 3 kept
     assert {e.fingerprint for e in entries} == {f.fingerprint()}
@@ -61,3 +63,18 @@ def test_ungrouped_without_kept_occurrences_falls_back_to_the_finding():
     f = make_finding(count=3, occurrences=[])
     (e,) = ungrouped([f])
     assert e.count == 1 and e.omitted == 2
+
+
+def test_a_group_of_two_tensors_lists_both_in_its_root_cause():
+    from dataclasses import replace
+
+    from npusan.analyzer.findings import Frame
+    from npusan.analyzer.reporters.describe import tensors
+    from npusan.analyzer.rootcause import root_causes
+
+    f = make_finding("missing-record-stream", later_op="free", later_type="write", later_seq=0, first_seq=4)
+    a = replace(f, block=replace(f.block, address=0x10, stack=(Frame("/p/x.py", 6, "load"),)))
+    b = replace(f, block=replace(f.block, address=0x20, stack=(Frame("/p/x.py", 7, "load"),)), first_seq=5)
+    (g,) = group_findings([a, b])  # the same code: one group, two tensors
+    (rc,) = root_causes([g])
+    assert [t["allocated_at"].lineno for t in tensors(rc)] == [6, 7]

@@ -94,6 +94,8 @@ def test_fold_runs_of_library_frames():
     assert fold(stack, full=True) == list(stack)
     only_library = (Frame(TORCH, 1, "a"), Frame(TORCH, 2, "b"))
     assert fold(only_library) == list(only_library)  # nothing to fold it into
+    long_library = tuple(Frame(TORCH, i, f"f{i}") for i in range(10))
+    assert fold(long_library) == [Folded(7, ("torch",)), *long_library[7:]]  # the innermost three stay
     assert user_site(stack) == stack[4]
     assert user_site((Frame(TORCH, 1, "a"),)) == Frame(TORCH, 1, "a")
     assert user_site(()) is None

@@ -1,6 +1,7 @@
 """`npusan export`: a loadable Chrome trace, and one-line errors."""
 
 import json
+import os
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_export_to_stdout_with_window(scenario, run):
     [
         (["--format", "perfetto"], "unknown timeline format 'perfetto'"),
         (["--around-findings", "-1"], "--around-findings must be 0 or more"),
-        (["-o", "nodir/t.json"], "does not exist"),
+        (["-o", "nodir/t.json"], "cannot write the timeline to nodir/t.json: directory"),
     ],
 )
 def test_export_usage_problems(scenario, run, args, needle):
@@ -73,3 +74,17 @@ def test_export_says_what_it_left_out_and_all_exports_everything(run, workdir):
     assert r.exit_code == 0 and "exported all 200 kernels" in r.stderr
     r = run("export", "long.bin", "--all", "--max-kernels", "5")
     assert r.exit_code == 2 and "--all exports everything" in r.stderr
+
+
+def test_export_file_gets_the_mode_of_any_other_output(scenario, run, workdir):
+    trace = scenario("data_race")
+    old = os.umask(0o027)
+    try:
+        assert run("export", trace, "-o", "new.json").exit_code == 0
+        assert (workdir / "new.json").stat().st_mode & 0o777 == 0o640  # 0666 less the umask, not 0600
+        (workdir / "old.json").write_text("x")
+        os.chmod(workdir / "old.json", 0o604)
+        assert run("export", trace, "-o", "old.json", "--force").exit_code == 0
+        assert (workdir / "old.json").stat().st_mode & 0o777 == 0o604  # an overwritten file keeps its mode
+    finally:
+        os.umask(old)

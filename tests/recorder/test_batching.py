@@ -47,7 +47,7 @@ def test_trace_does_not_depend_on_the_batch_size(tmp_path):
     for qmax in (1, 7, 100000):
         path = tmp_path / f"q{qmax}.npusan"
         with npusan.record(str(path), backend="sim") as rec:
-            rec._qmax = qmax
+            rec._qmax = rec._kmax = qmax
             _program()
             if qmax == 100000:
                 assert len(rec._deferred) > 100  # really queued until stop

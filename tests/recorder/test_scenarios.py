@@ -163,6 +163,6 @@ def test_record_exit_status_and_bad_command(tmp_path):
     assert trace.exists()
     bad = subprocess.run([*NPUSAN, "record", "-o", str(tmp_path / "t"), "--", "no-such-command-xyz"],
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "command not found" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 127 and "command not found" in bad.stderr and "Traceback" not in bad.stderr
     empty = subprocess.run([*NPUSAN, "record", "-o", str(tmp_path / "t")], capture_output=True, text=True)
     assert empty.returncode == 2 and "Traceback" not in empty.stderr

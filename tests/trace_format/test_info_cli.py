@@ -67,7 +67,7 @@ def test_info_memory_and_unallocated_blocks(tmp_path):
         w.memory_allocated(0x3000, 0x55)
         w.memory_freed(0x1000)
         w.kernel(0x55, "k", reads=[0x9000, 0xA000])
-    d = json.loads(run(p, "--json").output)
+    d = json.loads(run(p, "--json").stdout)  # warnings go to stderr
     m = d["memory"]
     assert m["allocations"] == 3 and m["frees"] == 1 and m["allocated_bytes"] == 150
     assert m["unknown_size_allocations"] == 1 and m["peak_live_blocks"] == 3 and m["peak_live_bytes"] == 150
@@ -88,7 +88,7 @@ def test_info_truncated_trace_is_exit_0_with_warning(trace, tmp_path):
 def test_info_unknown_types(tmp_path):
     p = tmp_path / "future.npusan"
     p.write_bytes(handmade({"format": [1, 7]}, [[77, 1], [77, 2], [R.END, {}]]))
-    d = json.loads(run(p, "--json").output)
+    d = json.loads(run(p, "--json").stdout)  # warnings go to stderr
     assert d["unknown_record_types"] == {"77": 2} and len(d["warnings"]) == 1
     assert "unknown type 77" in run(p, "--no-color").output
 
@@ -101,7 +101,7 @@ def test_info_odd_header_values_do_not_crash(tmp_path):
     res = run(p, "--no-color")
     assert res.exit_code == 0, res.output
     assert "[red]x" in res.output
-    assert json.loads(run(p, "--json").output)["header"]["metadata"]["1"] == "/w=="
+    assert json.loads(run(p, "--json").stdout)["header"]["metadata"]["1"] == "/w=="
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pytest
 from npusan import __version__
 from npusan.trace_format import FileSink, TraceReader, TraceWriter
 from npusan.trace_format import records as R
+from npusan.trace_format.errors import TraceFormatError
 
 from .conftest import raw_records, write_small_trace
 
@@ -273,8 +274,10 @@ def test_write_errors_surface_as_oserror_and_stop_writing(exc):
 
 
 def test_flush_policy(tmp_path):
+    """A buffered output (a file object) is written in blocks: by size, by time, at flush."""
     path = tmp_path / "f.npusan"
-    w = TraceWriter(path, flush_bytes=1 << 30, flush_interval=1e9)
+    f = open(path, "wb")
+    w = TraceWriter(f, flush_bytes=1 << 30, flush_interval=1e9)
     header_only = path.stat().st_size
     assert header_only > 8  # the header is written at once: a crash leaves a readable trace
     for i in range(50):
@@ -284,23 +287,59 @@ def test_flush_policy(tmp_path):
     w.flush()
     assert w.sink.pending() == 0
     flushed = path.stat().st_size
-    r = TraceReader(path)
+    r = TraceReader(str(path))
     recs = list(r.records())
     assert sum(1 for x in recs if x[0] == R.KERNEL) == 50 and r.truncated
     w.close()
+    f.close()
     assert path.stat().st_size > flushed
 
-    w2 = TraceWriter(tmp_path / "g.npusan", flush_bytes=64, flush_interval=1e9)
+    g = open(tmp_path / "g.npusan", "wb")
+    w2 = TraceWriter(g, flush_bytes=64, flush_interval=1e9)
     for i in range(20):
         w2.kernel(0, "k", reads=[i + 1])
     assert (tmp_path / "g.npusan").stat().st_size > header_only
     assert w2.sink.pending() < 64 + 32
     w2.close()
+    g.close()
 
-    w3 = TraceWriter(tmp_path / "h.npusan", flush_bytes=1 << 30, flush_interval=0.0)
+    h = open(tmp_path / "h.npusan", "wb")
+    w3 = TraceWriter(h, flush_bytes=1 << 30, flush_interval=0.0)
     w3.kernel(0, "k")
     assert w3.sink.pending() == 0
     w3.close()
+    h.close()
+
+
+def test_a_path_is_written_through_a_mapping_every_call_committed(tmp_path):
+    """A trace path on a regular file: each call is in the file when it returns (a kill
+    loses nothing); the file is grown ahead (zero bytes) and cut to size at close."""
+    path = tmp_path / "m.npusan"
+    w = TraceWriter(path, flush_bytes=1 << 30, flush_interval=1e9)
+    assert w.sink.durable
+    for i in range(50):
+        w.kernel(0, "k", reads=[i + 1])
+    assert w.sink.pending() == 0
+    r = TraceReader(str(path))  # read while the writer is open, as after a kill
+    recs = list(r.records())
+    assert sum(1 for x in recs if x[0] == R.KERNEL) == 50 and r.truncated
+    assert path.read_bytes().endswith(b"\0" * 1024)
+    w.close()
+    data = path.read_bytes()
+    assert not data.endswith(b"\0") and len(data) < 4096
+    r = TraceReader(str(path))
+    assert sum(1 for x in r.records() if x[0] == R.KERNEL) == 50 and r.ended_cleanly
+
+
+def test_zero_bytes_inside_the_data_are_corrupt_not_a_cut(tmp_path):
+    path = tmp_path / "z.npusan"
+    with TraceWriter(path) as w:
+        w.kernel(0, "k", reads=[1])
+    data = path.read_bytes()
+    end = data.rindex(b"\x92\x14")  # the END record [20, {...}]
+    path.write_bytes(data[:end] + b"\0" + data[end:])  # a zero byte, then more records
+    with pytest.raises(TraceFormatError):
+        list(TraceReader(str(path)).records())
 
 
 def test_concurrent_threads_produce_a_consistent_trace():

@@ -616,8 +616,9 @@ static void merge_all(Core *c, const int64_t *src, uint32_t n) {
 
 /* ------------------------------------------------------------------ findings */
 
-static uint64_t fkey_hash(int kind, const acc_t *a, const acc_t *p) {
-    uint64_t h = (uint64_t)kind;
+/* The key of a distinct finding: the Python engine's (kind, both accesses, allocation stack). */
+static uint64_t fkey_hash(int kind, const acc_t *a, const acc_t *p, int32_t bstack) {
+    uint64_t h = (uint64_t)kind ^ ((uint64_t)(uint32_t)bstack << 16);
     h = mix(h ^ ((uint64_t)(uint32_t)a->stream << 8) ^ ((uint64_t)(uint32_t)a->op << 32));
     h = mix(h ^ (uint64_t)(uint32_t)a->stack ^ ((uint64_t)a->write << 40));
     h = mix(h ^ ((uint64_t)(uint32_t)p->stream << 8) ^ ((uint64_t)(uint32_t)p->op << 32));
@@ -625,8 +626,8 @@ static uint64_t fkey_hash(int kind, const acc_t *a, const acc_t *p) {
     return h;
 }
 
-static int fkey_eq(const finding_t *f, int kind, const acc_t *a, const acc_t *p) {
-    return f->kind == kind && f->acc.stream == a->stream && f->acc.op == a->op && f->acc.stack == a->stack &&
+static int fkey_eq(const finding_t *f, int kind, const acc_t *a, const acc_t *p, int32_t bstack) {
+    return f->kind == kind && f->bstack == bstack && f->acc.stream == a->stream && f->acc.op == a->op && f->acc.stack == a->stack &&
            f->acc.write == a->write && f->prev.stream == p->stream && f->prev.op == p->op &&
            f->prev.stack == p->stack && f->prev.write == p->write;
 }
@@ -654,11 +655,11 @@ static int occ_add(Core *c, finding_t *f, int64_t seq, int64_t pseq, uint64_t ad
 }
 
 static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, const block_t *b) {
-    size_t mask = c->ftabcap - 1, i = fkey_hash(kind, acc, earlier) & mask;
+    size_t mask = c->ftabcap - 1, i = fkey_hash(kind, acc, earlier, b->stack) & mask;
     for (;;) {
         int32_t fi = c->ftab[i];
         if (fi < 0) break;
-        if (fkey_eq(&c->found[fi], kind, acc, earlier)) return occ_add(c, &c->found[fi], acc->seq, earlier->seq, b->ptr);
+        if (fkey_eq(&c->found[fi], kind, acc, earlier, b->stack)) return occ_add(c, &c->found[fi], acc->seq, earlier->seq, b->ptr);
         i = (i + 1) & mask;
     }
     if ((long)c->nfound >= c->L.max_findings) { c->dropped++; return 0; }

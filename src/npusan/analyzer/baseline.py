@@ -72,11 +72,30 @@ def parse_baseline(doc, path: str = "<baseline>") -> Baseline:
     return out
 
 
+#: The keys a baseline needs: of the report, of each finding.
+_REPORT_KEYS = ("schema_version", "findings")
+_FINDING_KEYS = ("fingerprint", "kind", "title")
+
+
+def _slim(obj: dict):
+    """Keep, of each decoded JSON object, only what a baseline uses.
+
+    ``json`` builds objects innermost first and hands each to this hook: a finding's
+    stacks, streams and the traces' headers are dropped as soon as they are decoded, so
+    parsing needs little more memory than the file's text, whatever the report holds.
+    """
+    if "fingerprint" in obj:
+        return {k: obj[k] for k in _FINDING_KEYS if k in obj}
+    if "findings" in obj:
+        return {k: obj[k] for k in _REPORT_KEYS if k in obj}
+    return None
+
+
 def load_baseline(path: str) -> Baseline:
     """Read and parse ``path``; every problem becomes a :class:`BaselineError`."""
     data = read_user_file(path, "baseline", MAX_FILE_BYTES, BaselineError)
     try:
-        doc = json.loads(data)
+        doc = json.loads(data, object_hook=_slim)
     except (ValueError, RecursionError) as e:
         raise BaselineError(f"baseline {path}: not valid JSON ({e})") from None
     try:

@@ -645,8 +645,10 @@ class Engine:
     # ------------------------------------------------------------------ findings
 
     def report(self, kind: Kind, acc: Access, earlier: Access, b: Block) -> None:
+        # The allocation stack too: tensors from different lines freed or used by the same
+        # code are different findings, each with its own block (grouping merges them back).
         key = (kind, acc.stream, acc.op, acc.stack, acc.write, earlier.stream, earlier.op, earlier.stack,
-               earlier.write)
+               earlier.write, b.stack)
         occ = self.found.get(key)
         if occ is None:
             if len(self.found) >= MAX_FINDINGS:

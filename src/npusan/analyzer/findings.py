@@ -84,8 +84,8 @@ class Finding:
     """One bug: a kind, a block, the later and the earlier access, and how often it happened.
 
     ``access`` is the later access (for a missing record_stream: the free); ``previous``
-    the earlier one (the unsynchronized use). Occurrences with the same kind, ops, streams
-    and stacks are merged into one finding whose ``count`` says how many there were;
+    the earlier one (the unsynchronized use). Occurrences with the same kind, ops, streams,
+    stacks and allocation stack are merged into one finding whose ``count`` says how many there were;
     ``addresses`` lists the distinct block base pointers seen (capped).
     """
 
@@ -178,6 +178,7 @@ class TraceSummary:
     kernels: int = 0
     truncated: bool = False  # ended without an END record (crashed or killed writer)
     warnings: list = field(default_factory=list)
+    end_reason: Optional[str] = None  # an END record that says the recording stopped early
 
 
 @dataclass

@@ -127,6 +127,7 @@ def ungrouped(findings: Iterable[Finding]) -> list[Group]:
                 previous=dataclasses.replace(
                     f.previous, seq=prev_seq if prev_seq is not None else f.previous.seq
                 ),
+                block=f.block if address is None else dataclasses.replace(f.block, address=address),
                 count=1,
                 addresses=[address if address is not None else f.block.address],
                 first_seq=seq or 0,

@@ -363,6 +363,10 @@ class NativeEngine:
             pos += length
             state["pos"] = pos
             reader.raw_sync(n + 1, start + pos, rec)
+            if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length):
+                reader.raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
+                reader._ran_out(start + pos - length, b"")
+                return
             t = reader._check(rec)
             if t in R.DEFINITIONS:
                 reader._define(rec)

@@ -88,37 +88,40 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def _bindings(body: Sequence[ast.AST]) -> dict:
-    """Names a scope's own statements bind (not descending into nested scopes)."""
-    names: dict = {}
-
-    def bind(name: str, path: str = OTHER) -> None:
-        if name in names and names[name] != path:
-            names[name] = OTHER  # bound two ways: not a reliable module name
-        else:
-            names[name] = path
-
+def _binding_nodes(body: Sequence[ast.AST]):
+    """``(name, import path or OTHER, node)`` for each binding a scope's own statements make
+    (not descending into nested scopes), ``node`` being where it happens."""
     stack = list(body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for name, path in _import_bindings(node):
-                bind(name, path)
+                yield name, path, node
             continue
         if isinstance(node, _SCOPES):
             if not isinstance(node, ast.Lambda):
-                bind(node.name)
+                yield node.name, OTHER, node
             stack.extend(getattr(node, "decorator_list", []))
             continue
         if isinstance(node, _COMPREHENSIONS):
             continue
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            bind(node.id)
+            yield node.id, OTHER, node
         elif isinstance(node, ast.ExceptHandler) and node.name:
-            bind(node.name)
+            yield node.name, OTHER, node
         elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            bind(node.name)
+            yield node.name, OTHER, node
         stack.extend(ast.iter_child_nodes(node))
+
+
+def _bindings(body: Sequence[ast.AST]) -> dict:
+    """Names a scope's own statements bind (not descending into nested scopes)."""
+    names: dict = {}
+    for name, path, _node in _binding_nodes(body):
+        if name in names and names[name] != path:
+            names[name] = OTHER  # bound two ways: not a reliable module name
+        else:
+            names[name] = path
     return names
 
 
@@ -181,6 +184,38 @@ class ScopeIndex:
             body = inner.body
         return Scope(names, function, cls, params, frozenset(local))
 
+
+    def rebound(self, filename: str, function: Optional[int], name: str, origin: int, site: int) -> bool:
+        """Whether ``name`` may be bound to something else at ``site`` than at ``origin``.
+
+        True when the scope (the def starting at line ``function``, or the module for None)
+        binds ``name`` anywhere other than at ``origin``, between ``origin`` and ``site``
+        (``site`` included: a binding on the fix line itself may run before the pasted
+        code). When ``site`` comes first (a loop), any other binding counts. Conservative:
+        the order of execution is not followed, only the order of lines.
+        """
+        tree = self._tree(filename)
+        if tree is None:
+            return True
+        if function is None:
+            body: Sequence[ast.AST] = tree.body
+        else:
+            fn = next((n for n in ast.walk(tree) if isinstance(n, _SCOPES[:2]) and n.lineno == function), None)
+            if fn is None:
+                return True
+            body = fn.body
+        for bound, _path, node in _binding_nodes(body):
+            if bound != name:
+                continue
+            start, end = node.lineno, node.end_lineno or node.lineno
+            if start <= origin <= end:
+                continue  # the binding the trace points at
+            if origin <= site:
+                if origin < start <= site or origin < end <= site:
+                    return True
+            else:
+                return True
+        return False
 
 def _enclosing_def(body: Sequence[ast.AST], lineno: int):
     for node in body:

@@ -81,6 +81,7 @@ def analyze_traces(
                     kernels=engine.seq,
                     truncated=reader.truncated,
                     warnings=warnings,
+                    end_reason=reader.end_reason,
                 )
             )
         findings.extend(found)

@@ -7,11 +7,13 @@ too large or not text is simply not quoted, and nothing here ever raises.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 from .findings import Frame
 
@@ -87,13 +89,15 @@ _INTERNAL = [
     ("npusan", re.compile(r"(^|/)(site|dist)-packages/npusan/")),
     # torch's deprecated collectives are wrapped by typing_extensions.deprecated
     ("python", re.compile(r"(^|/)(site|dist)-packages/typing_extensions\.py$")),
+    ("pytest", re.compile(r"(^|/)(site|dist)-packages/(_pytest|pytest|pluggy)/")),
     ("python", re.compile(r"(^|/)lib/python3\.\d+/(?!site-packages/|dist-packages/)")),
     ("python", re.compile(r"^<")),  # <frozen runpy>, <string>, ...
 ]
 
 
 def internal_category(frame: Frame) -> Optional[str]:
-    """``"torch"``, ``"npusan"`` or ``"python"`` for library frames; ``None`` for user code."""
+    """``"torch"``, ``"npusan"``, ``"pytest"`` or ``"python"`` for library frames; ``None``
+    for user code."""
     return _file_category(frame.filename)
 
 
@@ -122,15 +126,21 @@ class Folded:
         return f"… {self.count} {what} frame{'s' if self.count != 1 else ''}"
 
 
+#: Innermost frames shown of a stack that has no frame of user code.
+LIBRARY_ONLY_SHOWN = 3
+
+
 def fold(stack: Iterable[Frame], full: bool = False) -> list[Union[Frame, Folded]]:
     """The frames of ``stack`` with runs of library frames folded, unless ``full``.
 
-    A stack made only of library frames is shown whole: folding all of it would hide
-    the only locations there are.
+    A stack made only of library frames (a tensor freed by pytest after the test
+    returned) keeps its innermost :data:`LIBRARY_ONLY_SHOWN` frames: folding all of it
+    would hide the only locations there are.
     """
     stack = list(stack)
+    keep_from = len(stack)
     if not full and all(internal_category(fr) is not None for fr in stack):
-        full = True
+        keep_from = len(stack) - LIBRARY_ONLY_SHOWN
     out: list[Union[Frame, Folded]] = []
     run: list[str] = []
 
@@ -140,8 +150,8 @@ def fold(stack: Iterable[Frame], full: bool = False) -> list[Union[Frame, Folded
             out.append(Folded(len(run), cats))
             run.clear()
 
-    for fr in stack:
-        cat = None if full else internal_category(fr)
+    for i, fr in enumerate(stack):
+        cat = None if full or i >= keep_from else internal_category(fr)
         if cat is None:
             flush()
             out.append(fr)
@@ -159,8 +169,29 @@ def user_site(stack: Sequence[Frame]) -> Optional[Frame]:
     return stack[-1] if stack else None
 
 
+#: How the report being rendered writes file names (see :func:`paths_shown_as`).
+_PATH_FORM: "contextvars.ContextVar[Optional[Callable[[str], str]]]" = contextvars.ContextVar(
+    "npusan_path_form", default=None)
+
+
+@contextlib.contextmanager
+def paths_shown_as(form: Callable[[str], str]) -> Iterator[None]:
+    """While rendering a report meant for a CI server (SARIF, JUnit), write every file name
+    in its text as ``form`` does, the way its file locations name them, instead of
+    relative to the working directory of whoever ran the analysis."""
+    token = _PATH_FORM.set(form)
+    try:
+        yield
+    finally:
+        _PATH_FORM.reset(token)
+
+
 def display_path(filename: str, cwd: Optional[str] = None) -> str:
-    """A file name as reports show it: relative to the working directory when inside it."""
+    """A file name as reports show it: relative to the working directory when inside it
+    (or as :func:`paths_shown_as` says, while it is in force)."""
+    form = _PATH_FORM.get()
+    if form is not None and cwd is None:
+        return form(filename)
     if os.path.isabs(filename):
         base = cwd or os.getcwd()
         try:

@@ -126,6 +126,8 @@ def _load_toml(data: bytes):
         raise SuppressionError("is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise SuppressionError(f"is not valid TOML ({e})") from None
+    except RecursionError:
+        raise SuppressionError("nests tables or arrays too deeply") from None
 
 
 def _patterns(entry: dict, key: str, where: str) -> tuple:

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import IO, Callable, Iterator, Optional
 
 from ..trace_format import records as R
+from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
+from ..trace_format.safe_text import clean_tree
 from .findings import Finding, StreamRef, number_streams, stream_numbers
 from .reporters import describe as D
 from .sources import SourceCache, display_path
@@ -42,7 +44,7 @@ def _tid(sidx: int) -> int:
 
 def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None):
     """Pass 1: replay ``path``; return (findings, {id(finding): record index at first occurrence})."""
-    from .engine import Engine
+    from .engine import Engine, RecordError
 
     where: dict[int, int] = {}
     with TraceReader(path) as reader:
@@ -53,7 +55,7 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
             for rec in reader.records():
                 position[0] += 1
                 if progress is not None and not position[0] % PROGRESS_EVERY:
-                    progress("finding", reader.position(), total)
+                    progress("finding", reader.position, total)
                 yield rec
 
         engine = Engine(
@@ -62,7 +64,10 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
             check_leaks=check_leaks,
             on_finding=lambda f: where.setdefault(id(f), position[0]),
         )
-        engine.run(counted())
+        try:
+            engine.run(counted())
+        except RecordError as e:
+            raise RecordError(f"{reader.where()}: {e}") from None
         findings = engine.finish()
         is_default = functools.partial(is_default_stream, reader.header)
         number_streams(findings, stream_numbers(reader.symbols.streams, is_default), is_default,
@@ -180,7 +185,7 @@ def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: b
     limits = ExportLimits(around_findings, max_kernels)
     stats = ExportStats(limits=limits)
     events = list(chrome_events(path, limits, stats, check_leaks=check_leaks))
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(path, stats)}
+    return clean_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(path, stats)})
 
 
 def write_chrome(path, out: IO[str], limits: ExportLimits, *, check_leaks: bool = False,
@@ -196,10 +201,10 @@ def write_chrome(path, out: IO[str], limits: ExportLimits, *, check_leaks: bool 
     for ev in chrome_events(path, limits, stats, check_leaks=check_leaks, progress=progress):
         if not first:
             out.write(",\n")
-        out.write(dumps(ev))
+        out.write(dumps(clean_tree(ev)))  # trace strings, sanitized on the way out
         first = False
     out.write('\n],"displayTimeUnit":"ms","otherData":')
-    out.write(dumps(_other_data(path, stats)))
+    out.write(dumps(clean_tree(_other_data(path, stats))))
     out.write("}\n")
     return stats
 
@@ -287,87 +292,92 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
             fr = symbols.frames_of(stack_id)
             return f"{display_path(fr[-1][0])}:{fr[-1][1]}" if fr else ""
 
-        for rec in reader.records():
-            index += 1
-            if progress is not None and not index % PROGRESS_EVERY:
-                progress("writing", reader.position(), total)
-            t = rec[0]
-            if t == R.KERNEL:
-                seq += 1
-                tick += 1
-                if full or not window.keeps(seq):
+        # The reader does not type-check fields (a stack id may be a map): a field of the
+        # wrong type is a corrupt trace, reported with the record's position.
+        try:
+            for rec in reader.records():
+                index += 1
+                if progress is not None and not index % PROGRESS_EVERY:
+                    progress("writing", reader.position, total)
+                t = rec[0]
+                if t == R.KERNEL:
+                    seq += 1
+                    tick += 1
+                    if full or not window.keeps(seq):
+                        continue
+                    if cap is not None and stats.drawn >= cap:
+                        full = True
+                        continue
+                    ts = tick * TICK
+                    acc = []
+                    for a in rec[4:]:
+                        bid, write, off, n = R.decode_access(a)
+                        ptr, size = blocks.get(bid, symbols.blocks.get(bid, (None, None)))
+                        where = f"{ptr:#x}" if isinstance(ptr, int) else f"block {bid}"
+                        if off is not None:
+                            where += f"+{off}:{n}"
+                        acc.append(("W " if write else "R ") + where)
+                    stats.drawn += 1
+                    yield slice_(symbols.string(rec[2]), "kernel", ts, KERNEL_DUR, _tid(rec[1]),
+                                 {"seq": seq, "accesses": acc, "at": user_frame(rec[3])})
+                    if seq in by_seq:
+                        yield from markers(by_seq.pop(seq), ts + KERNEL_DUR // 2)
                     continue
-                if cap is not None and stats.drawn >= cap:
-                    full = True
-                    continue
-                ts = tick * TICK
-                acc = []
-                for a in rec[4:]:
-                    bid, write, off, n = R.decode_access(a)
-                    ptr, size = blocks.get(bid, symbols.blocks.get(bid, (None, None)))
-                    where = f"{ptr:#x}" if isinstance(ptr, int) else f"block {bid}"
-                    if off is not None:
-                        where += f"+{off}:{n}"
-                    acc.append(("W " if write else "R ") + where)
-                stats.drawn += 1
-                yield slice_(symbols.string(rec[2]), "kernel", ts, KERNEL_DUR, _tid(rec[1]),
-                             {"seq": seq, "accesses": acc, "at": user_frame(rec[3])})
-                if seq in by_seq:
-                    yield from markers(by_seq.pop(seq), ts + KERNEL_DUR // 2)
-                continue
-            kept = not full and (window.keeps(seq) or window.keeps(seq + 1))
-            if t == R.STREAM_CREATED:
-                created.setdefault(rec[1], rec[2])
-            elif t == R.ALLOC:
-                blocks[rec[1]] = (rec[2], rec[3])
-            elif t == R.FREE:
-                blocks.pop(rec[1], None)
-            elif t == R.EVENT_RECORD:
-                tick += 1
-                ts = tick * TICK
-                recorded[rec[1]] = (ts, _tid(rec[2]), kept)
-                if kept:
-                    yield slice_("record event", "sync", ts, SYNC_DUR, _tid(rec[2]), {"event": rec[1], "at": user_frame(rec[3])})
-            elif t == R.EVENT_WAIT:
-                tick += 1
-                ts = tick * TICK
-                if kept:
-                    tid = _tid(rec[2])
-                    yield slice_("wait event", "sync", ts, SYNC_DUR, tid, {"event": rec[1], "at": user_frame(rec[3])})
-                    src = recorded.get(rec[1])
-                    if src is not None and src[2]:
-                        flow_id += 1
-                        yield {"name": "event", "cat": "sync", "ph": "s", "id": flow_id,
-                               "ts": src[0] + 1, "pid": PID, "tid": src[1]}
-                        yield {"name": "event", "cat": "sync", "ph": "f", "bp": "e", "id": flow_id,
-                               "ts": ts + 1, "pid": PID, "tid": tid}
-            elif t == R.EVENT_DELETED or t == R.EVENT_CREATED:
-                recorded.pop(rec[1], None)
-            elif t == R.EVENT_SYNC:
-                tick += 1
-                if kept:
-                    yield instant("event synchronize", "sync", tick * TICK, HOST_TID, {"event": rec[1], "at": user_frame(rec[2])})
-            elif t == R.STREAM_SYNC:
-                tick += 1
-                if kept:
-                    yield instant("stream synchronize", "sync", tick * TICK, _tid(rec[1]), {"at": user_frame(rec[2])})
-            elif t == R.DEVICE_SYNC:
-                tick += 1
-                if kept:
-                    yield instant("device synchronize", "sync", tick * TICK, HOST_TID,
-                                  {"device": rec[1], "at": user_frame(rec[2])}, scope="g")
-            elif t in (R.RECORD_STREAM, R.ERASE_STREAM):
-                tick += 1
-                if kept:
-                    name = "record_stream" if t == R.RECORD_STREAM else "erase_stream"
-                    ptr = blocks.get(rec[1], (None,))[0]
-                    yield instant(name, "memory", tick * TICK, _tid(rec[2]),
-                                  {"block": f"{ptr:#x}" if isinstance(ptr, int) else rec[1], "at": user_frame(rec[3])})
-            elif t == R.NOTE:
-                yield instant(f"note: {rec[2]}", "note", tick * TICK, HOST_TID, {"level": rec[1]})
-            if index in by_record:
-                tick += 1
-                yield from markers(by_record.pop(index), tick * TICK)
+                kept = not full and (window.keeps(seq) or window.keeps(seq + 1))
+                if t == R.STREAM_CREATED:
+                    created.setdefault(rec[1], rec[2])
+                elif t == R.ALLOC:
+                    blocks[rec[1]] = (rec[2], rec[3])
+                elif t == R.FREE:
+                    blocks.pop(rec[1], None)
+                elif t == R.EVENT_RECORD:
+                    tick += 1
+                    ts = tick * TICK
+                    recorded[rec[1]] = (ts, _tid(rec[2]), kept)
+                    if kept:
+                        yield slice_("record event", "sync", ts, SYNC_DUR, _tid(rec[2]), {"event": rec[1], "at": user_frame(rec[3])})
+                elif t == R.EVENT_WAIT:
+                    tick += 1
+                    ts = tick * TICK
+                    if kept:
+                        tid = _tid(rec[2])
+                        yield slice_("wait event", "sync", ts, SYNC_DUR, tid, {"event": rec[1], "at": user_frame(rec[3])})
+                        src = recorded.get(rec[1])
+                        if src is not None and src[2]:
+                            flow_id += 1
+                            yield {"name": "event", "cat": "sync", "ph": "s", "id": flow_id,
+                                   "ts": src[0] + 1, "pid": PID, "tid": src[1]}
+                            yield {"name": "event", "cat": "sync", "ph": "f", "bp": "e", "id": flow_id,
+                                   "ts": ts + 1, "pid": PID, "tid": tid}
+                elif t == R.EVENT_DELETED or t == R.EVENT_CREATED:
+                    recorded.pop(rec[1], None)
+                elif t == R.EVENT_SYNC:
+                    tick += 1
+                    if kept:
+                        yield instant("event synchronize", "sync", tick * TICK, HOST_TID, {"event": rec[1], "at": user_frame(rec[2])})
+                elif t == R.STREAM_SYNC:
+                    tick += 1
+                    if kept:
+                        yield instant("stream synchronize", "sync", tick * TICK, _tid(rec[1]), {"at": user_frame(rec[2])})
+                elif t == R.DEVICE_SYNC:
+                    tick += 1
+                    if kept:
+                        yield instant("device synchronize", "sync", tick * TICK, HOST_TID,
+                                      {"device": rec[1], "at": user_frame(rec[2])}, scope="g")
+                elif t in (R.RECORD_STREAM, R.ERASE_STREAM):
+                    tick += 1
+                    if kept:
+                        name = "record_stream" if t == R.RECORD_STREAM else "erase_stream"
+                        ptr = blocks.get(rec[1], (None,))[0]
+                        yield instant(name, "memory", tick * TICK, _tid(rec[2]),
+                                      {"block": f"{ptr:#x}" if isinstance(ptr, int) else rec[1], "at": user_frame(rec[3])})
+                elif t == R.NOTE:
+                    yield instant(f"note: {rec[2]}", "note", tick * TICK, HOST_TID, {"level": rec[1]})
+                if index in by_record:
+                    tick += 1
+                    yield from markers(by_record.pop(index), tick * TICK)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+            raise TraceFormatError(f"{reader.where()}: malformed record ({e})") from None
         tick += 1
         yield from markers([m for items in by_seq.values() for m in items] + at_end, tick * TICK)
         stats.kernels = seq

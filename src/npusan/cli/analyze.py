@@ -14,14 +14,17 @@ from typing import Optional, Sequence
 
 import click
 
+from ..trace_format.input_files import distinct_inputs
+from ..trace_format.safe_text import clean
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, UsageProblem, one_line_errors
+from .output import check_writable, write_output
 from .progress import LazyProgress
 
 FORMATS = ("text", "json", "sarif", "junit", "short", "html")
 
 
 def warn(message: str) -> None:
-    click.echo(f"npusan: warning: {message}", err=True)
+    click.echo(f"npusan: warning: {clean(message)}", err=True)
 
 
 def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
@@ -40,31 +43,6 @@ def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
     return frozenset(kinds)
 
 
-def check_writable(path: str) -> None:
-    """Fail now, before any analysis, if ``-o PATH`` cannot be written."""
-    if os.path.isdir(path):
-        raise UsageProblem(f"cannot write the report to {path}: it is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise UsageProblem(f"cannot write the report to {path}: directory {parent} does not exist")
-    if os.path.exists(path):
-        if not os.access(path, os.W_OK):
-            raise UsageProblem(f"cannot write the report to {path}: permission denied")
-    elif not os.access(parent, os.W_OK):
-        raise UsageProblem(f"cannot write the report to {path}: directory {parent} is not writable")
-
-
-def write_output(path: Optional[str], text: str) -> None:
-    if path is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as e:
-        raise UsageProblem(f"cannot write the report to {path}: {e.strerror or e}") from None
-
-
 class _Progress(LazyProgress):
     """The analysis progress bar: one task, named after the trace being read."""
 
@@ -75,13 +53,6 @@ class _Progress(LazyProgress):
     def __call__(self, trace: int, done: int, total: Optional[int]) -> None:
         name = os.path.basename(self.paths[trace]) if 0 <= trace < len(self.paths) else ""
         self.update("analyze", f"[bold]analyzing[/] {name}", done, total)
-
-
-def run_analysis(paths: Sequence[str], *, check_leaks: bool, progress=None):
-    """The analyzer's ``analyze_traces`` with our progress callback (import kept lazy)."""
-    from ..analyzer.replay import analyze_traces
-
-    return analyze_traces(list(paths), check_leaks=check_leaks, progress=progress)
 
 
 @click.command()
@@ -127,9 +98,12 @@ def analyze(
 
     Exit status: 0 no findings, 1 findings, 2 unusable input or usage error.
     """
-    from ..analyzer.baseline import BaselineError, load_baseline
-    from ..analyzer.reporters import ReportOptions, build_report, get_reporter
-    from ..analyzer.suppressions import SuppressionError, load_suppressions
+    from ..analyzer.baseline import BaselineError
+    from ..analyzer.pipeline import AnalysisOptions
+    from ..analyzer.pipeline import analyze as analyze_paths
+    from ..analyzer.reporters import ReportOptions, get_reporter
+    from ..analyzer.suppressions import SuppressionError
+    from ..trace_format.info import no_device_work
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")
@@ -147,34 +121,32 @@ def analyze(
     if output is not None:
         check_writable(output)
     try:
-        suppressions = load_suppressions(suppress_file) if suppress_file else None
-        baseline = load_baseline(baseline_file) if baseline_file else None
+        options = AnalysisOptions.from_files(suppress=suppress_file, baseline=baseline_file,
+                                             check_leaks=check_leaks, group=not no_group, min_count=min_count)
     except (SuppressionError, BaselineError) as e:
         raise UsageProblem(str(e)) from None
 
+    traces, repeated = distinct_inputs(list(traces))
+    for again, first in repeated:
+        warn(f"{again} is the same file as {first}: analyzed once")
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
-        result = run_analysis(traces, check_leaks=check_leaks, progress=progress)
+        report = analyze_paths(traces, options, progress=progress)
     finally:
         progress.close()
 
-    for t in result.traces:
+    for t in report.traces:
         for w in t.warnings:
             warn(f"{t.path}: {w}")
         if t.truncated and not t.warnings:
             warn(f"{t.path}: the trace ends without an end record; analyzed up to its last complete record")
+        empty = no_device_work(t.kernels, t.header)
+        if empty:
+            warn(f"{t.path}: {empty}")
 
-    report = build_report(
-        result,
-        group=not no_group,
-        suppressions=suppressions,
-        baseline=baseline,
-        min_count=min_count,
-        check_leaks=check_leaks,
-    )
-    if suppressions is not None:
-        for entry in suppressions.unused():
-            warn(f"suppression file {suppressions.path}: {entry.describe()} matched no finding")
+    if options.suppressions is not None:
+        for entry in options.suppressions.unused():
+            warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
 
     color = (
         fmt == "text"
@@ -183,7 +155,7 @@ def analyze(
         and "NO_COLOR" not in os.environ
         and sys.stdout.isatty()
     )
-    options = ReportOptions(
+    render_options = ReportOptions(
         group=not no_group,
         full_stacks=full_stacks,
         expand=expand,
@@ -193,7 +165,7 @@ def analyze(
         min_count=min_count,
         source_root=source_root,
     )
-    write_output(output, get_reporter(fmt).render(report, options))
+    write_output(output, get_reporter(fmt).render(report, render_options))
 
     failing = [g for g in report.groups if fail_kinds is None or g.kind.value in fail_kinds]
     sys.exit(EXIT_FINDINGS if failing else EXIT_CLEAN)

@@ -9,6 +9,7 @@ from typing import Callable, NoReturn, TypeVar
 import click
 
 from ..trace_format.errors import TraceFormatError
+from ..trace_format.safe_text import clean
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
@@ -22,7 +23,7 @@ class UsageProblem(Exception):
 
 
 def fail(message: str) -> NoReturn:
-    click.echo(f"npusan: error: {message}", err=True)
+    click.echo(f"npusan: error: {clean(message)}", err=True)
     sys.exit(EXIT_UNUSABLE)
 
 

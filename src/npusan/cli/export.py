@@ -8,16 +8,18 @@ left out; ``--all`` exports everything.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
-import tempfile
 from typing import Optional
 
 import click
 
 from ..trace_format.errors import TraceFormatError
-from .analyze import check_writable, warn
+from ..trace_format.input_files import open_input
+from .analyze import warn
 from .errors import UsageProblem, one_line_errors
+from .output import atomic_output, check_writable
 from .progress import LazyProgress
 
 FORMATS = ("chrome",)
@@ -59,7 +61,7 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
     if everything and (around_findings is not None or max_kernels is not None):
         raise UsageProblem("--all exports everything: it does not go with --around-findings or --max-kernels")
     if output is not None:
-        check_writable(output)
+        check_writable(output, "the timeline")
         if os.path.exists(output) and not force:
             raise UsageProblem(f"{output} exists; add --force to overwrite it")
     if everything:
@@ -72,8 +74,7 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
             limits.max_kernels = max_kernels
 
     try:
-        with open(trace, "rb"):
-            pass
+        open_input(trace).close()  # unreadable, a device, a FIFO without a writer: fail now
     except OSError as e:
         raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
     progress = _Progress(enabled=sys.stderr.isatty())
@@ -102,16 +103,10 @@ def _write(trace: str, output: Optional[str], limits, check_leaks: bool, progres
     if output is None:
         out = sys.stdout
         return write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
-    directory = os.path.dirname(os.path.abspath(output))
-    fd, tmp = tempfile.mkstemp(prefix=".npusan-export-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", buffering=1 << 20) as out:
-            stats = write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
-        os.replace(tmp, output)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_output(output, "the timeline") as raw:
+        out = io.TextIOWrapper(raw, encoding="utf-8", write_through=False)
+        stats = write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
+        out.flush()
+        out.detach()
     return stats
+

@@ -16,6 +16,7 @@ import click
 from ..analyzer.findings import stream_numbers
 from ..analyzer.reporters.describe import device_label
 from ..trace_format.header import is_default_stream
+from ..trace_format.safe_text import clean, clean_tree
 from .errors import one_line_errors
 
 
@@ -26,11 +27,14 @@ from .errors import one_line_errors
 @one_line_errors
 def info(trace: str, as_json: bool, no_color: bool) -> None:
     """Describe TRACE: header, event counts by type, streams, memory, clean end or cut."""
-    from ..trace_format.info import info_dict, summarize
+    from ..trace_format.info import info_dict, no_device_work, summarize
 
     summary = summarize(trace)
+    empty = no_device_work(summary.kernels, summary.header)
+    if empty:
+        click.echo(f"npusan: warning: {empty}", err=True)
     if as_json:
-        click.echo(json.dumps(info_dict(summary), indent=2, sort_keys=False))
+        click.echo(json.dumps(clean_tree(info_dict(summary)), indent=2, sort_keys=False))
         return
     _render(summary, no_color)
 
@@ -45,7 +49,7 @@ def _render(s, no_color: bool) -> None:
     console = Console(no_color=no_color, highlight=False, soft_wrap=False)
     h = s.header
 
-    title = f"[bold]{display_path(s.path)}[/bold]"
+    title = f"[bold]{_escape(display_path(s.path))}[/bold]"
     if s.size is not None:
         title += f"  ({_bytes(s.size)})"
     console.print(title)
@@ -77,12 +81,18 @@ def _render(s, no_color: bool) -> None:
     console.print(meta)
     console.print()
 
-    if s.ended_cleanly:
+    from ..trace_format.reader import _end_reason
+
+    reason = _end_reason(s.end_stats)
+    if s.ended_cleanly and reason:
+        console.print(f"[bold yellow]ended early[/bold yellow]: {_text(reason)}; everything before is usable")
+    elif s.ended_cleanly:
         console.print("[green]ended cleanly[/green] (the trace has its end record)")
     else:
         console.print(
             "[bold yellow]truncated[/bold yellow]: no end record, the recording was cut "
-            "(crash or kill); everything up to the last complete record is usable"
+            "(the process was killed or crashed before it could finish the trace); "
+            "everything up to the last complete record is usable"
         )
     console.print()
 
@@ -152,9 +162,10 @@ def _text(v: Any) -> str:
 
 
 def _escape(text: str) -> str:
+    """Sanitized (a trace is untrusted) and with rich markup escaped."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(clean(text))
 
 
 def _time(value: Any) -> str:

@@ -4,18 +4,22 @@ Every Python process the command starts records (a ``sitecustomize`` start-up ho
 ``PYTHONPATH`` plus ``NPUSAN_TRACE``; see :mod:`npusan.recorder.activate` for how traces
 are named per process). ``CMD`` may be ``script.py ARGS`` or ``-m module ARGS`` (run with
 this Python), or any program (``python ...``, ``torchrun ...``). The exit status is the
-command's.
+command's (128 + N when a signal N ended it; 127 when the command is not found and 126
+when it cannot be executed, as in a shell).
+
+Each recorded process tells this command what it did (:mod:`npusan.recorder.status`), so
+the closing line names exactly the traces written, and says why when there is none.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
-import time
+import tempfile
 
 import click
 
@@ -29,29 +33,74 @@ def _argv(cmd: tuple) -> list:
     return list(cmd)
 
 
-def _outputs(path: str, since: float) -> list:
-    if "{" in path:
-        pattern = path.replace("{pid}", "*").replace("{rank}", "*")
-        cands = glob.glob(pattern)
-    else:
-        d, name = os.path.split(path)
-        stem, dot, suffix = name.rpartition(".")
-        cands = [path] + glob.glob(
-            os.path.join(d, f"{stem}.rank*.{suffix}" if dot and stem else f"{name}.rank*")
-        ) + glob.glob(os.path.join(d, f"{stem}.pid*.{suffix}" if dot and stem else f"{name}.pid*"))
-    out = []
-    for p in cands:
-        try:
-            if os.path.getmtime(p) >= since - 1:
-                out.append(p)
-        except OSError:
-            pass
-    return sorted(set(out))
+#: Exit statuses of a shell for a command it cannot run.
+EXIT_NOT_FOUND = 127
+EXIT_NOT_EXECUTABLE = 126
+
+
+def _from_terminal() -> bool:
+    """Whether a SIGINT here most likely came from the terminal (Ctrl-C), which sends it to
+    the command too (it is in this process group): then it is not forwarded a second time."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _summary(items: list, *, online: bool, backend: str) -> list:
+    """The closing lines: the traces written, and what went wrong where."""
+    written, notes = [], []
+    for it in items:
+        pid = it.get("pid", "?")
+        trace = it.get("trace")
+        if "failed" in it:
+            notes.append(f"process {pid}: no trace{f' at {trace}' if trace else ''}: {it['failed']}")
+        elif "stopped" in it:
+            notes.append(f"process {pid}: recording stopped early ({it['stopped']}); {trace} has what came before")
+        elif "skipped" in it:
+            notes.append(f"process {pid}: not recorded: {it['skipped']}")
+        elif trace:
+            written.append(str(trace))
+    written = [t for t in dict.fromkeys(written) if os.path.isfile(t)]
+    lines = [f"npusan: warning: {n}" for n in notes]
+    if written:
+        lines.append(f"npusan: trace{'s' if len(written) > 1 else ''} written: {', '.join(written)}")
+    elif not items and not online:
+        hint = "no Python process of the command imported torch"
+        if backend == "auto":
+            from ..recorder.backends import npu_installed
+
+            if npu_installed():
+                hint += (" (with torch_npu installed, recording starts when the program imports"
+                         " torch_npu; use --backend sim or cuda for a program that does not)")
+        lines.append(f"npusan: no trace was written: {hint}")
+    elif not online:
+        lines.append("npusan: no trace was written")
+    return lines
+
+
+def check_device(backend: str) -> None:
+    """Fail (exit 2, one line) before running anything when the named device is not here:
+    a recording of a program that cannot reach its device holds no device work."""
+    import importlib.util
+
+    from ..recorder.backends import backend_class, npu_installed
+
+    if importlib.util.find_spec("torch") is None:
+        return  # this Python cannot tell; the program's own Python may have torch
+    if backend_class(backend).available():
+        return
+    if backend == "cuda":
+        fail("--backend cuda: no usable CUDA device here (torch.cuda.is_available() is False, or this "
+             "torch has no GPU trace hooks); record on the simulated device with --backend sim")
+    if not npu_installed():
+        fail("--backend npu: torch_npu is not installed here; record on the simulated device with --backend sim")
+    fail("--backend npu: torch_npu reports no usable NPU here; record on the simulated device with --backend sim")
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-o", "--output", default="trace.npusan", show_default=True, metavar="PATH",
-              help="Trace path; {pid} and {rank} are expanded per process.")
+              help="Trace path; {pid}, {rank} and {local_rank} are expanded per process.")
 @click.option("--backend", type=click.Choice(["auto", "cuda", "npu", "sim"]), default="auto", show_default=True)
 @click.option("--online", "online", is_flag=True, help="Also analyze live and warn at each race.")
 @click.option("--online-raise", "online_raise", is_flag=True,
@@ -87,42 +136,53 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
         return
     if not cmd:
         fail("nothing to run: give a command after --, e.g. npusan record -- python train.py")
+    if backend in ("cuda", "npu"):
+        check_device(backend)
+    if os.path.isdir(output) or output.endswith(("/", os.sep)):
+        fail(f"-o {output} names a directory; give a file path such as {os.path.join(output, 'trace.npusan')}")
     env = child_env(output, online=mode, backend=backend, stack_depth=stack_depth,
                     keep_internal_frames=keep_internal_frames)
+    from ..recorder import status
+
+    status_dir = tempfile.mkdtemp(prefix="npusan-record-")
+    env[status.ENV] = status_dir
+    try:
+        rc, started = _run(_argv(cmd), env, output)
+        if started:
+            for line in _summary(status.read(status_dir), online=mode is not None, backend=backend):
+                click.echo(line, err=True)
+    finally:
+        shutil.rmtree(status_dir, ignore_errors=True)
+    sys.exit(rc)
+
+
+def _run(argv: list, env: dict, output: str) -> tuple:
+    """Run the command with signals forwarded: (its exit status as a shell reports it,
+    whether it started at all)."""
     parent = os.path.dirname(os.path.abspath(output)) if "{" not in output else None
     if parent:
         os.makedirs(parent, exist_ok=True)
-    argv = _argv(cmd)
-    start = time.time()
-    try:
-        proc = subprocess.Popen(argv, env=env)
-    except FileNotFoundError:
-        fail(f"command not found: {argv[0]}")
-    except PermissionError:
-        fail(f"cannot execute: {argv[0]}")
+    proc = None
 
     def forward(signum, frame):
-        try:
-            proc.send_signal(signum)
-        except Exception:
-            pass
+        if proc is not None and not (signum == signal.SIGINT and _from_terminal()):
+            try:
+                proc.send_signal(signum)
+            except Exception:
+                pass
 
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
+        try:
+            proc = subprocess.Popen(argv, env=env)
+        except FileNotFoundError:
+            click.echo(f"npusan: error: command not found: {argv[0]}", err=True)
+            return EXIT_NOT_FOUND, False
+        except OSError as e:  # PermissionError, a directory, ENOEXEC
+            click.echo(f"npusan: error: cannot execute {argv[0]}: {e.strerror or e}", err=True)
+            return EXIT_NOT_EXECUTABLE, False
         rc = proc.wait()
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    traces = _outputs(output, start)
-    if traces:
-        click.echo(f"npusan: trace{'s' if len(traces) > 1 else ''} written: {', '.join(traces)}", err=True)
-    elif mode is None:
-        hint = "did the command import torch?"
-        if backend == "auto":
-            from ..recorder.backends import npu_installed
-
-            if npu_installed():
-                hint += (" With torch_npu installed, recording starts when the program imports"
-                         " torch_npu; use --backend sim or cuda for a program that does not")
-        click.echo(f"npusan: no trace was written ({hint})", err=True)
-    sys.exit(rc if rc >= 0 else 128 - rc)
+    return (rc if rc >= 0 else 128 - rc), True

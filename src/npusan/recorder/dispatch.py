@@ -154,7 +154,7 @@ class RecordingMode(TorchDispatchMode):
                     # rec.record_kernel(...), inlined: one append to the recorder's queue
                     q = rec._deferred
                     q.append((rec._kernel_fn, (info.name, device, be.current_stream(device), spans, key)))
-                    if len(q) >= rec._qmax:
+                    if len(q) >= rec._kmax:
                         rec._drain_now()
         except Exception as e:  # never into user code
             rec._fail(e)
@@ -225,7 +225,70 @@ class ModeInstaller:
         self._mode = _enter_mode()
 
     def stop(self) -> None:
-        """Pop the starting thread's mode when called from that thread and it is on top."""
-        if self._mode is not None and threading.current_thread() is self._thread:
-            if _exit_mode(self._mode):
-                self._mode = None
+        """Take the starting thread's mode out, so that the program runs at full speed.
+
+        A thread can only change its own mode stack, and not while the mode is handling
+        an op (it is stashed then). Called from the starting thread outside the mode, the
+        mode is popped now. Otherwise, when the starting thread is the main thread (a
+        full disk found while recording an op, or a stop from another thread), the pop
+        runs there at its next bytecode outside the mode (:func:`_pop_later`). Threads
+        that were already running keep an inert mode (one attribute check per op).
+        """
+        mode = self._mode
+        if mode is None:
+            return
+        if threading.current_thread() is self._thread and _exit_mode(mode):
+            self._mode = None
+        elif self._thread is threading.main_thread():
+            self._mode = None
+            _pop_later(mode)
+
+
+def _pop_later(mode: RecordingMode) -> None:
+    """Pop ``mode`` off the main thread's stack as soon as it is on top there.
+
+    Uses CPython's pending calls (``Py_AddPendingCall``: run by the main thread between
+    two bytecodes); while the mode is busy with an op the call is scheduled again.
+    """
+    try:
+        import ctypes
+
+        api = ctypes.pythonapi
+    except Exception:  # not CPython: the mode stays, inert
+        return
+    if _PENDING is None:
+        return
+
+    def attempt(_arg) -> int:
+        try:
+            if _tls.mode is mode and not _exit_mode(mode) and not _under_another(mode):
+                api.Py_AddPendingCall(callback, None)  # busy with an op: again later
+                return 0
+        except BaseException:
+            pass
+        _keep.pop(id(callback), None)
+        return 0
+
+    callback = _PENDING(attempt)
+    _keep[id(callback)] = callback  # a ctypes callback must outlive the call
+    try:
+        api.Py_AddPendingCall(callback, None)
+    except Exception:
+        _keep.pop(id(callback), None)
+
+
+def _under_another(mode: RecordingMode) -> bool:
+    """Whether ``mode`` is on this thread's stack below another mode (it cannot be popped
+    without popping the program's own mode: it stays, inert)."""
+    from torch._C import _get_dispatch_stack_at, _len_torch_dispatch_stack
+
+    return any(_get_dispatch_stack_at(i) is mode for i in range(_len_torch_dispatch_stack()))
+
+
+try:
+    import ctypes as _ctypes
+
+    _PENDING = _ctypes.CFUNCTYPE(_ctypes.c_int, _ctypes.c_void_p)
+except Exception:  # pragma: no cover - no ctypes
+    _PENDING = None
+_keep: dict = {}

@@ -6,20 +6,27 @@ the dispatch mode (:meth:`Recorder.record_kernel`) -- is appended, as a small tu
 ints, strings and the stack key, to one queue (``collections.deque``: ``append`` and
 ``popleft`` are atomic under the GIL, so the threads that produce events never take a
 lock). The queue defines the order of the trace. It is drained into the encoder, in
-order, under one re-entrant lock, by whichever thread finds it longer than
-:data:`QUEUE_RECORDS` (in online mode: at once, so that a race is reported at the op
-that causes it), by the flusher thread every ``flush_interval``, and at stop. Encoding
-in batches keeps the encoder's and msgpack's code and data hot instead of paying for
-a lock and a cold pack per op. A hook that fires while the draining thread is inside
+order, under one re-entrant lock. A hook that fires while the draining thread is inside
 the encoder (a tensor freed by the garbage collector mid-record) just lands at the end
 of the queue, so the encoder is never re-entered and never deadlocks. Queued events
 hold no tensor or storage (only pointers), so queuing never delays a free.
 
+When it is drained: a trace file on a regular file is written through a shared mapping
+(:class:`~npusan.trace_format.writer.MappedFileSink`), and the dispatch mode drains and
+commits after every kernel, so when an op returns to the program its record and
+everything before it are in the kernel's page cache: a SIGKILL right after a racing op
+leaves the race in the trace. Hooks (allocations, frees, events) queue up to
+:data:`QUEUE_RECORDS` and go out with the next kernel, at the flusher thread's next tick
+(``flush_interval``) or at stop. With a buffered output (a file object, a pipe, a
+compressed trace) kernels are batched like hooks; in online mode everything is drained at
+once, so that a race is reported at the op that causes it.
+
 Never harm the host program: every entry point catches everything; the first unexpected
 error (including ``OSError`` from a full disk or an unwritable path) prints one warning to
-stderr and stops recording. The program goes on and computes what it would have without
+stderr and stops recording: the dispatch mode is taken out and the runtime hooks are
+unhooked, so the program runs on at full speed and computes what it would have without
 npusan. The only exception that reaches user code on purpose is :class:`RaceError`, in
-online mode with ``mode="raise"``.
+online mode with ``mode="raise"``. Signals: see :mod:`.signals`.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Any, Optional, Union
 from ..trace_format.encoder import RecordEncoder
 from ..trace_format.records import KERNEL as _KERNEL
 from .backends import Backend, select_backend
+from . import signals, status
 from .errors import RaceError, format_finding
 from .stacks import DEFAULT_DEPTH, StackCapture
 
@@ -42,6 +50,9 @@ FLUSH_BYTES = 256 * 1024
 FLUSH_INTERVAL = 0.5
 #: Queued events that make the producing thread drain the queue (file mode).
 QUEUE_RECORDS = 512
+#: How long stopping waits for another thread that is writing records (then it gives up
+#: on the END record rather than hang the process).
+STOP_WAIT = 5.0
 
 _current: Optional["Recorder"] = None
 _current_lock = threading.Lock()
@@ -102,6 +113,10 @@ class Recorder:
         # (fn, args) of every event not yet encoded, in trace order (see module docstring).
         self._deferred: collections.deque = collections.deque()
         self._qmax = 1 if online is not None else QUEUE_RECORDS
+        # Queued events that make a kernel drain the queue: 1 when the output is durable
+        # (or online), set at start.
+        self._kmax = self._qmax
+        self._commit = _nothing  # the sink's commit: records reach the file at each drain
         self._kernel_fn = self._kernel
         # Stack key of the op the dispatch mode is handling in this thread, for the
         # allocations its outputs report (same user stack: no second walk).
@@ -111,20 +126,35 @@ class Recorder:
         self._sidx: dict = {}  # (device, handle) -> stream index in the encoder
         self._findings: list = []
         self._reported: set = set()
+        #: Online mode: every distinct finding reported so far, in order (the pytest plugin
+        #: fails a test on them even when the test caught the RaceError).
+        self.found: list = []
         self._flusher: Optional[threading.Thread] = None
         self._stop_flusher = threading.Event()
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
         self.collectives = None  # c10d collectives as the process group runs them
         self._recent_works: list = []  # Works kept alive until the next op (collectives.py)
         self._held_by: Optional[int] = None  # thread holding the queue for a collective (hold)
+        self._stopping = False
+        #: The recording this one joined (started while another was active): see start().
+        self.joined: Optional["Recorder"] = None
+        self.stop_reason: Optional[str] = None  # why recording stopped early, if it did
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> "Recorder":
+        """Start recording; never raises for runtime or file trouble (warns, runs unrecorded).
+
+        Started while this process is already recording (``npusan record``, ``NPUSAN_TRACE``
+        or the program's own ``npusan.record()``), it *joins* that recording instead: it
+        writes no file of its own, says once where the trace goes, and its :meth:`stop`
+        leaves the running recording alone.
+        """
         global _current
         with _current_lock:
-            if _current is not None and _current.active:
-                raise RuntimeError("npusan is already recording in this process")
+            outer = _current
+            if outer is not None and outer.active:
+                return self._join(outer)
             be = self.backend
             header = {"device_count": be.device_count(), "default_streams": dict(be.default_streams())}
             sinks = []
@@ -142,9 +172,15 @@ class Recorder:
                     )
                 except OSError as e:  # unwritable path, full disk: warn once, run unrecorded
                     self._fail(e, where=f" ({self.path})")
+                    status.report(failed=_describe(e), trace=_name(self.path))
                     return self
                 self.enc = self.writer.encoder
-                sinks.append(self.writer.sink)
+                sink = self.writer.sink
+                sinks.append(sink)
+                if sink.durable and self.online is None:
+                    sink.autocommit = False  # committed per drain (see the module docstring)
+                    self._commit = sink.commit
+                    self._kmax = 1
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -175,40 +211,86 @@ class Recorder:
             self._fail(e)
             return self
         if self.writer is not None:
+            status.report(trace=self.writer.sink.name)
             self._flusher = threading.Thread(target=self._flush_loop, name="npusan-flush", daemon=True)
             self._flusher.start()
         return self
 
-    def stop(self) -> None:
-        """Stop recording: write the END record and close the trace (idempotent)."""
+    def _join(self, outer: "Recorder") -> "Recorder":
+        self.joined = outer
+        _joined.append(self)
+        where = f"to {outer.path}" if isinstance(outer.path, (str, os.PathLike)) else "already"
+        asked = []
+        if self.path is not None and self.path != outer.path:
+            asked.append(f"{_name(self.path)} is not written")
+        if self.online is not None and outer.online is None:
+            asked.append("online checking is not added (analyze the trace afterwards)")
+        if asked:
+            _warn_once(
+                "join",
+                f"npusan: note: this process is recording {where}; npusan.record()/enable() joins that "
+                f"recording ({'; '.join(asked)})\n",
+            )
+        return self
+
+    def stop(self, *, signum: Optional[int] = None) -> None:
+        """Stop recording: write the END record and close the trace.
+
+        Idempotent and re-entrant: a second call -- from a signal handler, from a callback
+        fired while stopping, from another thread -- returns at once. It waits at most
+        :data:`STOP_WAIT` for another thread that is writing; past that, the trace is
+        left with everything committed so far and no END record. ``signum``: the signal
+        that is ending the process (noted in the END record). A joined recorder (see
+        :meth:`start`) only leaves the recording it joined.
+        """
         global _current
+        if self.joined is not None:
+            if self in _joined:
+                _joined.remove(self)
+            return
         if os.getpid() != self._pid:
             self.active = False
             return
+        if self._stopping:
+            return
+        self._stopping = True
         was_active = self.active
         self.active = False
         self._stop_flusher.set()
-        try:
-            if self.dispatch is not None:
-                self.dispatch.stop()
-            self.backend.uninstall()
-        except Exception:
-            pass
-        try:
-            with self._lock:
+        self._unhook()
+        if self._lock.acquire(timeout=STOP_WAIT):
+            try:
                 if was_active and not self.failed:
                     self._drain()  # everything queued so far belongs in the trace
                 if self.engine is not None and not self.failed:
                     self.engine.finish()
                 if self.writer is not None and not self.failed:
-                    self.writer.close()
-        except Exception as e:
-            self._fail(e)
+                    end = {"signal": signal.Signals(signum).name} if signum else None
+                    self.writer.close(end=end)
+            except Exception as e:
+                self._fail(e)
+            finally:
+                self._lock.release()
+        # else another thread is stuck inside the writer: leave the file as it is (every
+        # committed record is in it; it reads as cut)
         with _current_lock:
             if _current is self:
                 _current = None
+        signals.uninstall()
         if self.online is not None and self._findings:
             self._report_findings(allow_raise=False)
+
+    def _unhook(self) -> None:
+        """Take the dispatch mode out and detach the runtime hooks (never raises)."""
+        try:
+            if self.dispatch is not None:
+                self.dispatch.stop()
+        except Exception:
+            pass
+        try:
+            self.backend.uninstall()
+        except Exception:
+            pass
 
     def __enter__(self) -> "Recorder":
         return self.start()
@@ -234,6 +316,7 @@ class Recorder:
     def after_fork_in_child(self) -> None:
         """A forked child never writes into the parent's trace: drop everything."""
         self.active = False
+        self._stopping = True
         self.writer = None
         self.engine = None
         self._lock = threading.RLock()
@@ -243,13 +326,19 @@ class Recorder:
     # ------------------------------------------------------------------ plumbing
 
     def _fail(self, e: BaseException, where: Optional[str] = None) -> None:
-        """Stop recording after an unexpected error; warn once; never raise."""
+        """Stop recording after an unexpected error; warn once; never raise.
+
+        The trace keeps everything committed before the error; where the output has room
+        kept for it (a full disk on a mapped trace), it also gets a note and an END record
+        saying why it stops early, so it does not read as a crash.
+        """
         if self.failed:
             return
         self.failed = True
         self.active = False
         self._deferred.clear()
         self._stop_flusher.set()
+        self.stop_reason = _describe(e)
         try:
             if where is None:
                 where = f" ({self.writer.sink.name})" if self.writer is not None and self.writer.sink.name else ""
@@ -257,11 +346,15 @@ class Recorder:
             sys.stderr.flush()
         except Exception:
             pass
-        try:
-            if self.writer is not None:
-                self.writer.sink.close()
-        except Exception:
-            pass
+        if self.writer is not None:
+            status.report(stopped=self.stop_reason, trace=self.writer.sink.name)
+            try:
+                self.writer.close_after_error(self.stop_reason)
+            except Exception:
+                pass
+        if self._pid == os.getpid():
+            self._unhook()
+            signals.uninstall()
 
     def _run(self, fn, *args) -> None:
         """Run ``fn(*args)`` now, after everything queued, under the lock.
@@ -281,6 +374,7 @@ class Recorder:
                     if self.active:
                         fn(*args)
                     self._drain()
+                    self._commit()
                 finally:
                     self._busy = False
         except Exception as e:
@@ -326,6 +420,7 @@ class Recorder:
                 self._busy = True
                 try:
                     self._drain()
+                    self._commit()
                 finally:
                     self._busy = False
         except Exception as e:
@@ -411,7 +506,7 @@ class Recorder:
             return
         q = self._deferred
         q.append((self._kernel_fn, (name, device, handle, spans, key)))
-        if len(q) >= self._qmax:
+        if len(q) >= self._kmax:
             self._drain_now()
 
     def _kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
@@ -532,14 +627,29 @@ class Recorder:
     def pending_findings(self) -> bool:
         return bool(self._findings)
 
+    def _take_new_findings(self) -> list:
+        """The engine's findings since last time that were not reported yet (also kept in
+        ``found``)."""
+        pending, self._findings = self._findings, []
+        new = []
+        for f in pending:
+            fp = f.fingerprint()
+            if fp not in self._reported:
+                self._reported.add(fp)
+                new.append(f)
+        self.found.extend(new)
+        return new
+
+    def settle(self) -> list:
+        """Online mode: process every queued event and return the findings not reported
+        yet, without raising or warning about them (a caller that reports them itself,
+        like the pytest plugin, calls this before :meth:`stop`)."""
+        self._drain_now()
+        return self._take_new_findings()
+
     def _report_findings(self, allow_raise: bool = True) -> None:
         """Raise (mode "raise") or warn about findings the engine reported since last time."""
-        found, self._findings = self._findings, []
-        for f in found:
-            fp = f.fingerprint()
-            if fp in self._reported:
-                continue
-            self._reported.add(fp)
+        for f in self._take_new_findings():
             msg = format_finding(f, self.engine.header if self.engine is not None else None)
             if self.online == "raise" and allow_raise:
                 raise RaceError(msg, f)
@@ -552,25 +662,50 @@ class Recorder:
 # ---------------------------------------------------------------------- process hooks
 
 _hooks_installed = False
+#: Recorders that joined a running recording (npusan.record()/enable() inside it), newest last.
+_joined: list = []
+_warned: set = set()
+
+
+def _nothing() -> None:
+    pass
+
+
+def _warn_once(key: str, text: str) -> None:
+    if key in _warned:
+        return
+    _warned.add(key)
+    try:
+        sys.stderr.write(text)
+    except Exception:
+        pass
+
+
+def _name(path: Any) -> str:
+    return os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else repr(path)
+
+
+def _describe(e: BaseException) -> str:
+    """Why recording stopped, in words a user acts on (a full disk is named as such)."""
+    import errno
+
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"disk full ({e.strerror or e})"
+    if isinstance(e, IsADirectoryError):
+        return f"the trace path is a directory ({e.filename or e})"
+    return f"{type(e).__name__}: {e}"
 
 
 def _install_process_hooks() -> None:
-    """atexit, SIGTERM and fork handling, once per process."""
+    """atexit, signal and fork handling, once per process (signals: every start)."""
     global _hooks_installed
+    signals.install()
     if _hooks_installed:
         return
     _hooks_installed = True
     atexit.register(_at_exit)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
-    try:
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
-            signal.SIG_DFL,
-            None,
-        ):
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    except Exception:
-        pass
 
 
 def _at_exit() -> None:
@@ -585,18 +720,21 @@ def _after_fork_in_child() -> None:
     if rec is not None:
         rec.after_fork_in_child()
     _current = None
+    _joined.clear()
 
 
-def _on_sigterm(signum, frame) -> None:
-    """Flush and mark a clean end, then die of SIGTERM as the program would have."""
-    rec = _current
-    if rec is not None:
-        try:
-            rec.stop()
-        except Exception:
-            pass
-    try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    except Exception:
-        pass
-    os.kill(os.getpid(), signal.SIGTERM)
+def _resume_start_from_env() -> None:
+    """Run the start from the environment that this module's own import put off.
+
+    Importing this module imports torch (stack capture needs it), which is when recording
+    from the environment starts; when the program itself imports the recorder (to call
+    ``npusan.record()``), that start waits until this module exists, and then the
+    program's own recorder joins it (see :meth:`Recorder.start`).
+    """
+    act = sys.modules.get(__package__ + ".activate")
+    if act is not None and getattr(act, "_start_after_session_import", False):
+        act._start_after_session_import = False
+        act.start_from_env()
+
+
+_resume_start_from_env()

@@ -199,3 +199,18 @@ def display_path(path: Optional[str]) -> str:
         return rel if not rel.startswith("..") else path
     except ValueError:
         return path
+
+
+def no_device_work(kernels: int, header: Any) -> Optional[str]:
+    """The warning for a trace without a single kernel (None when it has some).
+
+    Such a trace analyzes clean whatever the program did: typically the program never
+    reached the device the recorder watched (``--backend cuda`` on a machine without CUDA,
+    tensors left on the CPU), so "no findings" would say nothing.
+    """
+    if kernels:
+        return None
+    backend = header.get("backend") if isinstance(header, dict) else None
+    where = f"the {backend} device" if isinstance(backend, str) and backend else "the device"
+    return (f"the trace has no kernels: no work on {where} was recorded, so a clean result "
+            "says nothing about the program (did it run its tensors on that device?)")

@@ -10,7 +10,8 @@ unpacker itself and hands the reader every record that is not a kernel), with th
 checks, counts and error messages.
 
 What the reader guarantees about yielded records: each is a list whose first element equals
-a known record type (an int; the kernel fast path does not exclude a float 17.0) and whose length is at least ``records.MIN_LENGTH`` of that type.
+a known record type (an int: a float 17.0 is refused like any non-integer type, as the
+engine's direct loop refuses it) and whose length is at least ``records.MIN_LENGTH`` of that type.
 It does not type-check the fields inside (that would cost more than the replay): consumers
 turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into a
 :class:`TraceFormatError`, naming :meth:`TraceReader.where` (record index, byte offset).
@@ -20,24 +21,32 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from typing import IO, Any, Callable, Iterator, Optional, Union
 
 import msgpack
 
 from . import records as R
 from .errors import TraceFormatError
-from .header import format_version
+from .header import MAX_VALUE_NODES, clean_header, format_version, summarize_value
+from .input_files import open_input
+from .safe_text import clean
 from .symbols import SymbolTable
 
-#: Limits on one msgpack object (a record, or the header). A record is a few dozen bytes;
-#: these only bound what a corrupt or hostile file can make the reader allocate.
-MAX_RECORD_BYTES = 64 << 20
-MAX_STR_LEN = 16 << 20
-MAX_BIN_LEN = 16 << 20
+#: Limits on one msgpack object (a record, or the header). A record is a few dozen bytes
+#: (a kernel with thousands of accesses, tens of KiB); these bound what a corrupt or
+#: hostile file can make the reader allocate. Decoding can cost up to ~75 bytes of memory
+#: per encoded byte (a byte ``0x80`` is a new empty dict), so one record of 4 MiB costs at
+#: most ~300 MiB while it is decoded (docs/security.md).
+MAX_RECORD_BYTES = 4 << 20
+MAX_STR_LEN = 1 << 20
+MAX_BIN_LEN = 1 << 20
 MAX_ARRAY_LEN = 1 << 18
 MAX_MAP_LEN = 1 << 16
 MAX_EXT_LEN = 1 << 20
 READ_SIZE = 1 << 16
+#: The header, encoded: npusan writes well under 1 KiB; metadata maps beyond this are refused.
+MAX_HEADER_BYTES = 1 << 20
 
 _KNOWN = frozenset(R.MIN_LENGTH)
 _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.StackError)
@@ -55,6 +64,9 @@ class TraceReader:
         self.truncated = False
         self.ended_cleanly = False
         self.end_stats: Optional[dict] = None
+        #: Why a trace with an END record still stops early (a signal ended the process,
+        #: recording stopped on a full disk), from the END statistics; None for a clean end.
+        self.end_reason: Optional[str] = None
         self.records_read = 0  # every record consumed (definitions and skipped ones included)
         self._unknown: dict[int, int] = {}  # unknown record type -> how many were skipped
         self._done = False
@@ -66,8 +78,9 @@ class TraceReader:
         self._mark = (0, len(R.MAGIC))
         # Bytes consumed, when a consumer reads the raw bytes itself (``read_raw``).
         self._consumed: Optional[int] = None
+        self._origin = len(R.MAGIC)  # byte offset where the record unpacker's tell() counts from
         if isinstance(source, (str, bytes, os.PathLike)):
-            self._file: Any = open(source, "rb")
+            self._file: Any = open_input(source)
             self._owns = True
             self.name: Optional[str] = os.fsdecode(source)
         else:
@@ -118,10 +131,19 @@ class TraceReader:
                     f"the trace container version {magic[7]} is not supported (this npusan reads {R.MAGIC[7]})"
                 )
             raise TraceFormatError("not an npusan trace (the file does not start with the magic bytes NPUSANv\\x01)")
+        header, rest = self._decode_header()
+        if not isinstance(header, dict):
+            raise TraceFormatError(f"the trace header is not a map (got {_typename(header)})")
+        self.version = format_version(header)
+        self.header: dict = clean_header(header)
+        del header
+        # The records get their own unpacker, starting where the header ended (the header
+        # unpacker may have read ahead: those bytes come first).
+        source = _RecordSource(rest, self._file)
         self._unpacker = msgpack.Unpacker(
-            self._file,
+            source,
             raw=False,
-            strict_map_key=False,  # default_streams is keyed by device number
+            strict_map_key=False,
             max_buffer_size=MAX_RECORD_BYTES,
             max_str_len=MAX_STR_LEN,
             max_bin_len=MAX_BIN_LEN,
@@ -130,22 +152,48 @@ class TraceReader:
             max_ext_len=MAX_EXT_LEN,
             read_size=READ_SIZE,
         )
-        try:
-            header = self._unpacker.unpack()
-        except msgpack.exceptions.OutOfData:
-            problem = self._diagnose_tail(len(R.MAGIC))
-            if problem is not None:
-                raise TraceFormatError(f"the trace header is corrupt: {problem}") from None
-            raise TraceFormatError("the trace ends inside its header: the recording was cut before it began") from None
-        except msgpack.exceptions.BufferFull:
-            raise TraceFormatError(f"the trace header is larger than the {_mib(MAX_RECORD_BYTES)} limit") from None
-        except _MSGPACK_ERRORS as e:
-            raise TraceFormatError(f"the trace header is corrupt ({_reason(e)})") from None
-        if not isinstance(header, dict):
-            raise TraceFormatError(f"the trace header is not a map (got {type(header).__name__})")
-        self.version = format_version(header)
-        self.header: dict = header
         self._mark = (0, self.position)
+
+    def _decode_header(self) -> tuple[Any, bytes]:
+        """The header object and the bytes read past it, under the tighter header limits.
+
+        The header is fed to its own unpacker whose buffer holds at most
+        :data:`MAX_HEADER_BYTES` (plus one read), so a huge metadata map is refused before
+        it is decoded into Python objects (which can take 70 times its encoded size).
+        """
+        up = msgpack.Unpacker(
+            raw=False,
+            strict_map_key=False,  # default_streams is keyed by device number
+            max_buffer_size=MAX_HEADER_BYTES + READ_SIZE,
+            max_str_len=MAX_STR_LEN,
+            max_bin_len=MAX_BIN_LEN,
+            max_array_len=MAX_ARRAY_LEN,
+            max_map_len=MAX_MAP_LEN,
+            max_ext_len=MAX_EXT_LEN,
+        )
+        fed = bytearray()
+        while True:
+            chunk = self._file.read(READ_SIZE)
+            if not chunk:
+                problem = self._diagnose_tail(len(R.MAGIC))
+                if problem is not None:
+                    raise TraceFormatError(f"the trace header is corrupt: {problem}")
+                raise TraceFormatError("the trace ends inside its header: the recording was cut before it began")
+            if len(fed) + len(chunk) > MAX_HEADER_BYTES + READ_SIZE:
+                raise TraceFormatError(f"the trace header is larger than the {_kib(MAX_HEADER_BYTES)} limit")
+            up.feed(chunk)
+            fed += chunk
+            try:
+                header = up.unpack()
+            except msgpack.exceptions.OutOfData:
+                continue
+            except _MSGPACK_ERRORS as e:
+                raise TraceFormatError(f"the trace header is corrupt ({_reason(e)})") from None
+            used = up.tell()
+            if used > MAX_HEADER_BYTES:
+                raise TraceFormatError(f"the trace header is larger than the {_kib(MAX_HEADER_BYTES)} limit")
+            self._origin = len(R.MAGIC) + used
+            return header, bytes(fed[used:])
 
     # -- iteration -------------------------------------------------------------------
 
@@ -155,7 +203,7 @@ class TraceReader:
         if self._consumed is not None:
             return self._consumed
         up = getattr(self, "_unpacker", None)
-        return len(R.MAGIC) + (up.tell() if up is not None else 0)
+        return self._origin + (up.tell() if up is not None else 0)
 
     def where(self, rec: Any = None) -> str:
         """Names the record read last for an error message: ``record N at byte offset X``.
@@ -209,17 +257,21 @@ class TraceReader:
         unpacker = self._unpacker
         KERNEL = R.KERNEL
         list_ = list
+        int_ = int
         n = self.records_read
         try:
             for rec in unpacker:
                 n += 1
                 # Fast path: the bulk of any trace is kernel records.
-                if rec.__class__ is list_ and len(rec) >= 4 and rec[0] == KERNEL:
+                if rec.__class__ is list_ and len(rec) >= 4 and rec[0] == KERNEL and rec[0].__class__ is int_:
                     yield rec
                     continue
                 self.records_read = n
+                if rec == 0 and rec.__class__ is int and self._zero_tail():
+                    self.records_read = n = n - 1
+                    break
                 t = self._check(rec)
-                self._mark = (n, len(R.MAGIC) + unpacker.tell())
+                self._mark = (n, self._origin + unpacker.tell())
                 if t in R.DEFINITIONS:
                     self._define(rec)
                 elif t == R.END:
@@ -229,6 +281,8 @@ class TraceReader:
                 elif t < 0:  # an unknown type, already warned about
                     continue
                 else:
+                    if t == R.NOTE:
+                        _clean_note(rec)
                     yield rec
         except (*_MSGPACK_ERRORS, msgpack.exceptions.BufferFull) as e:
             self.records_read = n
@@ -261,7 +315,9 @@ class TraceReader:
         self._done = True
         if tail is None:
             offset = self._start_of(n + 1)
-            problem = self._diagnose_tail(offset)
+            problem = None if self._zeros else self._diagnose_tail(offset)
+        elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset):
+            problem = None  # the space a killed mapped writer reserved (see _zero_tail)
         else:
             problem = _scan_prefix(tail[: 1 << 20]) if tail else None
         if problem is not None:
@@ -269,7 +325,8 @@ class TraceReader:
         self.truncated = True
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
-            "(crash or kill); analyzed up to the last complete record"
+            "(the process was killed or crashed, or the trace could not be written to the end); "
+            "analyzed up to the last complete record"
         )
 
     # -- direct reading (the replay fast path) ----------------------------------------
@@ -308,8 +365,13 @@ class TraceReader:
         """
         self._dother += 1
         n = self.records_read = self._dbase + kernels + self._dother
+        if rec == 0 and rec.__class__ is int and self._zero_tail():
+            self._dother -= 1
+            self.records_read = n - 1
+            self._ran_out()
+            return False
         t = self._check(rec)
-        self._mark = (n, len(R.MAGIC) + self._unpacker.tell())
+        self._mark = (n, self._origin + self._unpacker.tell())
         if t in R.DEFINITIONS:
             self._define(rec)
             return None
@@ -319,6 +381,8 @@ class TraceReader:
             return False
         if t < 0:  # an unknown type, already warned about
             return None
+        if t == R.NOTE:
+            _clean_note(rec)
         return rec
 
     def direct_sync(self, kernels: int, last: Any = None) -> None:
@@ -359,6 +423,7 @@ class TraceReader:
         return self._current_index() - self._definitions - sum(self._unknown.values())
 
     _definitions = 0
+    _zeros = False  # the data ended in the zero bytes a killed mapped writer leaves
 
     def _check(self, rec: Any) -> int:
         """Validate a record that missed the fast path; return its type (-1: skip it)."""
@@ -399,8 +464,12 @@ class TraceReader:
     def _end(self, rec: list, extra: Optional[bytes] = None) -> None:
         """The END record; ``extra``: the bytes after it, if the caller has them."""
         stats = rec[1]
-        self.end_stats = stats if isinstance(stats, dict) else None
+        # Informational, and shown by ``npusan info``: kept only summarized, as the header is.
+        self.end_stats = summarize_value(stats, [MAX_VALUE_NODES]) if isinstance(stats, dict) else None
         self.ended_cleanly = True
+        self.end_reason = _end_reason(self.end_stats)
+        if self.end_reason is not None:
+            self._warn(f"the recording ended early: {self.end_reason}; analyzed up to that point")
         self._definitions += 1  # END is not an event either
         if not extra:
             try:
@@ -432,6 +501,34 @@ class TraceReader:
             return off + up.tell()
         except Exception:  # unseekable, or the data changed under us: no exact offset
             return None
+
+    def _zero_tail(self) -> bool:
+        """Whether the zero byte just read starts a zero tail (see :meth:`_zero_tail_from`)."""
+        return self._zero_tail_from(self.position - 1)
+
+    def _zero_tail_from(self, offset: int) -> bool:
+        """Whether the data from ``offset`` (where a record would start) to the end of the
+        file is all zero bytes.
+
+        A trace written through a mapping is grown ahead of its records; a process killed
+        before closing it leaves that space as zero bytes after its last record (a zero byte
+        is never the start of a record). Such a tail ends the data like a cut.
+        """
+        try:
+            here = self._file.tell()
+            self._file.seek(self._base + offset)
+            try:
+                while True:
+                    chunk = self._file.read(1 << 20)
+                    if not chunk:
+                        self._zeros = True
+                        return True
+                    if chunk.count(0) != len(chunk):
+                        return False
+            finally:
+                self._file.seek(here)
+        except (OSError, AttributeError, ValueError):
+            return False
 
     def _diagnose_tail(self, offset: Optional[int]) -> Optional[str]:
         """Tell a cut record from a corrupt length field in the bytes from ``offset`` on.
@@ -476,6 +573,12 @@ class TraceReader:
         return dict(self._unknown)
 
 
+def _clean_note(rec: list) -> None:
+    """A NOTE's level and text as safe strings, whatever types the trace gave them."""
+    rec[1] = clean(rec[1] if isinstance(rec[1], (str, bytes)) else repr(rec[1]), 64)
+    rec[2] = clean(rec[2] if isinstance(rec[2], (str, bytes)) else repr(rec[2]))
+
+
 def _read_exactly(f: Any, n: int) -> bytes:
     out = b""
     while len(out) < n:
@@ -505,6 +608,51 @@ def _typename(v: Any) -> str:
 
 def _mib(n: int) -> str:
     return f"{n >> 20} MiB"
+
+
+def _kib(n: int) -> str:
+    return f"{n >> 10} KiB"
+
+
+class _RecordSource:
+    """What the record unpacker reads: the bytes read past the header, then the file.
+
+    It also enforces :data:`MAX_RECORD_BYTES`. msgpack's unpacker is resumable: it keeps a
+    half-built object across reads, so its buffer limit does not bound the size of one
+    record, and a record of empty arrays or maps decodes to ~70 times its size. The
+    unpacker calls ``read`` (every 64 KiB) from the loop that consumes the records, whose
+    loop variable ``rec`` holds the record it received last; when that has not changed
+    while more than the limit was read, one record is that large, and the read fails
+    before more of it is decoded. (Looking at the caller's ``rec`` once per read costs
+    nothing per record, unlike a hook msgpack would call for every array.)
+    """
+
+    def __init__(self, prefix: bytes, f: Any) -> None:
+        self._prefix = prefix
+        self._f = f
+        self._last: Any = self  # the consumer's last record at the previous read (self: none yet)
+        self._since = 0  # bytes read while the consumer's last record stayed the same
+
+    def read(self, n: int = -1) -> bytes:
+        if self._prefix:
+            data = self._prefix if n is None or n < 0 else self._prefix[:n]
+            self._prefix = self._prefix[len(data):]
+        else:
+            data = self._f.read(n)
+        try:
+            frame = sys._getframe(1)
+        except ValueError:  # pragma: no cover - no caller frame to look at
+            return data
+        if "rec" not in frame.f_code.co_varnames:  # a consumer of another shape: no way to tell
+            return data
+        rec = frame.f_locals.get("rec", self)  # unbound (self): no record received yet
+        if rec is not self._last:
+            self._last = rec
+            self._since = 0
+        self._since += len(data)
+        if self._since > MAX_RECORD_BYTES + READ_SIZE:
+            raise msgpack.exceptions.BufferFull
+        return data
 
 
 _LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}
@@ -558,4 +706,16 @@ def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
             need += 2 * length
         else:
             i += length + (1 if kind == "ext" else 0)
+    return None
+
+
+def _end_reason(stats: Optional[dict]) -> Optional[str]:
+    """The END statistics' ``signal`` / ``stopped`` keys as one phrase (capped), or None."""
+    if not stats:
+        return None
+    sig, stopped = stats.get("signal"), stats.get("stopped")
+    if isinstance(sig, str) and sig:
+        return f"the process was ended by {sig[:40]}"
+    if isinstance(stopped, str) and stopped:
+        return f"recording stopped: {stopped[:300]}"
     return None

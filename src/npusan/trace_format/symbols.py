@@ -11,6 +11,7 @@ from typing import Optional
 
 from . import records as R
 from .errors import TraceFormatError
+from .safe_text import clean
 
 #: Ceiling on entries in any one table, so a hostile trace cannot grow memory without bound
 #: faster than its own size (each entry costs a few bytes of file).
@@ -75,12 +76,15 @@ class SymbolTable:
 
     # -- resolution (report time only) ---------------------------------------------------
 
+    # Ids come from records whose fields the reader does not type-check: an id that is
+    # not an int (a map, a list) resolves to nothing rather than raising.
+
     def string(self, sid: Optional[int]) -> str:
-        return self.strings.get(sid, "?") if sid is not None else "?"
+        return self.strings.get(sid, "?") if type(sid) is int else "?"
 
     def frames_of(self, kid: Optional[int]) -> tuple[tuple[str, int, str], ...]:
         """The frames ``(filename, lineno, function)`` of a stack id, outermost first."""
-        if kid is None:
+        if type(kid) is not int:
             return ()
         out = []
         for fid in self.stacks.get(kid, ()):
@@ -90,8 +94,7 @@ class SymbolTable:
 
 
 def _text(v) -> str:
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
+    """A defined string, sanitized once here so that no output shows its raw control characters."""
+    if isinstance(v, (str, bytes)):
+        return clean(v)
     raise TraceFormatError(f"expected a string, got {type(v).__name__}")

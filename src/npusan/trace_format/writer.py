@@ -11,14 +11,24 @@ into an ``OSError`` by the sink. After the first failure the sink is *broken*: i
 every later record (raising ``OSError`` again) and never writes another byte, so a partial
 record can only ever be the last thing in the file, and readers see a truncated trace, never
 a silently corrupt one.
+
+Two sinks: :class:`MappedFileSink` for a trace path on a regular file (the usual case),
+which copies each committed batch of records into a ``MAP_SHARED`` mapping of the file, so
+that what was committed is in the kernel's page cache and survives a SIGKILL of the
+process; and :class:`FileSink` for everything else (file objects, pipes, devices, and the
+compressed outputs), which buffers and writes now and then. :func:`open_sink` picks one.
 """
 
 from __future__ import annotations
 
+import errno
+import mmap
 import operator
 import os
+import stat
 import threading
 import time
+import weakref
 from typing import IO, Any, Iterable, Mapping, Optional, Sequence, Union
 
 import msgpack
@@ -123,6 +133,12 @@ class FileSink:
         """Bytes buffered and not yet written."""
         return len(self._buf)
 
+    #: Whether :meth:`commit` puts the records where they outlive the process (a kill).
+    durable = False
+
+    def commit(self) -> None:
+        """The end of a batch of records: this sink writes on its own schedule (see above)."""
+
     def flush(self) -> None:
         """Write the buffer to the file (and flush the file object if it buffers)."""
         if self.error is not None:
@@ -180,6 +196,229 @@ class FileSink:
                 self._file.close()
 
 
+#: How much a mapped trace grows at a time (the most zero bytes a killed trace ends with).
+MAP_STEP_MAX = 8 << 20
+MAP_STEP_MIN = 256 << 10
+#: Space always kept allocated past the committed records, so that the note and the END
+#: record saying why recording stopped still fit when the disk is full.
+MAP_RESERVE = 16 << 10
+
+
+class MappedFileSink(FileSink):
+    """A sink that copies each committed batch into a shared mapping of the trace file.
+
+    The file is grown ahead of the records in steps (``posix_fallocate``, so the space is
+    really reserved: a full disk is an ``OSError`` here, never a ``SIGBUS`` on a store into
+    the mapping) and cut back to the exact length at :meth:`close`. A process killed in
+    between leaves its records followed by zero bytes, which readers treat as the end of
+    the data (docs/trace-format.md, section 7). Records buffered and not committed are
+    committed when the buffer exceeds ``flush_bytes`` and at :meth:`flush` / :meth:`close`;
+    :class:`TraceWriter` commits after every call, the recorder after each batch.
+
+    When the disk is full, :attr:`MAP_RESERVE` bytes remain allocated: :meth:`finish_after_error`
+    writes the records that explain the stop there.
+    """
+
+    durable = True
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+        flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+    ) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+            super().__init__(os.fdopen(fd, "r+b", buffering=0), flush_bytes=flush_bytes,
+                             flush_interval=flush_interval)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._owns = True
+        self.name = os.fspath(path)
+        self._fd = fd
+        self._map: Optional[mmap.mmap] = None
+        self._size = 0  # bytes allocated (and mapped)
+        self._pos = 0  # bytes committed
+        self._limit = -1  # commit without growing while _pos + n <= _limit (-1: refuse)
+        #: Commit after every record (TraceWriter's calls); the recorder commits per batch.
+        self.autocommit = True
+        try:
+            self._grow(0, MAP_RESERVE)
+        except (OSError, ValueError) as e:
+            self._file.close()
+            if isinstance(e, OSError) and e.errno not in _CANNOT_MAP:
+                raise
+            raise _CannotMap(e) from e
+
+    def __call__(self, rec: list) -> None:
+        buf = self._buf
+        buf += self._pack(rec)
+        if self.autocommit or len(buf) >= self.flush_bytes:
+            self.commit()
+
+    def _grow(self, need: int, reserve: int) -> None:
+        size = self._size
+        want = self._pos + need + reserve
+        new = size + min(max(size, MAP_STEP_MIN), MAP_STEP_MAX)
+        if new < want:
+            new = want + MAP_STEP_MIN
+        os.posix_fallocate(self._fd, size, new - size)
+        if self._map is None:
+            self._map = mmap.mmap(self._fd, new, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        else:
+            self._map.resize(new)
+        self._size = new
+        self._limit = new - MAP_RESERVE
+        _MAPPED.add(self)
+
+    def commit(self) -> None:
+        """Copy the buffered records into the mapped file (they survive a kill from now on)."""
+        buf = self._buf
+        n = len(buf)
+        if n:
+            pos = self._pos
+            if pos + n > self._limit:  # grow, or refuse (error, closed, forked child)
+                self._commit_slow()
+                return
+            self._map[pos:pos + n] = buf  # type: ignore[index]
+            self._pos = pos + n
+            buf.clear()
+
+    def _commit_slow(self) -> None:
+        buf = self._buf
+        if self.error is not None or self.closed:
+            buf.clear()
+            self._refuse()
+        if os.getpid() != self._pid:
+            buf.clear()
+            self._limit = -1
+            self.error = OSError(f"this trace belongs to process {self._pid}; a forked child does not write to it")
+            raise self.error
+        n = len(buf)
+        pos = self._pos
+        try:
+            if pos + n + MAP_RESERVE > self._size:
+                self._grow(n, MAP_RESERVE)
+            self._map[pos:pos + n] = buf  # type: ignore[index]
+        except OSError as e:
+            buf.clear()
+            self._limit = -1
+            self.error = e
+            raise
+        except Exception as e:  # mmap errors other than OSError (ValueError, ...)
+            buf.clear()
+            self._limit = -1
+            self.error = OSError(f"cannot write the trace: {e}")
+            raise self.error from e
+        self._pos = pos + n
+        buf.clear()
+
+    @property
+    def bytes_written(self) -> int:  # type: ignore[override]
+        return self._pos
+
+    @bytes_written.setter
+    def bytes_written(self, value: int) -> None:
+        pass  # FileSink's counter; the committed length is the count here
+
+    def flush(self) -> None:
+        if self.error is not None:
+            self._refuse()
+        if not self.closed:
+            self._last_flush = time.monotonic()
+            self.commit()
+
+    def finish_after_error(self, records: Sequence[list]) -> bool:
+        """After a failed commit (a full disk), write ``records`` into the reserved space.
+
+        Returns whether they were written. Used for the note and the END record that say
+        why the trace stops early; never grows the file.
+        """
+        if self.closed or self._map is None or os.getpid() != self._pid:
+            return False
+        data = b"".join(self._pack(r) for r in records)
+        if self._pos + len(data) > self._size:
+            return False
+        self._map[self._pos:self._pos + len(data)] = data
+        self._pos += len(data)
+        self._buf.clear()
+        return True
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self.error is None and os.getpid() == self._pid:
+                self.commit()
+        finally:
+            self.closed = True
+            self._limit = -1
+            mine = os.getpid() == self._pid
+            try:
+                if self._map is not None:
+                    self._map.close()
+                    self._map = None
+            finally:
+                try:
+                    if mine:
+                        os.ftruncate(self._fd, self._pos)
+                finally:
+                    self._file.close()
+
+
+#: Live mapped sinks: a forked child must never write into its parent's mapping.
+_MAPPED: "weakref.WeakSet[MappedFileSink]" = weakref.WeakSet()
+
+
+def _refuse_mapped_in_child() -> None:
+    for sink in list(_MAPPED):
+        sink._limit = -1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_refuse_mapped_in_child)
+
+#: errno values that mean "this file cannot be mapped here" (use the buffered sink).
+_CANNOT_MAP = (errno.EINVAL, errno.ENODEV, errno.EOPNOTSUPP, errno.EACCES)
+
+
+class _CannotMap(Exception):
+    pass
+
+
+#: Names that ask for a compressed trace (written by the buffered sink, a frame per flush).
+COMPRESSED_SUFFIXES = (".zst", ".gz")
+
+
+def open_sink(
+    file: PathOrFile,
+    *,
+    flush_bytes: int = DEFAULT_FLUSH_BYTES,
+    flush_interval: float = DEFAULT_FLUSH_INTERVAL,
+) -> FileSink:
+    """The sink for ``file``: mapped for a path to a regular (or new) uncompressed file,
+    buffered otherwise (a file object, a pipe or device path, a compressed name, or a
+    file system that cannot map the file)."""
+    if isinstance(file, (str, bytes, os.PathLike)):
+        name = os.fsdecode(file)
+        try:
+            regular = stat.S_ISREG(os.stat(name).st_mode)
+        except FileNotFoundError:
+            regular = True
+        except OSError:
+            regular = False
+        if regular and not name.endswith(COMPRESSED_SUFFIXES):
+            try:
+                return MappedFileSink(name, flush_bytes=flush_bytes, flush_interval=flush_interval)
+            except _CannotMap:
+                pass
+    return FileSink(file, flush_bytes=flush_bytes, flush_interval=flush_interval)
+
+
 class TraceWriter:
     """Emit an npusan trace from any runtime: the contract in DESIGN.md.
 
@@ -202,7 +441,7 @@ class TraceWriter:
         flush_bytes: int = DEFAULT_FLUSH_BYTES,
         flush_interval: float = DEFAULT_FLUSH_INTERVAL,
     ) -> None:
-        self.sink = FileSink(file, flush_bytes=flush_bytes, flush_interval=flush_interval)
+        self.sink = open_sink(file, flush_bytes=flush_bytes, flush_interval=flush_interval)
         self.lock = threading.Lock()
         self.encoder = RecordEncoder(self.sink)
         self.header = build_header(backend, metadata, header)
@@ -398,10 +637,12 @@ class TraceWriter:
             if not self.closed:
                 self.sink.flush()
 
-    def close(self) -> None:
+    def close(self, *, end: Optional[Mapping] = None) -> None:
         """Write the END record (the clean-end marker) with statistics and close.
 
-        If an earlier write failed, no END is written: the trace reads as truncated.
+        ``end``: extra keys for the END statistics (the recorder notes ``signal`` when a
+        signal ends the process). If an earlier write failed, no END is written: the trace
+        reads as truncated.
         """
         with self.lock:
             if self.closed:
@@ -409,9 +650,40 @@ class TraceWriter:
             self.closed = True
             try:
                 if self.sink.error is None and os.getpid() == self.sink._pid:
-                    self.encoder.end(self.stats())
+                    stats = self.stats()
+                    if end:
+                        stats.update(end)
+                    self.encoder.end(stats)
             finally:
                 self.sink.close()
+
+    def close_after_error(self, reason: str) -> None:
+        """Close a trace that stops early: a NOTE and an END record saying ``reason``
+        (``"stopped"`` in the END statistics), where they can still be written.
+
+        After a failed write they go into the space a mapped trace keeps for this; a
+        buffered one gets nothing more (it reads as truncated).
+        """
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            sink = self.sink
+            try:
+                if os.getpid() != sink._pid:
+                    return
+                stats = self.stats()
+                stats["stopped"] = reason
+                note = f"recording stopped: {reason}"
+                if sink.error is None:
+                    self.encoder.note("error", note)
+                    self.encoder.end(stats)
+                elif isinstance(sink, MappedFileSink):
+                    sink.finish_after_error([[R.NOTE, "error", note], [R.END, stats]])
+            except Exception:
+                pass
+            finally:
+                sink.close()
 
     def stats(self) -> dict:
         """What the END record says: record counts by type name, end time."""

@@ -125,6 +125,7 @@ def test_clean_report_and_unreadable_trace(tmp_path):
 
     page = get_reporter("html").render(build_report(make_result([])), ReportOptions())
     assert "No stream-synchronization problems found." in page
+    assert "Root causes" not in page and "toc-list" not in page.split("<script>")[0]  # no empty heading
     # a report over a trace that is not readable here still renders, without pictures
     page = get_reporter("html").render(build_report(make_result([make_finding()])), ReportOptions())
     assert "no timeline: the trace is not readable here" in page and "<svg" not in page
@@ -142,3 +143,28 @@ def test_kernels_near_keeps_a_window_and_the_syncs_in_it(tmp_path):
     assert ("record" in {w for _, w, _, _ in near.syncs}) and ("wait" in {w for _, w, _, _ in near.syncs})
     assert all(99 <= after <= 102 for after, _, _, _ in near.syncs)
     assert sorted(near.names.values()) == ["default stream (cuda:0)", "stream #1 (cuda:0)"]
+
+
+def test_trace_line_counts_in_words_and_start_time_as_a_date(tmp_path):
+    from dataclasses import replace
+
+    from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
+    from tests.cli.npusan_scenarios import make_result
+
+    result = make_result([])
+    t = result.traces[0]
+    result.traces[0] = replace(t, header={**t.header, "start_time": 1764561600.25}, events=1, kernels=1)
+    page = get_reporter("html").render(build_report(result), ReportOptions())
+    assert "1 event, 1 kernel, ended cleanly" in page
+    assert "<th>start_time</th><td>2025-12-01 04:00:00 UTC</td>" in page and "1764561600.25" not in page
+
+
+def test_a_free_is_described_in_the_words_of_the_text_report(tmp_path):
+    from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
+    from tests.cli.npusan_scenarios import make_finding, make_result
+
+    f = make_finding("missing-record-stream", later_op="free", later_type="write", later_seq=0, first_seq=2)
+    report = build_report(make_result([f]))
+    words = "returned to the allocator, free for reuse on default stream (cuda:0)"
+    assert words in get_reporter("html").render(report, ReportOptions())
+    assert words in get_reporter("text").render(report, ReportOptions(color=False))

@@ -64,3 +64,23 @@ def test_files_are_relative_to_the_source_root(tmp_path):
     assert case.get("file") == "pkg/train.py" and case.get("name").startswith("data-race at pkg/train.py:21 [")
     props = {p.get("name"): p.get("value") for p in tree.iter("property")}
     assert props["source_root"] == str(root)
+
+
+def test_without_a_source_root_files_are_absolute_as_in_sarif(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    inside_cwd = str(tmp_path / "pkg" / "train.py")
+    f = make_finding(later=(inside_cwd, 21, "f"), earlier=("/elsewhere/lib.py", 19, "g"))
+    report = build_report(make_result([f]))
+    tree = ET.fromstring(get_reporter("junit").render(report, ReportOptions()))
+    (case,) = tree.iter("testcase")
+    # not "pkg/train.py" (relative to wherever the analysis ran): the path SARIF's URI names
+    assert case.get("file") == inside_cwd and f"data-race at {inside_cwd}:21 [" in case.get("name")
+    failure = case.find("failure")
+    assert f"{inside_cwd}:21" in failure.text and "/elsewhere/lib.py:19" in failure.text
+    assert " pkg/train.py" not in failure.text
+    (res,) = json.loads(get_reporter("sarif").render(report, ReportOptions()))["runs"][0]["results"]
+    assert res["locations"][0]["physicalLocation"]["artifactLocation"] == {"uri": "file://" + inside_cwd}
+    # the message names files as the locations do
+    assert f"{inside_cwd}:21" in res["message"]["text"] and " pkg/train.py" not in res["message"]["text"]

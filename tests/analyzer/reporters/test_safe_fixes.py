@@ -113,18 +113,22 @@ def test_stream_variable_not_visible_at_the_fix_line_becomes_a_fresh_placeholder
     assert not any("record_event" in x for x in lines)
 
 
+#: ``x`` in use() is made by make(), where the allocation line calls it ``buf``.
+HELPER_MADE = """
+    from npusan import sim
+    def make():
+        buf = sim_alloc()
+        return buf
+    def use(side):
+        x = make()
+        with sim.stream(side):
+            y = x * 2
+        del x
+    """
+
+
 def test_placeholder_tensor_never_collides_with_a_variable(tmp_path):
-    path = program(tmp_path, """
-        from npusan import sim
-        def make():
-            buf = sim_alloc()
-            return buf
-        def use(side):
-            x = make()
-            with sim.stream(side):
-                y = x * 2
-            del x
-        """)
+    path = program(tmp_path, HELPER_MADE)
     f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
     lines = fix(f, SIM, SourceCache())
     # the allocation line calls it ``buf``, but that variable lives in make(); at the use both
@@ -307,3 +311,75 @@ def test_a_stream_name_is_trusted_only_as_a_parameter_or_an_unshadowed_global(tm
     assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(side)"
     f = replace(f, access=replace(f.access, stack=(Frame(path, line(path, "return side.sum()"), "unrelated"),)))
     assert fix(f, SIM, SourceCache())[1].strip() == "sim.current_stream().wait_stream(s1)"
+
+
+@pytest.mark.parametrize("rebinding", ["s = sim.Stream()  # another stream", 's = "done"', "for s in range(2): pass"])
+def test_a_stream_variable_assigned_again_before_the_fix_line_becomes_a_placeholder(tmp_path, rebinding):
+    path = program(tmp_path, f"""
+        from npusan import sim
+        def main():
+            s = sim.Stream()
+            out.fill_(1)
+            {rebinding}
+            y = out.sum()
+        """)
+    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = sim.Stream()"), SIM, SourceCache())
+    # ``s`` at the fix line is no longer the stream that raced: waiting on it would paste and be wrong
+    assert lines[1].strip() == "sim.current_stream().wait_stream(s1)"
+    assert "where s1 is stream #1 (sim:0), created at" in "\n".join(lines)
+
+
+def test_a_stream_variable_assigned_again_after_the_fix_line_is_still_used(tmp_path):
+    path = program(tmp_path, """
+        from npusan import sim
+        def main():
+            s = sim.Stream()
+            out.fill_(1)
+            y = out.sum()
+            s = None
+        """)
+    lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = sim.Stream()"), SIM, SourceCache())
+    assert lines[1].strip() == "sim.current_stream().wait_stream(s)"
+
+
+def test_a_tensor_variable_assigned_again_before_the_use_becomes_a_placeholder(tmp_path):
+    path = program(tmp_path, """
+        from npusan import sim
+        def step(side):
+            tmp = sim_alloc()
+            keep = tmp
+            tmp = other()
+            with sim.stream(side):
+                y = keep * 2
+            del keep
+        """)
+    lines = fix(missing_rs(path, "del keep", "y = keep * 2", "tmp = sim_alloc()"), SIM, SourceCache())
+    assert lines[1].strip().startswith("x.record_stream(sim.current_stream())    # x: the 4.0 KiB tensor")
+
+
+def test_a_tensor_made_by_a_helper_is_called_by_the_callers_variable(tmp_path):
+    path = program(tmp_path, HELPER_MADE)
+    f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
+    stack = (Frame(path, line(path, "x = make()"), "use"), Frame(path, line(path, "buf = sim_alloc()"), "make"))
+    lines = fix(replace(f, block=replace(f.block, stack=stack)), SIM, SourceCache())
+    # the allocation stack passes through ``x = make()`` in the fix's own function
+    assert lines[1].strip().startswith("x.record_stream(sim.current_stream())    # x: the 4.0 KiB tensor")
+
+
+def test_scope_index_rebound(tmp_path):
+    path = program(tmp_path, """
+        g = 1
+        def f(a):
+            s = 1
+            t = 2
+            s += 1
+            return s
+        g = 2
+        """)
+    idx = ScopeIndex(SourceCache())
+    assert idx.rebound(path, 2, "s", 3, 4) is False
+    assert idx.rebound(path, 2, "s", 3, 5) is True      # ``s += 1`` on the fix line counts
+    assert idx.rebound(path, 2, "t", 4, 6) is False
+    assert idx.rebound(path, 2, "a", 2, 6) is False     # the parameter is never reassigned
+    assert idx.rebound(path, 2, "s", 5, 3) is True      # fix line first (a loop): any other binding
+    assert idx.rebound(path, None, "g", 1, 0) is True

@@ -122,3 +122,19 @@ def test_suppressions_match_the_shown_number_and_the_raw_index():
 
     assert matches("stream #2") and matches("#2") and matches("index 4") and matches("default stream")
     assert not matches("stream #4") and not matches("stream #5")
+
+
+def test_root_cause_titles_say_the_default_stream_on_either_side():
+    from dataclasses import replace
+
+    from npusan.analyzer.grouping import group_findings
+    from npusan.analyzer.reporters.describe import root_cause_title
+    from npusan.analyzer.rootcause import root_causes
+    from tests.cli.npusan_scenarios import make_finding
+
+    f = make_finding()
+    for g in (f, replace(f, access=replace(f.access, stream=f.previous.stream),
+                         previous=replace(f.previous, stream=f.access.stream))):
+        (rc,) = root_causes(group_findings([g]))
+        title = root_cause_title(rc, {"backend": "cuda"})
+        assert "the default stream (cuda:0)" in title, title

@@ -9,7 +9,7 @@ from __future__ import annotations
 import keyword
 import re
 import weakref
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..findings import AccessInfo, Finding, Frame, Kind, StreamRef
 from ..pynames import OTHER, Scope, ScopeIndex
@@ -186,6 +186,16 @@ def is_leak(f: Finding) -> bool:
     return f.kind is Kind.MISSING_RECORD_STREAM and f.access.op != "free"
 
 
+def freed_words(a: AccessInfo) -> tuple:
+    """What happened to a freed block and where it goes, for the free of a missing
+    record_stream: ``("returned to the allocator", ", free for reuse on ")``, or for a block
+    ``--check-leaks`` found never freed ``("still allocated when the trace ended", ", on ")``;
+    the allocation stream's name follows."""
+    if a.op == "free":
+        return "returned to the allocator", ", free for reuse on "
+    return "still allocated when the trace ended", ", on "
+
+
 def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
     if kind is Kind.MISSING_RECORD_STREAM and later:
         return "free"
@@ -272,9 +282,19 @@ class Names:
         self._note(f"where {name} is {stream_name(s, self.header)}")
         return name
 
-    def tensor(self, allocated: Optional[Frame]) -> str:
-        name = self._visible(assigned_name(allocated, self.sources), allocated, local_only=True)
-        return name if name is not None else self._placeholder("x")
+    def tensor(self, stack: Sequence[Frame]) -> str:
+        """The variable a tensor allocated with ``stack`` has here, else a placeholder.
+
+        Tried from the innermost user frame outwards, so that a tensor made by a helper
+        (``x = helpers.produce(100)``) is called by the name the caller gave it.
+        """
+        site = user_site(stack)
+        frames = [site] + [fr for fr in reversed(stack) if fr is not site and internal_category(fr) is None]
+        for fr in frames:
+            name = self._visible(assigned_name(fr, self.sources), fr, local_only=True)
+            if name is not None:
+                return name
+        return self._placeholder("x")
 
     def event(self) -> str:
         return self.scope.fresh("event") if self.scope is not None else "<event>"
@@ -295,15 +315,22 @@ class Names:
             return name if ok and "self" in self.scope.names else None
         if self.scope.names.get(name) != OTHER:
             return None  # not a variable here (unbound, or an import)
+        site = self.site.lineno
         if same_file and self.scope.function == there.function:
-            return name  # the same function's variable
+            # the same function's variable, unless something else is assigned to it on the way
+            return None if self._rebound(self.scope.function, name, origin.lineno, site) else name
         if local_only:
             return None
         if name in self.scope.params:
-            return name  # passed in under the name it was created with
+            # passed in under the name it was created with, and not reassigned before the line
+            return None if self._rebound(self.scope.function, name, self.scope.function, site) else name
         if same_file and there.function is None and name not in self.scope.local:
-            return name  # a module-level variable of this file, not shadowed here
+            # a module-level variable of this file, not shadowed here nor assigned twice
+            return None if self._rebound(None, name, origin.lineno, 0) else name  # 0: any other binding
         return None
+
+    def _rebound(self, function: Optional[int], name: str, origin: int, site: int) -> bool:
+        return self.index.rebound(self.site.filename, function, name, origin, site)
 
 
 def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
@@ -367,10 +394,10 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
     mod = use.module()
     if f.kind is Kind.MISSING_RECORD_STREAM:
         what = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
-        var = use.tensor(user_site(f.block.stack))
+        var = use.tensor(f.block.stack)
     else:  # the block describes the new allocation; the tensor is the old one
         what = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
-        var = use.tensor(None)
+        var = use.tensor(())
     lines = [
         f"tell the allocator about the use at {frame_label(at_earlier)}; right after "
         f"line {_line(at_earlier)} add",
@@ -475,11 +502,13 @@ def root_cause_title(rc, header: dict) -> str:
     """"the default stream (cuda:0) does not wait for stream #1 (cuda:0), created at x.py:3"."""
     f = rc.anchor
     n = len(rc.groups)
-    kinds = ", ".join(_count(c, KIND_TITLES[Kind(k)], KIND_PLURALS[Kind(k)]) for k, c in rc.kinds().items())
+    kinds = ", ".join(count(c, KIND_TITLES[Kind(k)], KIND_PLURALS[Kind(k)]) for k, c in rc.kinds().items())
     return (
-        f"{stream_short(f.access.stream, header)} does not wait for {stream_name(f.previous.stream, header)}"
-        f": one missing synchronization, {_count(n, 'finding')} ({kinds}; "
-        f"{_count(rc.occurrences, 'occurrence')})"
+        f"{stream_short(f.access.stream, header)} does not wait for "
+        f"{'the ' if f.previous.stream is not None and f.previous.stream.is_default else ''}"
+        f"{stream_name(f.previous.stream, header)}"
+        f": one missing synchronization, {count(n, 'finding')} ({kinds}; "
+        f"{count(rc.occurrences, 'occurrence')})"
     )
 
 
@@ -508,12 +537,16 @@ def tensors(rc, sources: Optional[SourceCache] = None) -> list[dict]:
     """
     out: dict = {}
     for g in rc.groups:
-        b = g.finding.block
-        site = user_site(b.stack)
-        key = (site, b.size)
-        if key not in out:
-            out[key] = {"name": assigned_name(site, sources), "size": b.size, "allocated_at": site, "findings": 0}
-        out[key]["findings"] += 1
+        counted = set()
+        for f in g.findings:  # one per tensor (allocation site) the group's code touches
+            b = f.block
+            site = user_site(b.stack)
+            key = (site, b.size)
+            if key not in out:
+                out[key] = {"name": assigned_name(site, sources), "size": b.size, "allocated_at": site, "findings": 0}
+            if key not in counted:
+                counted.add(key)
+                out[key]["findings"] += 1
     return list(out.values())
 
 
@@ -540,7 +573,8 @@ def compact_line(f: Finding) -> str:
     return f"{loc}: {f.kind.value}: {what}"
 
 
-def _count(n: int, word: str, plural: Optional[str] = None) -> str:
+def count(n: int, word: str, plural: Optional[str] = None) -> str:
+    """"1 kernel", "2 kernels"."""
     return f"{n} {word if n == 1 else (plural or word + 's')}"
 
 

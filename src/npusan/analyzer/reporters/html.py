@@ -14,6 +14,7 @@ import html
 from typing import Optional
 
 from ... import __version__
+from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
 from ..grouping import Group
 from ..rootcause import RootCause
@@ -24,7 +25,8 @@ from .json_report import jsonable
 
 
 def e(text) -> str:
-    return html.escape(str(text), quote=True)
+    """Escaped for HTML, and sanitized first (control and bidi characters from a trace)."""
+    return html.escape(clean(str(text), 1 << 16), quote=True)
 
 
 CSS = """
@@ -49,6 +51,7 @@ nav ol{margin:4px 0 0 0}svg{background:#fbfcfd;border:1px solid #e3e6ea;border-r
 SCRIPT = """
 document.addEventListener('DOMContentLoaded', function () {
   var list = document.getElementById('toc-list');
+  if (!list) { document.body.dataset.ready = 'toc:0'; return; }
   document.querySelectorAll('section.cause').forEach(function (s) {
     var li = document.createElement('li'), a = document.createElement('a');
     a.href = '#' + s.id; a.textContent = s.dataset.title; li.appendChild(a); list.appendChild(li);
@@ -82,9 +85,10 @@ class HtmlReporter(Reporter):
             "<header>",
             f'<h1>npusan report <span class="dim">({e(__version__)})</span></h1>',
             _summary(report),
-            '<nav><strong>Root causes</strong><ol id="toc-list"></ol></nav>',
-            "</header><main>",
         ]
+        if report.causes:  # a clean report has nothing to list
+            out.append('<nav><strong>Root causes</strong><ol id="toc-list"></ol></nav>')
+        out.append("</header><main>")
         numbers = {id(g): i for i, g in enumerate((g for c in report.causes for g in c.groups), 1)}
         for c in report.causes:
             out.append(_cause(report, c, numbers, sources, near))
@@ -155,8 +159,7 @@ def _finding(report: Report, g: Group, i: int, sources: SourceCache, near: dict,
 def _access_row(label: str, a: AccessInfo, kind: Kind, is_later: bool, header: dict, sources: SourceCache) -> str:
     verb = D.access_verb(a, kind, is_later)
     if verb == "free":
-        what = ("returned to the allocator" if a.op == "free" else "still allocated when the trace ended")
-        what += f", on {D.stream_name(a.stream, header)}"
+        what = "".join(D.freed_words(a)) + D.stream_name(a.stream, header)
     else:
         what = f"{verb} by {a.op} on {D.stream_name(a.stream, header)}"
     if a.seq:
@@ -280,10 +283,12 @@ def _traces(report: Report) -> str:
             except (OverflowError, OSError, ValueError):
                 when = ""
         state = "TRUNCATED: analyzed up to its last complete record" if t.truncated else "ended cleanly"
+        if when:
+            meta["start_time"] = when
         items = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in sorted(meta.items()))
         warnings = "".join(f'<li class="bad">{e(w)}</li>' for w in t.warnings)
         rows.append(
-            f'<div class="trace"><h3>{e(t.path)}</h3><p>{t.events} events, {t.kernels} kernels, {e(state)}'
+            f'<div class="trace"><h3>{e(t.path)}</h3><p>{D.count(t.events, "event")}, {D.count(t.kernels, "kernel")}, {e(state)}'
             f'{", recorded " + e(when) if when else ""}</p>'
             f"{'<ul>' + warnings + '</ul>' if warnings else ''}"
             f"<details><summary>trace metadata</summary><table>{items}</table></details></div>"

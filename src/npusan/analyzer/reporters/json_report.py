@@ -10,6 +10,7 @@ import json
 from typing import Any, Optional
 
 from ... import __version__
+from ...trace_format.safe_text import clean_tree
 from ..findings import AccessInfo, BlockInfo, StreamRef
 from ..grouping import Group
 from ..rootcause import RootCause
@@ -174,7 +175,11 @@ PRETTY_MAX_FINDINGS = 500
 
 
 def dump_json(doc: dict, findings: int) -> str:
-    """Pretty-printed for reports people read, compact (and fast) for huge ones."""
+    """Pretty-printed for reports people read, compact (and fast) for huge ones.
+
+    Every string is sanitized on the way out (JSON escapes C0 controls, not C1 or bidi).
+    """
+    doc = clean_tree(doc)
     if findings <= PRETTY_MAX_FINDINGS:
         return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n"

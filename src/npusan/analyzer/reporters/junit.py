@@ -6,23 +6,20 @@ the fingerprint, so a dashboard tracks the same bug across nightly runs.
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from typing import Optional
 
+from ...trace_format.safe_text import clean_lines
 from ..grouping import Group
-from ..sources import display_path, user_site
+from ..sources import paths_shown_as, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
-from .sarif import relative_to_root
+from .sarif import ci_path
 from .text import group_text
 
-#: Characters XML 1.0 cannot carry at all (control characters other than tab/newline/CR).
-_XML_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
 def _x(s: str) -> str:
-    return _XML_BAD.sub("\ufffd", s)
+    """Safe for XML 1.0 and for a terminal: every line sanitized, newlines kept."""
+    return clean_lines(s)
 
 
 def case_name(g: Group, root: Optional[str] = None) -> str:
@@ -33,9 +30,9 @@ def case_name(g: Group, root: Optional[str] = None) -> str:
 
 
 def junit_path(filename: str, root: Optional[str]) -> str:
-    """A file as CI dashboards resolve it: relative to the source root when under it."""
-    rel = relative_to_root(filename, root)
-    return rel if rel is not None else display_path(filename)
+    """A file as CI dashboards resolve it: relative to the source root when under it, else
+    absolute, as SARIF names it."""
+    return ci_path(filename, root)
 
 
 @register
@@ -44,6 +41,11 @@ class JunitReporter(Reporter):
     extension = ".xml"
 
     def render(self, report: Report, options: ReportOptions) -> str:
+        # the failure texts name files as the ``file`` attributes do
+        with paths_shown_as(lambda filename: junit_path(filename, options.source_root)):
+            return self._render(report, options)
+
+    def _render(self, report: Report, options: ReportOptions) -> str:
         plain = ReportOptions(**{**options.__dict__, "color": False})
         n = max(1, len(report.groups))
         failures = len(report.groups)

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from ... import __version__
 from ..findings import Frame, Kind
 from ..grouping import Group
-from ..sources import SourceCache, user_site
+from ..sources import SourceCache, paths_shown_as, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 from .json_report import dump_json
@@ -58,6 +58,13 @@ def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
     if filename.startswith(base + os.sep) or filename.startswith(base + "/"):
         return filename[len(base) + 1:].replace("\\", "/")
     return None
+
+
+def ci_path(filename: str, root: Optional[str]) -> str:
+    """A file as CI reports (SARIF and JUnit) name it: relative to the source root when under
+    it, else as the trace names it (absolute for files outside the root)."""
+    rel = relative_to_root(filename, root)
+    return rel if rel is not None else filename
 
 
 def artifact_location(filename: str, root: Optional[str]) -> dict:
@@ -158,7 +165,10 @@ def result(report: Report, g: Group, sources: Optional[SourceCache] = None, root
 
 
 def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optional[str] = None) -> dict:
-    """The SARIF log; file locations are relative to ``root`` (``uriBaseId`` SRCROOT) when under it."""
+    """The SARIF log; file locations are relative to ``root`` (``uriBaseId`` SRCROOT) when under it,
+    and the messages name files the same way."""
+    with paths_shown_as(lambda filename: ci_path(filename, root)):
+        results = [result(report, g, sources, root) for g in report.groups]
     run = {
         "tool": {
             "driver": {
@@ -181,7 +191,7 @@ def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optio
             {"location": {"uri": artifact_uri(str(t.path))}, "roles": ["analysisTarget"]}
             for t in report.traces
         ],
-        "results": [result(report, g, sources, root) for g in report.groups],
+        "results": results,
         "properties": {
             "suppressed": len(report.suppressed),
             "truncatedTraces": [str(t.path) for t in report.traces if t.truncated],
@@ -202,4 +212,5 @@ class SarifReporter(Reporter):
         return dump_json(doc, len(report.groups))
 
 
-__all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "artifact_location", "relative_to_root", "FINGERPRINT_KEY"]
+__all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "artifact_location", "ci_path", "relative_to_root",
+           "FINGERPRINT_KEY"]

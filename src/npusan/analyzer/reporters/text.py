@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import datetime
 import io
-import re
 from typing import Optional
 
 from rich.console import Console
 from rich.text import Text
 
+from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
 from ..grouping import Group
 from ..rootcause import RootCause
@@ -23,7 +23,6 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 
 INDENT = "  "
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 LABEL_WIDTH = 10  # "allocated:" fits
 
 
@@ -69,7 +68,7 @@ class ShortReporter(Reporter):
                 line = D.short_line(g.finding, report.header(g.finding.trace))
                 if len(c.groups) > 1:
                     line += f" [root cause #{c.number}]"
-                out.append(_CONTROL.sub("\ufffd", line) + "\n")
+                out.append(clean(line, 1 << 16) + "\n")
         return "".join(out)
 
 
@@ -101,7 +100,7 @@ class _Writer:
         out: list = [(INDENT * indent, "")] if indent else []
         for p in parts:
             text, style = p if isinstance(p, tuple) else (p, "")
-            out.append((_CONTROL.sub("\ufffd", text), style))
+            out.append((clean(text, 1 << 16), style))
         self.lines.append(out)
 
     def render(self) -> str:
@@ -153,12 +152,8 @@ class _Writer:
         if verb == "free":
             # A free's stream is the block's allocation stream: where the allocator hands the
             # memory out again, which is what makes the unsynchronized use dangerous.
-            if a.op == "free":
-                parts = [("returned to the allocator", "bold magenta"), ", free for reuse on ",
-                         D.stream_name(a.stream, header)]
-            else:  # --check-leaks: the block outlived the trace
-                parts = [("still allocated when the trace ended", "bold magenta"), ", on ",
-                         D.stream_name(a.stream, header)]
+            what, where = D.freed_words(a)
+            parts = [(what, "bold magenta"), where, D.stream_name(a.stream, header)]
         else:
             parts = [(verb, "bold magenta" if verb != "read" else "bold blue"), " by ", (a.op, "bold")]
             parts += [" on ", D.stream_name(a.stream, header)]
@@ -318,7 +313,12 @@ def _trace_lines(w: _Writer, t) -> None:
         bits.append(f"rank {h['rank']}")
     bits.append(_plural(t.events, "event"))
     bits.append(_plural(t.kernels, "kernel"))
-    state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow") if t.truncated else ("ended cleanly", "green")
+    if t.truncated:
+        state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow")
+    elif getattr(t, "end_reason", None):
+        state = ("ENDED EARLY: analyzed up to where recording stopped", "bold yellow")
+    else:
+        state = ("ended cleanly", "green")
     w.line(f"trace {t.path}: {', '.join(bits)}, ", state, indent=1)
     rec: list[str] = []
     if h.get("writer"):

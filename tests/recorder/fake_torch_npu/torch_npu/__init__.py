@@ -9,6 +9,8 @@ trigger API in :mod:`torch_npu._fake`. Like the real one, importing it with
 
 import os
 
+import torch  # noqa: F401  (the real package imports torch before anything else)
+
 from . import _C, _fake, npu, utils  # noqa: F401
 from .utils import _npu_trace  # noqa: F401
 

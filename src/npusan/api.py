@@ -1,0 +1,239 @@
+"""The Python API: analyze traces from code and look at what was found.
+
+::
+
+    import npusan
+
+    report = npusan.analyze("trace.npusan")            # or several paths
+    for f in report.findings:
+        print(f.kind.value, f.count, f.fingerprint, f.title)
+        print(f.location, f.previous_location)  # your lines: the later and the earlier access
+    open("report.json", "w").write(report.to_json())
+
+Everything here is imported on first use, never by ``import npusan`` (which stays free of
+torch, rich and the analyzer). The analysis itself is
+:func:`npusan.analyzer.pipeline.analyze`, the same function ``npusan analyze`` runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterator, Optional, Union
+
+from .analyzer import pipeline
+from .analyzer.findings import AccessInfo, BlockInfo, Frame, Kind, TraceSummary
+from .analyzer.grouping import Group
+from .analyzer.reporters import Report as _Report
+from .analyzer.reporters import ReportOptions, format_names, get_reporter
+from .analyzer.reporters.describe import title as _title
+from .analyzer.reporters.json_report import group_json, root_cause_json
+from .analyzer.rootcause import RootCause as _RootCause
+from .analyzer.sources import SourceCache, user_site
+from .trace_format.reader import TraceReader
+from .trace_format.sourcelines import find_source_root
+
+__all__ = ["Finding", "Kind", "Report", "RootCause", "analyze", "load"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Finding:
+    """One reported bug: every occurrence of one kind at one pair of code locations.
+
+    ``access`` is the later access (for a missing record_stream: the free), ``previous``
+    the earlier one; each has ``stream``, ``op``, ``type`` (``"read"``/``"write"``) and
+    ``stack`` (frames with ``filename``, ``lineno``, ``function``, outermost first).
+    """
+
+    __slots__ = ("_group", "_report")
+
+    def __init__(self, group: Group, report: _Report) -> None:
+        self._group = group
+        self._report = report
+
+    @property
+    def kind(self) -> Kind:
+        """``Kind.DATA_RACE``, ``Kind.MISSING_RECORD_STREAM`` or ``Kind.REUSE_RACE``;
+        ``.value`` is the JSON report's ``"data-race"``, ``"missing-record-stream"``,
+        ``"reuse-race"``."""
+        return self._group.kind
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity from code locations only: the same bug in another run has the same one."""
+        return self._group.fingerprint
+
+    @property
+    def count(self) -> int:
+        """Occurrences merged into this finding."""
+        return self._group.count
+
+    @property
+    def title(self) -> str:
+        return _title(self._group.finding, self._report.header(self._group.finding.trace))
+
+    @property
+    def access(self) -> AccessInfo:
+        return self._group.finding.access
+
+    @property
+    def previous(self) -> AccessInfo:
+        return self._group.finding.previous
+
+    @property
+    def location(self) -> Optional[Frame]:
+        """The innermost frame of the later access that is the program's own code (not
+        torch's, npusan's, pytest's or Python's): where a report points."""
+        return user_site(self.access.stack)
+
+    @property
+    def previous_location(self) -> Optional[Frame]:
+        return user_site(self.previous.stack)
+
+    @property
+    def block(self) -> BlockInfo:
+        """The memory block both accesses touch (address, size, allocation stream and stack)."""
+        return self._group.finding.block
+
+    @property
+    def addresses(self) -> list:
+        return self._group.addresses
+
+    @property
+    def traces(self) -> list:
+        """Paths of the traces it occurred in."""
+        return [self._report.trace_path(i) for i in self._group.traces]
+
+    def to_dict(self) -> dict:
+        """This finding as the JSON report writes it (``docs/report-schema.md``)."""
+        return group_json(self._report, self._group, SourceCache())
+
+    def __repr__(self) -> str:
+        return f"<npusan.Finding {self.kind.value} x{self.count} {self.fingerprint[:12]}: {self.title}>"
+
+
+class RootCause:
+    """Findings that one synchronization would fix: the same stream must wait for the same
+    other stream, and one wait placed before the first of them orders them all."""
+
+    __slots__ = ("_cause", "_report", "findings")
+
+    def __init__(self, cause: _RootCause, report: _Report, findings: list) -> None:
+        self._cause = cause
+        self._report = report
+        self.findings: list[Finding] = findings  # the first is where the fix goes
+
+    @property
+    def fix(self) -> list:
+        """The fix, as lines of text (code to paste, and where)."""
+        return self.to_dict()["fix"]
+
+    def to_dict(self) -> dict:
+        """This root cause as the JSON report's ``root_causes`` entry."""
+        return root_cause_json(self._report, self._cause, SourceCache())
+
+    def __repr__(self) -> str:
+        return f"<npusan.RootCause of {len(self.findings)} finding(s)>"
+
+
+class Report:
+    """What an analysis found, and what it deliberately left out.
+
+    ``findings`` are the reported bugs (after suppressions, the baseline and ``min_count``);
+    ``suppressed``, ``known`` (in the baseline) and ``below_min_count`` hold the ones left
+    out; ``traces`` summarizes each analyzed trace (path, header, events, kernels,
+    truncated, warnings). Render it in any format ``npusan analyze --format`` knows.
+    """
+
+    def __init__(self, report: _Report, options: pipeline.AnalysisOptions = pipeline.AnalysisOptions()) -> None:
+        self._report = report
+        self._options = options
+        self.findings: list[Finding] = [Finding(g, report) for g in report.groups]
+        self.suppressed: list[Finding] = [Finding(g, report) for g in report.suppressed]
+        self.known: list[Finding] = [Finding(g, report) for g in report.known]
+        self.below_min_count: list[Finding] = [Finding(g, report) for g in report.below_min_count]
+        self.traces: list[TraceSummary] = list(report.traces)
+        by_group = {id(g): f for g, f in zip(report.groups, self.findings)}
+        #: The findings grouped by what one synchronization would fix.
+        self.root_causes: list[RootCause] = [
+            RootCause(c, report, [by_group[id(g)] for g in c.groups if id(g) in by_group])
+            for c in report.causes
+        ]
+
+    @property
+    def warnings(self) -> list:
+        """``(trace path, message)`` for each thing a trace made us warn about."""
+        return [(t.path, w) for t in self.traces for w in t.warnings]
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.findings)
+
+    def __len__(self) -> int:
+        return len(self.findings)
+
+    def render(self, format: str = "text", *, full_stacks: bool = False, expand: bool = False,
+               color: bool = False, width: int = 100, source_root: Optional[PathLike] = None) -> str:
+        """The report as ``npusan analyze --format FORMAT`` prints it; the keywords are its
+        ``--full-stacks``, ``--expand``, ``--source-root`` (default: the project folder
+        above the working directory, as the command finds it) and terminal settings."""
+        if format not in format_names():
+            raise ValueError(f"unknown report format {format!r} (expected one of {', '.join(format_names())})")
+        if source_root is None:
+            root = find_source_root(os.getcwd())
+        else:
+            root = os.path.abspath(os.fspath(source_root))
+        options = ReportOptions(group=self._options.group, full_stacks=full_stacks, expand=expand, color=color,
+                                width=width, check_leaks=self._options.check_leaks,
+                                min_count=self._options.min_count, source_root=root)
+        return get_reporter(format).render(self._report, options)
+
+    def to_text(self, **kwargs: Any) -> str:
+        return self.render("text", **kwargs)
+
+    def to_json(self) -> str:
+        return self.render("json")
+
+    def to_dict(self) -> dict:
+        """The JSON report as Python objects."""
+        return json.loads(self.to_json())
+
+    def to_sarif(self) -> str:
+        return self.render("sarif")
+
+    def to_junit(self) -> str:
+        return self.render("junit")
+
+    def __repr__(self) -> str:
+        return f"<npusan.Report: {len(self.findings)} findings in {len(self.traces)} trace(s)>"
+
+
+def analyze(
+    *paths: PathLike,
+    check_leaks: bool = False,
+    group: bool = True,
+    suppress: Optional[PathLike] = None,
+    baseline: Optional[PathLike] = None,
+    min_count: int = 1,
+) -> Report:
+    """Analyze trace files as ``npusan analyze`` does and return the :class:`Report`.
+
+    ``suppress``: a suppression file (``docs/suppressions.md``); ``baseline``: a JSON report
+    of an earlier run, whose findings are left out; ``check_leaks``, ``group`` and
+    ``min_count`` as the CLI's ``--check-leaks``, ``--no-group`` and ``--min-count``.
+    Raises :class:`npusan.trace_format.TraceFormatError` for an unusable trace, ``ValueError``
+    for an unusable option or file, ``OSError`` for a file that cannot be read.
+    """
+    if not paths:
+        raise ValueError("npusan.analyze needs at least one trace path")
+    options = pipeline.AnalysisOptions.from_files(
+        suppress=suppress, baseline=baseline, check_leaks=check_leaks, group=group, min_count=min_count
+    )
+    return Report(pipeline.analyze(paths, options), options)
+
+
+def load(path: PathLike) -> TraceReader:
+    """Open a trace for reading: ``header`` (backend, torch version, metadata...) at once,
+    records on iteration, the trace's interned names in ``symbols`` as they are read.
+    Use it as a context manager (it closes the file)."""
+    return TraceReader(path)

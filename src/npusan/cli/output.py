@@ -1,0 +1,74 @@
+"""Where the verbs write: checked before any work, and written whole or not at all.
+
+A report (or a redacted trace) goes to a temporary file beside its target, is flushed to
+disk, and is renamed over the target: a full disk, a kill or a crash leaves the previous
+file (or none), never a truncated one that a CI job would read as a short report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from typing import BinaryIO, Iterator, Optional
+
+import click
+
+from .errors import UsageProblem
+
+
+def check_writable(path: str, what: str = "the report") -> None:
+    """Fail now, before any analysis, if ``-o PATH`` cannot be written."""
+    if os.path.isdir(path):
+        raise UsageProblem(f"cannot write {what} to {path}: it is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageProblem(f"cannot write {what} to {path}: directory {parent} does not exist")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageProblem(f"cannot write {what} to {path}: permission denied")
+    elif not os.access(parent, os.W_OK):
+        raise UsageProblem(f"cannot write {what} to {path}: directory {parent} is not writable")
+
+
+def write_output(path: Optional[str], text: str, what: str = "the report") -> None:
+    """Print ``text``, or write it to ``path`` whole (see the module docstring)."""
+    if path is None:
+        click.echo(text, nl=False)
+        return
+    with atomic_output(path, what) as f:
+        f.write(text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def atomic_output(path: str, what: str = "the report") -> Iterator[BinaryIO]:
+    """A binary file that becomes ``path`` when the block ends without an exception.
+
+    A device or pipe (``-o /dev/stdout``) is written directly: it cannot be renamed over.
+    An OSError becomes one :class:`UsageProblem` line saying nothing was written.
+    """
+    target = os.path.realpath(path)
+    try:
+        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+            with open(target, "wb") as f:
+                yield f
+            return
+        parent, name = os.path.split(target)
+        tmp = os.path.join(parent, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        # O_EXCL: never follow a planted link; 0o666 lets the umask decide, as open() would.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            if os.path.exists(target):  # replacing a file keeps its mode, as writing into it would
+                os.fchmod(fd, os.stat(target).st_mode & 0o7777)
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as e:
+        raise UsageProblem(f"cannot write {what} to {path}: {e.strerror or e}; nothing was written") from None

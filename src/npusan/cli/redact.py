@@ -1,0 +1,53 @@
+"""`npusan redact TRACE -o OUT`: a copy of a trace fit for a public bug report."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import click
+
+from ..trace_format.errors import TraceFormatError
+from .errors import UsageProblem, one_line_errors
+from .output import atomic_output, check_writable
+
+
+@click.command()
+@click.argument("trace", metavar="TRACE")
+@click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the redacted trace.")
+@click.option("--source-root", default=None, metavar="DIR",
+              help="Files under DIR keep their path inside it (default: the recorded root, the nearest "
+                   "folder with .git or pyproject.toml, or the common folder of the recorded files).")
+@click.option("--drop-source", is_flag=True,
+              help="Also drop the source lines recorded in the trace (fingerprints then use line numbers).")
+@one_line_errors
+def redact(trace: str, output: str, source_root: Optional[str], drop_source: bool) -> None:
+    """Copy TRACE without host, command line, pid, times, metadata, thread names and the
+    directories outside the source root; findings and fingerprints stay the same.
+
+    See docs/bug-reports.md.
+    """
+    from ..trace_format.redact import redact as run_redact
+
+    check_writable(output, "the redacted trace")
+    try:
+        with atomic_output(output, "the redacted trace") as f:
+            summary = run_redact(trace, f, source_root=source_root, drop_source=drop_source)
+    except OSError as e:
+        raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
+    except TraceFormatError as e:
+        raise type(e)(f"{trace}: {e}") from None
+    except UsageProblem:
+        raise
+    root = summary.source_root or "none found (every directory dropped)"
+    parts = [f"{summary.paths} file names rewritten (source root: {root})"]
+    if summary.header_keys:
+        parts.append(f"header keys dropped: {', '.join(summary.header_keys)}")
+    if summary.threads:
+        parts.append(f"{summary.threads} thread names replaced")
+    if summary.source_lines:
+        parts.append(f"{summary.source_lines} recorded source lines dropped")
+    if summary.unknown_records:
+        parts.append(f"{summary.unknown_records} records of unknown types dropped")
+    click.echo(f"npusan: redacted trace written: {output} ({'; '.join(parts)})", err=True)
+    if summary.truncated:
+        click.echo("npusan: warning: the trace was cut (no end record); so is the redacted copy", err=True)

@@ -1,0 +1,118 @@
+"""The pytest plugin: ``pytest --npusan`` checks each test for stream-synchronization bugs.
+
+Registered through the ``pytest11`` entry point, so installing npusan makes the options
+available; without ``--npusan`` the plugin only adds its options and marker and costs
+nothing (torch is not imported on its behalf).
+
+With ``--npusan`` each test's call runs under a recorder in online mode: the first data
+race, missing ``record_stream`` or reuse race raises :class:`npusan.RaceError` at the op
+that causes it, and the test fails with npusan's report of it (pytest's, pluggy's and
+npusan's own frames folded) instead of a traceback through torch internals. A finding
+still fails the test if the test caught the exception. ``--npusan-trace-dir DIR`` also
+writes each test's trace to ``DIR`` and keeps it when the test fails. The
+``no_npusan`` marker runs one test unchecked.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Optional
+
+import pytest
+
+MARKER = "no_npusan"
+_STATE = pytest.StashKey["_TestState"]()
+
+
+class _TestState:
+    """One checked test: its recorder, trace path and what the recorder found."""
+
+    def __init__(self, recorder: Any, trace: Optional[str]) -> None:
+        self.recorder = recorder
+        self.trace = trace
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("npusan", "stream-synchronization checking (npusan)")
+    group.addoption("--npusan", action="store_true", default=False,
+                    help="Check each test for data races, missing record_stream and reuse races; "
+                         "a finding fails the test with npusan's report.")
+    group.addoption("--npusan-trace-dir", metavar="DIR", default=None,
+                    help="With --npusan: record each test's trace into DIR and keep those of failing tests.")
+    group.addoption("--npusan-backend", choices=("auto", "cuda", "npu", "sim"), default="auto",
+                    help="With --npusan: the device to check (default: auto).")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}: run this test without npusan's checking (pytest --npusan)")
+    trace_dir = config.getoption("npusan_trace_dir")
+    if trace_dir and not config.getoption("npusan"):
+        raise pytest.UsageError("--npusan-trace-dir needs --npusan")
+
+
+def _trace_name(nodeid: str) -> str:
+    """A file name for a test id: path separators and brackets made safe, kept readable."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.replace("::", "__")).strip("_.")
+    return (name or "test")[:200] + ".npusan"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    config = item.config
+    if not config.getoption("npusan") or item.get_closest_marker(MARKER) is not None:
+        yield
+        return
+    from .recorder import session
+
+    if session.current() is not None:  # NPUSAN_ONLINE / NPUSAN_TRACE already record this process
+        item.warn(pytest.PytestWarning("npusan is already recording this process; --npusan does not check this test"))
+        yield
+        return
+    trace = None
+    trace_dir = config.getoption("npusan_trace_dir")
+    if trace_dir:
+        os.makedirs(trace_dir, exist_ok=True)
+        trace = os.path.join(trace_dir, _trace_name(item.nodeid))
+    rec = session.Recorder(trace, backend=config.getoption("npusan_backend"), online="raise",
+                           metadata={"test": item.nodeid})
+    item.stash[_STATE] = _TestState(rec, trace)
+    rec.start()
+    try:
+        yield
+    finally:
+        rec.settle()  # what the test's last frees showed goes into the report, not to stderr
+        rec.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    state = item.stash.get(_STATE, None)
+    if state is None or call.when != "call":
+        return
+    report = outcome.get_result()
+    found = list(state.recorder.found)
+    if found:
+        report.outcome = "failed"
+        report.longrepr = _failure_text(found, state, call)
+    if state.trace is not None and os.path.exists(state.trace):
+        if report.failed:
+            report.sections.append(("npusan trace", f"kept: {state.trace}"))
+        else:
+            os.remove(state.trace)
+
+
+def _failure_text(found: list, state: _TestState, call: pytest.CallInfo) -> str:
+    from .recorder.errors import RaceError, format_finding
+
+    header = state.recorder.engine.header if state.recorder.engine is not None else None
+    n = len(found)
+    lines = [f"npusan: {n} stream-synchronization bug{'s' if n != 1 else ''} in this test", ""]
+    for f in found:
+        lines += [format_finding(f, header), ""]
+    if call.excinfo is not None and not call.excinfo.errisinstance(RaceError):
+        lines.append(f"(the test also failed: {call.excinfo.exconly()})")
+    if state.trace is not None:
+        lines.append(f"trace: {state.trace}")
+    return "\n".join(lines).rstrip("\n")

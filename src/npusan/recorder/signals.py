@@ -1,0 +1,160 @@
+"""SIGTERM and Ctrl-C while recording: the program sees exactly what it would without npusan.
+
+Python runs a signal handler in the main thread between two bytecodes, wherever that thread
+is -- possibly inside the recorder (half-way through encoding a record, or in the weak
+reference callback by which the simulated device reports a free, or in the CUDA/NPU trace
+hook called from C++). A ``KeyboardInterrupt`` raised there would either be swallowed
+(Python prints "Exception ignored" for an exception in a weakref callback, and the
+runtimes' hook registries log it) or leave the trace half-written.
+
+So while recording, SIGINT and SIGTERM go through :func:`_on_signal` first. When the
+interrupted frame, or one of its callers, is npusan's recording code (or a runtime's
+``fire_callbacks`` calling it), the signal is raised again (``_thread.interrupt_main``,
+from a short timer thread) and handled again at the next bytecode that runs -- within
+microseconds, once the recorder has returned to the program. Elsewhere:
+
+* SIGINT calls the handler that was installed before (by default raising
+  ``KeyboardInterrupt`` in the program);
+* SIGTERM (only when the program had left it at the default) restores the default
+  disposition first -- a second SIGTERM now ends the process at once, as it would without
+  npusan -- then finishes the trace (marking that the process ended by SIGTERM) and ends
+  the process by SIGTERM, so its exit status is unchanged. Everything committed before is
+  already in the file (see :mod:`npusan.trace_format.writer`), so even a kill during that
+  finish loses nothing but the END record.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PKG = os.path.dirname(_HERE)
+#: Source files of the code that records: a signal arriving there waits until it returns.
+#: The analyzer's engine in online mode runs below the recorder's frames, so it is covered
+#: without being listed (``npusan.analyze()`` called by the program stays interruptible);
+#: ``activate.py`` and the start-up hook run the program's own imports: not included.
+_GUARDED_FILES = tuple(os.path.join(_PKG, "trace_format", f) for f in ("writer.py", "encoder.py"))
+_GUARDED_EXCLUDED = (os.path.join(_HERE, "activate.py"), os.path.join(_HERE, "_boot") + os.sep, __file__)
+_MAX_DEPTH = 400
+
+_previous: dict = {}  # signum -> the handler we replaced
+_pending: set = set()  # signals put off because they arrived inside the recorder
+_installed = False
+
+
+def _guarded_file(filename: str, _cache: dict = {}) -> bool:  # noqa: B006 - a deliberate memo
+    v = _cache.get(filename)
+    if v is None:
+        v = (filename.startswith(_HERE + os.sep) and not filename.startswith(_GUARDED_EXCLUDED)) or (
+            filename in _GUARDED_FILES
+        )
+        _cache[filename] = v
+    return v
+
+
+def inside_recorder(frame: Any) -> bool:
+    """Whether ``frame`` or one of its callers is recording code (see the module docstring)."""
+    depth = 0
+    while frame is not None and depth < _MAX_DEPTH:
+        code = frame.f_code
+        if _guarded_file(code.co_filename) or code.co_name == "fire_callbacks":  # + the runtimes' hook registries
+            return True
+        frame = frame.f_back
+        depth += 1
+    return False
+
+
+#: Seconds before a signal that arrived inside the recorder is raised again.
+RETRY_DELAY = 0.001
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    if inside_recorder(frame):
+        # Raised again from another thread a moment later, when the recorder has
+        # returned to the program (or deferred again). Not from here: Python would run
+        # the handler again right after the call that re-raises it, still in here.
+        _pending.add(signum)
+        try:
+            t = threading.Timer(RETRY_DELAY, _thread.interrupt_main, (signum,))
+            t.daemon = True
+            t.start()
+            return
+        except Exception:  # no thread at interpreter shutdown: handle it now
+            pass
+    _pending.discard(signum)
+    if signum == signal.SIGTERM:
+        _terminate(signum)
+        return
+    prev = _previous.get(signum)
+    if callable(prev):
+        prev(signum, frame)
+
+
+def _terminate(signum: int) -> None:
+    """Finish the trace, then die of ``signum`` as the program would have."""
+    try:
+        signal.signal(signum, signal.SIG_DFL)
+    except Exception:
+        pass
+    from . import session
+
+    rec = session.current()
+    if rec is not None:
+        try:
+            rec.stop(signum=signum)
+        except Exception:
+            pass
+    try:
+        sys.stderr.flush()
+        sys.stdout.flush()
+    except Exception:
+        pass
+    os.kill(os.getpid(), signum)
+
+
+def install() -> None:
+    """Route SIGTERM (if at its default) and SIGINT (if Python handles it) through
+    :func:`_on_signal`. Main thread only; once per process."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    _installed = True
+    for signum, wrap_if in ((signal.SIGTERM, _is_default), (signal.SIGINT, callable)):
+        try:
+            cur = signal.getsignal(signum)
+            if cur is _on_signal or not wrap_if(cur):
+                continue
+            _previous[signum] = cur
+            signal.signal(signum, _on_signal)
+        except Exception:
+            pass
+
+
+def uninstall() -> None:
+    """Put back the handlers :func:`install` replaced, where ours is still in place."""
+    global _installed
+    if not _installed or threading.current_thread() is not threading.main_thread():
+        return
+    _installed = False
+    for signum, prev in list(_previous.items()):
+        try:
+            if signal.getsignal(signum) is _on_signal:
+                signal.signal(signum, prev)
+        except Exception:
+            pass
+    _previous.clear()
+    if signal.SIGTERM in _pending and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        # A SIGTERM that arrived while the recorder was stopping: the trace is finished
+        # now; end the process by it, as it would have ended without npusan.
+        _pending.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
+    _pending.discard(signal.SIGINT)  # its timer raises it with the program's own handler
+
+
+def _is_default(h: Optional[Callable]) -> bool:
+    return h in (signal.SIG_DFL, None)

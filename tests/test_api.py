@@ -1,0 +1,94 @@
+"""The Python API: ``npusan.analyze()`` / ``npusan.load()`` and the Report they give."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import npusan
+from npusan.trace_format import TraceFormatError
+from npusan.trace_format import records as R
+
+from .cli.npusan_scenarios import line_of, run, scenario, workdir  # noqa: F401  (fixtures)
+
+
+def test_importing_npusan_stays_cheap():
+    code = ("import sys, npusan; heavy = {'torch', 'rich', 'click', 'msgpack'}; "
+            "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_findings_carry_kind_stacks_counts_and_fingerprints(scenario):
+    report = npusan.analyze(scenario("data_race"), scenario("seed_example"))
+    assert isinstance(report, npusan.Report)
+    kinds = sorted(f.kind.value for f in report.findings)
+    assert kinds == ["data-race", "missing-record-stream"]
+    race = next(f for f in report.findings if f.kind is npusan.Kind.DATA_RACE)
+    assert race.count == 1 and len(race.fingerprint) == 32
+    assert race.access.type == "read" and race.previous.type == "write"
+    # whole stacks (torch frames included), and the program's own line of each side
+    assert race.access.stack[-1].filename.endswith("torch/overrides.py")
+    assert (race.location.filename, race.location.lineno) == ("train.py", line_of("data_race", "y = x.sum()"))
+    assert race.previous_location.lineno == line_of("data_race", "x.fill_(1.0)")
+    assert [fr.function for fr in race.access.stack[:2]] == ["main", "data_race"]
+    assert race.traces == ["data_race.bin"]
+    assert "data race" in race.title and race.block.size == 4096
+
+
+def test_the_report_is_what_the_cli_reports(scenario, run):
+    trace = scenario("data_race")
+    report = npusan.analyze(trace)
+    cli = run("analyze", "--format", "json", trace)
+    assert cli.exit_code == 1
+    assert report.to_json() == cli.stdout
+    assert report.to_dict()["findings"][0] == report.findings[0].to_dict()
+    assert run("analyze", "--no-color", trace).stdout == report.to_text()
+    assert report.to_sarif() == run("analyze", "--format", "sarif", trace).stdout
+    assert [c.to_dict() for c in report.root_causes] == json.loads(cli.stdout)["root_causes"]
+    assert report.root_causes[0].findings == report.findings[:1] and report.root_causes[0].fix
+    assert ET.fromstring(report.to_junit()).tag in ("testsuites", "testsuite")
+    with pytest.raises(ValueError, match="unknown report format"):
+        report.render("yaml")
+
+
+def test_options_baseline_suppressions_min_count_and_grouping(scenario, workdir):
+    trace = scenario("seed_example", steps=3)  # a missing record_stream, then the reuse it allows
+    assert [(f.kind.value, f.count) for f in npusan.analyze(trace).findings] == [
+        ("missing-record-stream", 3), ("reuse-race", 3)]
+    assert len(npusan.analyze(trace, group=False).findings) == 6
+    below = npusan.analyze(trace, min_count=4)
+    assert below.findings == [] and len(below.below_min_count) == 2
+    (workdir / "base.json").write_text(npusan.analyze(trace).to_json())
+    known = npusan.analyze(trace, baseline=workdir / "base.json")
+    assert known.findings == [] and len(known.known) == 2
+    (workdir / "s.toml").write_text('[[suppress]]\nkind = "reuse-race"\nreason = "known, tracked"\n')
+    quiet = npusan.analyze(trace, suppress=workdir / "s.toml")
+    assert [f.kind.value for f in quiet.findings] == ["missing-record-stream"]
+    assert [f.kind.value for f in quiet.suppressed] == ["reuse-race"]
+
+
+def test_clean_trace_and_errors(scenario, workdir):
+    assert len(npusan.analyze(scenario("correct"))) == 0
+    with pytest.raises(ValueError, match="at least one trace"):
+        npusan.analyze()
+    with pytest.raises(TraceFormatError, match="missing.bin"):
+        npusan.analyze(workdir / "missing.bin")
+    with pytest.raises(ValueError, match="min_count"):
+        npusan.analyze(scenario("correct"), min_count=0)
+    (workdir / "bad.toml").write_text("[[suppress]]\nnot toml at all")
+    with pytest.raises(ValueError):
+        npusan.analyze(scenario("correct"), suppress=workdir / "bad.toml")
+
+
+def test_load_reads_the_trace_itself(scenario):
+    with npusan.load(scenario("data_race")) as trace:
+        assert trace.header["writer"] == "npusan-tests" and trace.header["backend"] == "cuda"
+        types = [rec[0] for rec in trace]
+        assert types.count(R.KERNEL) == 2 and R.STREAM_CREATED in types
+        assert trace.ended_cleanly
+        assert len(trace.symbols.streams) == 2

@@ -1,0 +1,113 @@
+"""The pytest plugin (``pytest --npusan``), run on small test files with pytester.
+
+Each run is a separate pytest process on the simulated device (what a user's CPU-only CI
+gets): the plugin comes from the installed ``pytest11`` entry point, as for a user.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+TESTS = '''import pytest
+import torch
+
+import npusan
+from npusan import sim
+
+
+def _race():
+    x = torch.ones(1024)
+    s = sim.Stream()
+    with sim.stream(s):
+        y = x * 2              # reads x on the side stream, not ordered after ones()
+    x.add_(1)
+    return y
+
+
+def test_race():
+    _race()
+
+
+def test_clean():
+    x = torch.ones(1024)
+    s = sim.Stream()
+    s.wait_stream(sim.current_stream())
+    with sim.stream(s):
+        y = x * 2
+        assert (y.sum() == 2048).item()  # on the side stream too: every use is ordered
+    sim.current_stream().wait_stream(s)
+    x.add_(1)
+
+
+@pytest.mark.no_npusan
+def test_opted_out():
+    _race()
+
+
+def test_caught():
+    try:
+        _race()
+    except npusan.RaceError:
+        pass
+'''
+
+
+def _line(marker: str) -> int:
+    return next(i for i, text in enumerate(textwrap.dedent(TESTS).splitlines(), 1) if marker in text)
+
+
+def _run(pytester, *args):
+    pytester.makepyfile(test_sync=textwrap.dedent(TESTS))
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=600)
+
+
+@pytest.mark.timeout(900)
+def test_races_fail_their_tests_with_the_report_and_clean_tests_pass(pytester):
+    traces = pytester.path / "traces"
+    result = _run(pytester, "--npusan", f"--npusan-trace-dir={traces}", "-rA")
+    result.assert_outcomes(passed=2, failed=2)
+    out = result.stdout.str()
+    for name in ("test_race", "test_caught"):
+        result.stdout.fnmatch_lines([f"FAILED test_sync.py::{name}*"])
+    result.stdout.fnmatch_lines([
+        "*npusan: 1 stream-synchronization bug in this test*",
+        "*data race*",
+        f"*--> test_sync.py:{_line('# reads x on the side stream')}",  # the racing read
+    ])
+    # the report folds pytest's and pluggy's frames instead of listing them
+    failures = out.split("= FAILURES =")[1].split("short test summary")[0]
+    assert "pytest frames" in failures
+    assert "_pytest/" not in failures and "pluggy/" not in failures
+    assert "Traceback" not in failures
+    assert "npusan: warning" not in out  # the report is the failure, not warnings besides it
+    kept = sorted(p.name for p in traces.iterdir())
+    assert kept == ["test_sync.py__test_caught.npusan", "test_sync.py__test_race.npusan"]
+    report = npusan_analyze(traces / "test_sync.py__test_race.npusan")
+    assert {f.kind.value for f in report.findings} == {"data-race"}
+
+
+def test_without_the_option_nothing_is_checked(pytester):
+    result = _run(pytester)
+    result.assert_outcomes(passed=4)
+
+
+def test_trace_dir_needs_the_option(pytester):
+    result = _run(pytester, "--npusan-trace-dir=x")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--npusan-trace-dir needs --npusan*"])
+
+
+def test_options_and_marker_are_registered(pytester):
+    pytester.makepyfile(test_empty="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("--help")
+    result.stdout.fnmatch_lines(["*--npusan *", "*--npusan-trace-dir=DIR*"])
+    markers = pytester.runpytest_subprocess("--markers")
+    markers.stdout.fnmatch_lines(["*no_npusan*"])
+
+
+def npusan_analyze(path):
+    import npusan
+
+    return npusan.analyze(path)
