@@ -13,6 +13,11 @@ without stacks):
   event record on that stream and a wait on the next (correctly synchronized);
 * ``ranged16`` / ``ranged256``: as ``own``, but each access is one of 16 / 256 byte ranges
   of its block;
+* ``strided``: as ``own``, but each kernel writes, instead of a block of its own, its
+  stream's column quarter ``buf[:, 16*s:16*(s+1)]`` of one of 64 shared 64x64 float32
+  matrices (a strided view: a VIEWS record and the exact overlap test per kernel), without
+  synchronization: correct, the quarters share no byte (format 1.1: replayed by the Python
+  engine, the compiled core hands such traces over at their first VIEWS record);
 * ``real``: a 2-layer transformer training loop with a prefetch stream (the next batch
   copied on a side stream, ``wait_stream`` + ``record_stream``) recorded on the simulated
   device by this script, with stacks: about half its records are allocations and frees.
@@ -47,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-from npusan.trace_format import TraceWriter  # noqa: E402
+from npusan.trace_format import Strided, TraceWriter  # noqa: E402
 
 STREAMS = [0, 0x100, 0x200, 0x300]
 BLOCKS_PER_STREAM = 500
@@ -88,6 +93,13 @@ def program(n_kernels: int, shape: str = "own", seed: int = 0):
                 yield ("event_waited", ev, STREAMS[(si + 1) % len(STREAMS)])
         return
     parts = {"ranged16": 16, "ranged256": 256}.get(shape)
+    if shape == "strided":  # 64 shared 64x64 float32 matrices; stream si writes columns 16si..16si+15
+        shared = []
+        for _ in range(64):
+            yield ("memory_allocated", next_ptr, STREAMS[0], 64 * 64 * 4)
+            shared.append(next_ptr)
+            next_ptr += 64 * 64 * 4
+        quarters = [[Strided(p + 64 * si, (64, 16), (64, 1), 4) for p in shared] for si in range(len(STREAMS))]
     ev = 0
     for i in range(n_kernels):
         si = (i // BURST) % len(STREAMS)
@@ -102,6 +114,8 @@ def program(n_kernels: int, shape: str = "own", seed: int = 0):
             width = BLOCK_SIZE // parts
             reads = tuple((p + width * rand(parts), width) for p in reads)
             writes = ((w + width * rand(parts), width),)
+        elif shape == "strided":
+            writes = (quarters[si][rand(64)],)
         else:
             writes = (w,)
         yield ("kernel", s, "aten::add", reads, writes)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from npusan.analyzer import replay
 from npusan.analyzer.engine import Engine, RecordError
 from npusan.analyzer.replay import analyze_traces
-from npusan.trace_format import TraceReader, TraceWriter
+from npusan.trace_format import Strided, TraceReader, TraceWriter
 from npusan.trace_format import records as R
 from npusan.trace_format.errors import TraceFormatError
 
@@ -46,6 +46,9 @@ def write_program(ops) -> bytes:
                 w.kernel(h, f"aten::op{n}", reads=reads, writes=[ptr], stack=[("p.py", 10 + n, "step")])
             elif kind == "ranged":
                 w.kernel(h, "aten::slice", reads=[(ptr + off, 16)], writes=[(ptr + off + 16, 8)])
+            elif kind == "strided":  # columns: a VIEWS record before the kernel
+                w.kernel(h, "aten::copy_", reads=[Strided(ptr + off, (4, 4), (16, 1), 1)],
+                         writes=[Strided(ptr + off + 4 + n, (4, 4), (16, 1), 1)])
             elif kind == "handoff":
                 w.event_created(b)
                 w.event_recorded(b, h)
@@ -125,8 +128,8 @@ def check_same(data: bytes) -> tuple:
     return ref
 
 
-_op = st.tuples(st.sampled_from(["kernel", "kernel", "kernel", "ranged", "handoff", "free", "record_stream",
-                                 "sync"]),
+_op = st.tuples(st.sampled_from(["kernel", "kernel", "kernel", "ranged", "strided", "handoff", "free",
+                                 "record_stream", "sync"]),
                 st.integers(0, 2), st.integers(0, 3), st.integers(1, 5), st.integers(0, 3))
 _atom = st.one_of(st.integers(-6, 40), st.none(), st.text(max_size=3), st.booleans(), st.floats(allow_nan=False),
                   st.integers(-(1 << 63), (1 << 64) - 1), st.just(17.0))
@@ -134,7 +137,7 @@ _field = st.one_of(_atom, st.lists(_atom, max_size=4))
 _junk = st.one_of(
     st.lists(_field, max_size=9).map(lambda r: [R.KERNEL] + r),  # kernels of any shape and content
     st.tuples(st.sampled_from(sorted(R.MIN_LENGTH)), st.lists(_field, max_size=6)).map(lambda t: [t[0]] + t[1]),
-    st.lists(_field, max_size=5).map(lambda r: [21] + r),  # an unknown type
+    st.lists(_field, max_size=5).map(lambda r: [130] + r),  # an unknown type (a private one)
     st.lists(_field, max_size=6),
     _atom,
     st.dictionaries(st.integers(0, 20), _atom, max_size=8),

@@ -94,11 +94,13 @@ def test_recorded_accesses(sim_recording):
 
 def test_span_of_views():
     x = torch.zeros(100, dtype=torch.float64)
-    assert span(x[10:]) == (x.untyped_storage().data_ptr(), 80, 720, 800)
+    assert span(x[10:]) == (x.untyped_storage().data_ptr(), 80, 720, 800, None)
     m = torch.zeros(4, 8)
     col = m[:, 2]
-    base, off, ext, total = span(col)
+    base, off, ext, total, view = span(col)
     assert off == 8 and ext == (3 * 8 + 1) * 4 and total == 128
+    assert view == (4, ((4, 32),))  # 4 elements of 4 bytes, 32 bytes apart
+    assert span(m.t())[2:] == (128, 128, None)  # a transpose touches exactly its range
     assert span(torch.zeros(0)) is None
 
 

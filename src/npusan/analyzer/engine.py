@@ -29,6 +29,10 @@ merged segment keeps the latest write per stream both as a write and as a read, 
 access is checked against everything either half had: merging can add reports, never lose
 one). A write that covers the whole block returns it to whole mode.
 
+Strided accesses (format 1.1: a range refined by a VIEWS record to only some of its bytes)
+do not change that state: they are checked byte-exactly against it and kept beside it, in
+a short list per block; the rules are in :mod:`npusan.analyzer.strided`.
+
 Reuse ghosts: an unsynchronized, unrecorded use found at a free is remembered (at most
 :data:`MAX_GHOSTS`, oldest evicted first); a later allocation overlapping the freed range
 inherits it, and the first access to the new block that is not ordered after the old use
@@ -53,8 +57,11 @@ from typing import Callable, Iterable, NamedTuple, Optional
 
 from ..trace_format import records as R
 from ..trace_format.errors import TraceFormatError
+from ..trace_format.strided import Shape
 from ..trace_format.symbols import MAX_TABLE, SymbolTable
+from . import strided
 from .findings import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
+from .overlap import Budget, overlaps_range
 
 #: Distinct byte-range segments kept per block before neighbours are merged.
 MAX_SEGMENTS = 32
@@ -148,7 +155,7 @@ class Block:
     """The replay state of one live block (see the module docstring)."""
 
     __slots__ = ("bid", "ptr", "size", "stream", "stack", "defn", "write", "reads", "segments", "uses",
-                 "recorded", "ghosts")
+                 "recorded", "ghosts", "views")
 
     def __init__(self, bid, ptr, size, stream, stack, defn) -> None:
         self.bid = bid
@@ -163,6 +170,7 @@ class Block:
         self.uses: dict = {}  # stream (not the allocation stream) -> its latest access
         self.recorded: set = set()  # streams named by record_stream
         self.ghosts: list = []
+        self.views: list = []  # strided accesses kept beside the state: (Access, Shape)
 
     def end(self):
         """One past the last byte tracked (the size; unknown: as far as accesses reached)."""
@@ -229,6 +237,8 @@ class Engine:
         self.found: dict[tuple, _Occurrences] = {}
         self.leaks_checked = False
         self.direct_tail: tuple = (None, 0)  # see run_direct
+        self.pending_views: Optional[tuple] = None  # (seq of the next kernel, its VIEWS table)
+        self.overlap_budget = Budget()  # search steps of this trace's overlap tests
         self._default_streams = _parse_default_streams(self.header.get("default_streams"))
         self._rules = {
             R.STREAM_CREATED: self.stream_created,
@@ -244,6 +254,7 @@ class Engine:
             R.RECORD_STREAM: self.record_stream,
             R.ERASE_STREAM: self.erase_stream,
             R.KERNEL: self.kernel,
+            R.VIEWS: self.views_declared,
         }
 
     # ------------------------------------------------------------------ feeding records
@@ -510,11 +521,17 @@ class Engine:
         S = rec[1]
         vec[S] = self.seq
         op, stack = string_id(rec[2]), stack_id(rec[3])
-        for b, write, lo, hi in targets:
+        pending = self.pending_views
+        shapes = pending[1] if pending is not None and pending[0] == self.seq else None
+        for a, (b, write, lo, hi) in zip(rec[4:], targets):
             if lo is not None and lo == hi:
                 continue  # an empty range touches nothing
             acc = Access(self.seq, S, op, stack, write, lo, None if lo is None else hi - lo)
-            self.access(b, S, vec, acc)
+            shape = shapes.get((a[0], a[1], a[2])) if shapes and lo is not None else None
+            if shape is None:
+                self.access(b, S, vec, acc)
+            else:
+                self.strided_access(b, S, vec, acc, shape)
 
     def access_target(self, rec: list, a) -> tuple:
         """``(block, is_write, lo, hi)`` of one encoded access (lo is None: whole block)."""
@@ -537,6 +554,9 @@ class Engine:
             self.whole_access(b, S, vec, acc)
         else:
             self.range_access(b, S, vec, acc)
+        if b.views:
+            shape = None if acc.offset is None else Shape(acc.offset, acc.nbytes, ())
+            self.views_met(b, S, vec, acc, shape, set())
         if b.stream is not None and S != b.stream:
             b.uses[S] = acc  # the latest use per stream; dict order: first use
 
@@ -560,35 +580,23 @@ class Engine:
 
     def range_access(self, b: Block, S: int, vec: dict, acc: Access) -> None:
         """The same rules per segment; each earlier kernel is reported once per access."""
-        if b.segments is None:  # whole mode -> range mode: one segment with the whole state
-            writes = (b.write,) if b.write is not None else ()
-            b.segments = [Segment(0, b.size or INF, writes, dict(b.reads))]
-            b.write, b.reads = None, {}
-        segs = b.segments
-        end = segs[-1].hi
+        segs = to_segments(b)
         if acc.offset is None:
-            lo, hi = 0, end  # a whole-block access covers exactly what is tracked
+            lo, hi = 0, segs[-1].hi  # a whole-block access covers exactly what is tracked
         else:
             lo, hi = acc.offset, acc.offset + acc.nbytes
-            if hi > end:  # bytes past the known extent: nothing has touched them yet
-                segs.append(Segment(end, hi, (), {}))
+            reach(segs, hi)
         i, j = split(segs, lo, hi)
         reported: set = set()
-
-        def check(earlier: Access) -> None:
-            if earlier.stream != S and not self.ordered(vec, earlier) and earlier.seq not in reported:
-                reported.add(earlier.seq)
-                self.report(_DATA_RACE, acc, earlier, b)
-
         if not acc.write:
             for s in segs[i:j]:
                 for w in s.writes:
-                    check(w)
+                    self.check_race(S, vec, acc, w, b, reported)
                 s.reads[S] = acc
         else:
             for s in segs[i:j]:
                 for earlier in (s.reads.values() if s.reads else s.writes):
-                    check(earlier)
+                    self.check_race(S, vec, acc, earlier, b, reported)
                 s.writes = (acc,)
                 s.reads = {}
             if i == 0 and j == len(segs):  # the whole block was written: back to whole mode
@@ -596,6 +604,62 @@ class Engine:
                 b.write = acc
                 b.reads = {}
                 return
+        coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
+
+    # ------------------------------------------------------------------ strided views (see strided.py)
+
+    def views_declared(self, rec: list) -> None:
+        """A VIEWS record: the exact bytes of some range accesses of the next kernel."""
+        try:
+            table = strided.parse_views(rec)
+        except ValueError as e:
+            raise RecordError(describe(rec, self.seq, str(e))) from None
+        self.pending_views = (self.seq + 1, table)
+
+    def strided_access(self, b: Block, S: int, vec: dict, acc: Access, shape: Shape) -> None:
+        """Checked against the state its bytes meet, then kept beside it (never replacing it)."""
+        if b.ghosts:
+            self.check_ghosts(b, S, vec, acc)
+        reported: set = set()
+        if b.segments is None:
+            pieces = [((b.write,) if b.write is not None else (), b.reads)]
+        else:
+            pieces = [(s.writes, s.reads) for s in b.segments
+                      if s.hi > shape.lo and s.lo < shape.hi and overlaps_range(shape, s.lo, s.hi, self.overlap_budget)]
+        for writes, reads in pieces:
+            for earlier in (reads.values() if acc.write and reads else writes):
+                self.check_race(S, vec, acc, earlier, b, reported)
+        if b.views:
+            self.views_met(b, S, vec, acc, shape, reported)
+        b.views.append((acc, shape))
+        if len(b.views) > strided.MAX_VIEWS:
+            self.demote(b, *b.views.pop(0))
+        if b.stream is not None and S != b.stream:
+            b.uses[S] = acc
+
+    def views_met(self, b: Block, S: int, vec: dict, acc: Access, shape: Optional[Shape], reported: set) -> None:
+        """Any access against the block's strided entries: report, then drop the redundant."""
+        for earlier in strided.conflicts(b.views, S, vec, shape, acc.write, self.overlap_budget):
+            self.check_race(S, vec, acc, earlier, b, reported)
+        strided.prune(b.views, S, shape, acc.write, self.overlap_budget)
+
+    def check_race(self, S: int, vec: dict, acc: Access, earlier: Access, b: Block, reported: set) -> None:
+        """A data race unless ``earlier`` is the same stream's or ordered; each kernel once."""
+        if earlier.stream != S and not self.ordered(vec, earlier) and earlier.seq not in reported:
+            reported.add(earlier.seq)
+            self.report(_DATA_RACE, acc, earlier, b)
+
+    def demote(self, b: Block, acc: Access, shape: Shape) -> None:
+        """Merge a strided entry into the segments over its hull: a write among the writes,
+        and either among the reads (latest per stream), so every later access sees it."""
+        segs = to_segments(b)
+        reach(segs, shape.hi)
+        i, j = split(segs, shape.lo, shape.hi)
+        P = acc.stream
+        for s in segs[i:j]:
+            if acc.write and all(w.stream != P or w.seq < acc.seq for w in s.writes):
+                s.writes = tuple(w for w in s.writes if w.stream != P) + (acc,)
+            latest(s.reads, P, acc)
         coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
 
     # ------------------------------------------------------------------ record_stream and reuse
@@ -733,6 +797,22 @@ def merge(dst: dict, src: dict) -> None:
     for P, v in src.items():
         if dst.get(P, -1) < v:
             dst[P] = v
+
+
+def to_segments(b: Block) -> list:
+    """The block's segments, switching it from whole mode to one segment with that state."""
+    if b.segments is None:
+        writes = (b.write,) if b.write is not None else ()
+        b.segments = [Segment(0, b.size or INF, writes, dict(b.reads))]
+        b.write, b.reads = None, {}
+    return b.segments
+
+
+def reach(segs: list, hi) -> None:
+    """Track bytes up to ``hi`` (past the known extent nothing has touched them yet)."""
+    end = segs[-1].hi
+    if hi > end:
+        segs.append(Segment(end, hi, (), {}))
 
 
 def split(segs: list, lo, hi) -> tuple:

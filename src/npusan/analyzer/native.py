@@ -78,15 +78,23 @@ def engine_class() -> type:
 
 #: The newest trace format version whose every record the compiled core replays; a trace
 #: declaring a newer minor version is replayed by the Python engine (same findings, slower).
-#: 1.1 added STREAM_LABEL, a definition the Python side absorbs (the core hands it over).
-NATIVE_FORMAT = (1, 1)
+NATIVE_FORMAT = (1, 0)
+#: A trace *file* of this version is replayed by the compiled core until its first VIEWS
+#: record (strided views, format 1.1), which the core does not replay yet: it raises
+#: :class:`ViewsMet` there, and the caller replays the file again with the Python engine.
+NATIVE_FILE_FORMAT = (1, 1)
 
 
-def make_engine(symbols: SymbolTable, **kwargs):
+class ViewsMet(Exception):
+    """The compiled core met a VIEWS record: replay this trace with the Python engine."""
+
+
+def make_engine(symbols: SymbolTable, *, file: bool = False, **kwargs):
     """An engine for one trace: ``engine_class()``, unless the trace's format is newer
-    than the compiled core knows (see :data:`NATIVE_FORMAT`)."""
+    than the compiled core knows (see :data:`NATIVE_FORMAT`; ``file``: the caller replays a
+    file it can replay again on :class:`ViewsMet`, see :data:`NATIVE_FILE_FORMAT`)."""
     cls = engine_class()
-    if cls is NativeEngine and _format(kwargs.get("header")) > NATIVE_FORMAT:
+    if cls is NativeEngine and _format(kwargs.get("header")) > (NATIVE_FILE_FORMAT if file else NATIVE_FORMAT):
         cls = Engine
     return cls(symbols, **kwargs)
 
@@ -377,6 +385,8 @@ class NativeEngine:
                 return
             elif t == R.NOTE:
                 self._notes += 1
+            elif t == R.VIEWS:
+                raise ViewsMet()
             # else: a record of an unknown type, skipped (the reader warned once)
 
     # ------------------------------------------------------------------ findings

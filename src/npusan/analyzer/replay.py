@@ -21,7 +21,7 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
-from .native import NativeEngine, make_engine
+from .native import NativeEngine, ViewsMet, make_engine
 from .findings import AnalysisResult, TraceSummary, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
@@ -46,46 +46,62 @@ def analyze_traces(
     summaries: list = []
     for i, path in enumerate(paths):
         name = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else getattr(path, "name", str(path))
+        reopenable = isinstance(path, (str, bytes, os.PathLike))
         try:
-            reader = TraceReader(path)
-        except OSError as e:
-            raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
-        except TraceFormatError as e:
-            raise type(e)(f"{name}: {e}") from None
-        with reader:
-            engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=i)
-            try:
-                _replay(engine, reader, i, report)
-            except RecordError as e:
-                raise RecordError(f"{name}: {reader.where()}: {e}") from None
-            except TraceFormatError as e:
-                raise type(e)(f"{name}: {e}") from None
-            except OSError as e:
-                raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
-            found = engine.finish()
-            # Streams as reports number them: "stream #1" is the first non-default stream.
-            is_default = functools.partial(is_default_stream, reader.header)
-            number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default,
-                           reader.symbols.stream_labels)
-            warnings = list(reader.warnings)
-            if engine.dropped:
-                warnings.append(
-                    f"{engine.dropped} occurrences of further distinct findings were not kept "
-                    "(too many distinct findings in one trace)"
-                )
-            summaries.append(
-                TraceSummary(
-                    path=name,
-                    header=reader.header,
-                    events=engine.events,
-                    kernels=engine.seq,
-                    truncated=reader.truncated,
-                    warnings=warnings,
-                    end_reason=reader.end_reason,
-                )
-            )
+            found, summary = _analyze_one(path, name, i, check_leaks, report, reopenable)
+        except ViewsMet:  # strided views: the compiled core does not replay them yet
+            found, summary = _analyze_one(path, name, i, check_leaks, report, False)
+        summaries.append(summary)
         findings.extend(found)
     return AnalysisResult(findings=findings, traces=summaries)
+
+
+def _analyze_one(path, name: str, i: int, check_leaks: bool, report, native_file: bool) -> tuple:
+    """``(findings, TraceSummary)`` of one trace (``native_file``: see ``make_engine``)."""
+    try:
+        reader = TraceReader(path)
+    except OSError as e:
+        raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
+    except TraceFormatError as e:
+        raise type(e)(f"{name}: {e}") from None
+    with reader:
+        engine = make_engine(reader.symbols, file=native_file, header=reader.header, check_leaks=check_leaks,
+                             trace_index=i)
+        try:
+            _replay(engine, reader, i, report)
+        except RecordError as e:
+            raise RecordError(f"{name}: {reader.where()}: {e}") from None
+        except TraceFormatError as e:
+            raise type(e)(f"{name}: {e}") from None
+        except OSError as e:
+            raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
+        found = engine.finish()
+        # Streams as reports number them: "stream #1" is the first non-default stream.
+        is_default = functools.partial(is_default_stream, reader.header)
+        number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default,
+                   reader.symbols.stream_labels)
+        warnings = list(reader.warnings)
+        if engine.dropped:
+            warnings.append(
+                f"{engine.dropped} occurrences of further distinct findings were not kept "
+                "(too many distinct findings in one trace)"
+            )
+        budget = getattr(engine, "overlap_budget", None)  # the Python engine's (strided views)
+        if budget is not None and budget.gave_up:
+            warnings.append(
+                f"{budget.gave_up} comparisons of strided views were too costly to "
+                "answer exactly and counted as overlapping (a race reported there may be false)"
+            )
+        summary = TraceSummary(
+            path=name,
+            header=reader.header,
+            events=engine.events,
+            kernels=engine.seq,
+            truncated=reader.truncated,
+            warnings=warnings,
+            end_reason=reader.end_reason,
+        )
+    return found, summary
 
 
 def _replay(engine, reader: TraceReader, index: int, report) -> None:

@@ -149,6 +149,16 @@ def _render(s, no_color: bool) -> None:
     mem.add_row("used without allocation", f"{m.unallocated_blocks:,}")
     console.print(mem)
 
+    v = s.views
+    if v.exact or v.hull_fallbacks:
+        line = f"[bold]Strided views[/bold]: {v.exact:,} exact"
+        if v.hull_fallbacks:
+            line += (f", [yellow]{v.hull_fallbacks:,} recorded as their hull[/yellow] (too irregular to "
+                     "describe exactly: a race between them and a neighbouring view may be a false report)")
+        else:
+            line += ", none recorded as their hull"
+        console.print(line)
+
     if s.threads:
         console.print("[bold]Threads[/bold]: " + ", ".join(f"{_escape(n)} ({t})" for t, n in sorted(s.threads.items())))
     for w in s.warnings:

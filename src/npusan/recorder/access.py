@@ -17,13 +17,18 @@ object) from the schema's alias annotations, so the per-op cost is a dict lookup
 
 Each access is the byte range the tensor's view can reach inside its storage:
 ``[storage_offset * itemsize, + extent of the strided view)``; the whole block when that
-covers the storage. Zero-size tensors touch no memory and produce no access (the kernel
-itself is still recorded, because it still orders its stream).
+covers the storage. A non-contiguous view also gets its exact shape (:func:`view_of`:
+the bytes of its elements, so that ``x[0::2]`` and ``x[1::2]`` do not overlap), unless it
+normalizes to a plain range (a transpose of a contiguous tensor). Zero-size tensors touch
+no memory and produce no access (the kernel itself is still recorded, because it still
+orders its stream).
 """
 
 from __future__ import annotations
 
 from typing import Any, List, NamedTuple, Optional, Tuple
+
+from ..trace_format.strided import normalize
 
 #: Ops that alias their input without saying so in the schema, or only change metadata.
 _NO_ACCESS_NAMES = frozenset({"_unsafe_view", "set_", "_reshape_alias", "_nested_view_from_buffer",
@@ -128,10 +133,35 @@ def op_info(func: Any) -> OpInfo:
     return info
 
 
-def span(t: Any) -> Optional[Tuple[int, int, int, int]]:
-    """``(storage base ptr, byte offset, byte extent, storage nbytes)`` of a tensor's view.
+#: Shapes of non-contiguous layouts seen so far: ``(sizes, strides, itemsize) -> (extent, view)``.
+_VIEWS: dict = {}
+_VIEWS_MAX = 4096
 
-    None for a zero-size tensor or one without storage memory.
+
+def view_of(sizes: Tuple[int, ...], strides: Tuple[int, ...], itemsize: int) -> Tuple[int, Optional[tuple]]:
+    """``(byte extent, view)`` of a non-empty layout; ``view`` is None for a plain range,
+    else ``(run, dims)`` (:func:`~npusan.trace_format.strided.normalize`).
+
+    Cached per layout: a training step repeats the same few layouts, so this is a dict
+    lookup after the first step. Strides are never negative in PyTorch, so the view starts
+    at the storage offset.
+    """
+    key = (sizes, strides, itemsize)
+    r = _VIEWS.get(key)
+    if r is None:
+        shape = normalize(0, sizes, strides, itemsize)
+        r = (shape.hi, (shape.run, shape.dims) if shape.dims else None)
+        if len(_VIEWS) >= _VIEWS_MAX:
+            _VIEWS.clear()
+        _VIEWS[key] = r
+    return r
+
+
+def span(t: Any) -> Optional[Tuple[int, int, int, int, Optional[tuple]]]:
+    """``(storage base ptr, byte offset, byte extent, storage nbytes, view)`` of a tensor's view.
+
+    ``view`` is None for a contiguous range, else ``(run, dims)`` (:func:`view_of`). None
+    for a zero-size tensor or one without storage memory.
     """
     n = t.numel()
     if n == 0:
@@ -143,11 +173,6 @@ def span(t: Any) -> Optional[Tuple[int, int, int, int]]:
     isz = t.element_size()
     off = t.storage_offset() * isz
     if t.is_contiguous():
-        ext = n * isz
-    else:
-        e = 1
-        for s, d in zip(t.shape, t.stride()):
-            if s > 1 and d > 0:
-                e += (s - 1) * d
-        ext = e * isz
-    return base, off, ext, st.nbytes()
+        return base, off, n * isz, st.nbytes(), None
+    ext, view = view_of(t.shape, t.stride(), isz)
+    return base, off, ext, st.nbytes(), view

@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from . import session
-from .access import RET_NEW, op_info
+from .access import RET_NEW, op_info, view_of
 
 _tls = threading.local()
 
@@ -139,15 +139,12 @@ class RecordingMode(TorchDispatchMode):
                         if t.is_contiguous():
                             ext = nb
                             off = so * t.element_size() if so else 0
+                            view = None
                         else:
                             isz = t.element_size()
-                            e = 1
-                            for sz, d in zip(t.shape, t.stride()):
-                                if sz > 1 and d > 0:
-                                    e += (sz - 1) * d
-                            ext = e * isz
+                            ext, view = view_of(t.shape, t.stride(), isz)
                             off = so * isz
-                        spans.append((base, off, ext, st.nbytes(), w))
+                        spans.append((base, off, ext, st.nbytes(), w, view))
                     if key is None and stacks.depth:
                         key = stacks.key(1)
                     device = 0 if be.single_device else be.tensor_device(acc[0][0])

@@ -465,7 +465,13 @@ class Recorder:
                     if stack is None:
                         stack = self._stack(key)
                 rec = [_KERNEL, sidx, op, stack]
-                for base, off, ext, total, w in spans:
+                views = None
+                for base, off, ext, total, w, view in spans:
+                    if view is not None:  # a strided view: its hull, refined in a VIEWS record
+                        if views is None:
+                            views = []
+                        rec.append(enc.storage_access(base, off, ext, total, w, view, views))
+                        continue
                     entry = blocks.get(base)
                     if entry is not None:
                         a = ~entry[0] if w else entry[0]
@@ -477,6 +483,8 @@ class Recorder:
                             rec.append([a, off, ext])
                     else:
                         rec.append(enc.storage_access(base, off, ext, total, w))
+                if views:
+                    enc.views(views, rec)
                 nk += 1
                 sink(rec)
         finally:
@@ -499,7 +507,8 @@ class Recorder:
     def record_kernel(self, name: str, device: int, handle: int, spans: list, key) -> None:
         """A kernel from the dispatch mode (never raises).
 
-        ``spans``: ``(storage base, byte offset, byte extent, storage nbytes, is_write)``.
+        ``spans``: ``(storage base, byte offset, byte extent, storage nbytes, is_write, view)``
+        (``view``: None, or ``(run, dims)`` of a strided view, see ``access.view_of``).
         This is the hot path: one append to the queue (:meth:`_post` inlined).
         """
         if not self.active:
@@ -513,7 +522,10 @@ class Recorder:
         """Encode one queued kernel (the same record as :meth:`_drain`'s inlined path)."""
         enc = self.enc
         rec = [_KERNEL, enc.stream(handle, device), enc.string(name), self._stack(key)]
-        rec.extend(enc.storage_access(base, off, ext, total, w) for base, off, ext, total, w in spans)
+        views: list = []
+        rec.extend(enc.storage_access(base, off, ext, total, w, view, views) for base, off, ext, total, w, view in spans)
+        if views:
+            enc.views(views, rec)
         enc._emit(rec)
 
     def record_stream_op(self, t, stream_obj, key) -> None:

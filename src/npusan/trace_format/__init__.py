@@ -5,6 +5,7 @@ The normative specification is ``docs/trace-format.md``.
 
 from .errors import TraceFormatError, UnsupportedVersionError
 from .reader import TraceReader
+from .strided import Strided
 from .writer import FileSink, TraceWriter
 
-__all__ = ["FileSink", "TraceFormatError", "TraceReader", "TraceWriter", "UnsupportedVersionError"]
+__all__ = ["FileSink", "Strided", "TraceFormatError", "TraceReader", "TraceWriter", "UnsupportedVersionError"]

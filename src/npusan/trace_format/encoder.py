@@ -15,11 +15,13 @@ import heapq
 from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 
 from . import records as R
+from .strided import MAX_DIMS, Strided, entry, normalize
 
 Frame = Tuple[str, int, str]
 Sink = Callable[[list], None]
-#: An access as TraceWriter accepts it: a pointer (whole block) or ``(ptr, nbytes)``.
-PointerAccess = Union[int, Tuple[int, int]]
+#: An access as TraceWriter accepts it: a pointer (whole block), ``(ptr, nbytes)`` or a
+#: :class:`~npusan.trace_format.strided.Strided` view.
+PointerAccess = Union[int, Tuple[int, int], Strided]
 
 
 class RecordEncoder:
@@ -201,10 +203,12 @@ class RecordEncoder:
         bid, _ = self.block(ptr)
         self._emit([R.ERASE_STREAM, bid, self.stream(handle, device), stack])
 
-    def _access(self, p: PointerAccess, write: bool):
+    def _access(self, p: PointerAccess, write: bool, views: list):
         if isinstance(p, int):
             bid, _ = self.block(p)
             return ~bid if write else bid
+        if isinstance(p, Strided):
+            return self._strided(p, write, views)
         ptr, nbytes = p
         bid, base = self.block(ptr)
         a = ~bid if write else bid
@@ -216,11 +220,35 @@ class RecordEncoder:
             return a
         return [a, ptr - base, int(nbytes)]
 
-    def storage_access(self, base: int, offset: int, nbytes: int, storage_nbytes: int, write: bool):
+    def _strided(self, p: Strided, write: bool, views: list):
+        """A view's access: its exact range, or its hull plus a views entry (see strided.py)."""
+        shape = normalize(0, p.sizes, p.strides, p.itemsize)
+        if shape is None:
+            return None  # no elements: no access
+        start = p.ptr + shape.lo
+        nbytes = shape.hi - shape.lo
+        if not shape.dims:
+            return self._access((start, nbytes), write, views)
+        return self.storage_access(start, 0, nbytes, -1, write, (shape.run, shape.dims), views)
+
+    def storage_access(
+        self,
+        base: int,
+        offset: int,
+        nbytes: int,
+        storage_nbytes: int,
+        write: bool,
+        view: Optional[tuple] = None,
+        views: Optional[list] = None,
+    ):
         """Encode an access to ``[offset, offset + nbytes)`` of the storage based at ``base``.
 
         What a recorder knows of a tensor view: its storage's base pointer and size and the
         byte range the view can touch. Covering the whole storage encodes as the whole block.
+        ``view``: None for a contiguous range; for a strided view, ``(run, dims)`` of its
+        shape (:func:`~npusan.trace_format.strided.normalize`; the range is then its hull),
+        whose VIEWS entry is appended to ``views`` (a hull fallback entry when it has more
+        than MAX_DIMS dims).
         """
         bid, b0 = self.block(base)
         a = ~bid if write else bid
@@ -228,9 +256,38 @@ class RecordEncoder:
         entry = self._blocks[b0]
         if entry[1] is None and offset + nbytes > entry[2]:
             entry[2] = offset + nbytes
-        if offset == 0 and nbytes >= storage_nbytes:
-            return a
+        if view is None:
+            if offset == 0 and nbytes >= storage_nbytes:
+                return a
+        else:
+            views.append(view_entry(a, offset, nbytes, view))
         return [a, offset, nbytes]
+
+    def views(self, entries: list, rec: list) -> None:
+        """Emit the VIEWS record of kernel record ``rec`` (just before emitting ``rec``).
+
+        ``entries`` as :func:`view_entry` makes them, one per strided access of ``rec``. An
+        entry refines every access equal to its triple, so a triple shared by accesses
+        whose bytes differ (two different views, or a view and a plain range with the same
+        hull) falls back to its hull.
+        """
+        seen: dict = {}
+        n: dict = {}
+        for e in entries:
+            key = (e[0], e[1], e[2])
+            n[key] = n.get(key, 0) + 1
+            old = seen.get(key)
+            seen[key] = e if old is None or old == e else e[:3]
+        if len(rec) > 5 or len(entries) > 1:
+            for acc in rec[4:]:
+                if acc.__class__ is list:
+                    key = (acc[0], acc[1], acc[2])
+                    if key in n:
+                        n[key] -= 1
+            for key, left in n.items():
+                if left < 0:  # a plain range with the same triple
+                    seen[key] = list(key)
+        self._emit([R.VIEWS, *seen.values()])
 
     def kernel(
         self,
@@ -241,10 +298,16 @@ class RecordEncoder:
         device: int = 0,
         stack: Optional[int] = None,
     ) -> None:
-        """A kernel on a stream; reads/writes are pointers or ``(ptr, nbytes)`` pairs."""
+        """A kernel on a stream; reads/writes are pointers, ``(ptr, nbytes)`` pairs or Strided views."""
         rec = [R.KERNEL, self.stream(handle, device), self.string(op), stack]
-        rec.extend(self._access(p, False) for p in reads)
-        rec.extend(self._access(p, True) for p in writes)
+        views: list = []
+        for group, write in ((reads, False), (writes, True)):
+            for p in group:
+                acc = self._access(p, write, views)
+                if acc is not None:
+                    rec.append(acc)
+        if views:
+            self.views(views, rec)
         self._emit(rec)
 
     def kernel_blocks(self, sidx: int, op_sid: int, accesses: list, stack: Optional[int] = None) -> None:
@@ -258,3 +321,14 @@ class RecordEncoder:
 
     def end(self, stats: Optional[dict] = None) -> None:
         self.sink([R.END, dict(stats or {})])
+
+
+def view_entry(a: int, offset: int, nbytes: int, view: tuple) -> list:
+    """The VIEWS entry of access ``[a, offset, nbytes]``: ``view`` is ``(run, dims)``.
+
+    A view with more than MAX_DIMS dims gets the hull fallback entry ``[a, offset, nbytes]``.
+    """
+    run, dims = view
+    if len(dims) > MAX_DIMS:
+        return [a, offset, nbytes]
+    return entry(a, offset, run, dims)

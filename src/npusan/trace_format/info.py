@@ -16,6 +16,7 @@ from . import records as R
 from .errors import TraceFormatError
 from .header import is_default_stream
 from .reader import Source, TraceReader
+from .strided import parse_entry
 
 
 @dataclass
@@ -42,6 +43,14 @@ class MemorySummary:
 
 
 @dataclass
+class ViewsSummary:
+    """Strided accesses (VIEWS entries, format 1.1)."""
+
+    exact: int = 0  # described by their exact bytes
+    hull_fallbacks: int = 0  # recorded as their hull (too irregular, or ambiguous in their kernel)
+
+
+@dataclass
 class TraceInfo:
     path: Optional[str]
     size: Optional[int]
@@ -58,6 +67,7 @@ class TraceInfo:
     memory: MemorySummary
     threads: dict  # tid -> name
     unknown_types: dict = field(default_factory=dict)  # record type -> records skipped
+    views: ViewsSummary = field(default_factory=ViewsSummary)
 
 
 def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = None) -> TraceInfo:
@@ -68,8 +78,9 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
         created: set = set()
         live: dict[Any, Optional[int]] = {}  # bid -> size
         mem = MemorySummary()
+        views = ViewsSummary()
         try:
-            _scan(reader, counts, per_stream, created, live, mem)
+            _scan(reader, counts, per_stream, created, live, mem, views)
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
             raise TraceFormatError(f"{reader.where()}: malformed record ({e})") from None
         mem.live_at_end = len(live)
@@ -112,10 +123,14 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
             memory=mem,
             threads=dict(sym.threads),
             unknown_types=reader.unknown_types,
+            views=views,
         )
 
 
-def _scan(reader: TraceReader, counts: dict, per_stream: dict, created: set, live: dict, mem: MemorySummary) -> None:
+def _scan(
+    reader: TraceReader, counts: dict, per_stream: dict, created: set, live: dict, mem: MemorySummary,
+    views: ViewsSummary,
+) -> None:
     """The one pass over the records (fields are not type-checked by the reader: callers guard)."""
     live_bytes = 0
     for rec in reader.records():
@@ -144,6 +159,12 @@ def _scan(reader: TraceReader, counts: dict, per_stream: dict, created: set, liv
                 live_bytes -= live.pop(rec[1]) or 0
         elif t == R.STREAM_CREATED:
             created.add(rec[1])
+        elif t == R.VIEWS:
+            for e in rec[1:]:
+                if parse_entry(e)[1] is None:
+                    views.hull_fallbacks += 1
+                else:
+                    views.exact += 1
 
 
 def _count_block_defs(reader: TraceReader) -> int:
@@ -187,6 +208,7 @@ def info_dict(info: TraceInfo) -> dict:
             "memory": asdict(info.memory),
             "threads": info.threads,
             "unknown_record_types": info.unknown_types,
+            "views": asdict(info.views),
         }
     )
 

@@ -1,4 +1,4 @@
-"""The record vocabulary of trace format v1, in code.
+"""The record vocabulary of trace format v1 (version 1.1), in code.
 
 ``docs/trace-format.md`` is the normative description; this module is its single source
 of truth inside the package. A trace is the 8-byte :data:`MAGIC`, one msgpack map (the
@@ -31,6 +31,10 @@ Layouts (``stack`` is a stack id or nil; ``sidx`` a stream index; ``bid`` a bloc
     [STREAM_LABEL, sidx, role, label]     what a stream is for (1.1): role "comm", label text
     [NOTE, level, text]                   a message from the writer (e.g. recording stopped)
     [END, stats_map]                      clean end of the trace
+    [VIEWS, entry, ...]                   (1.1) the exact bytes of strided accesses of the
+                                          next KERNEL: entry = [a, offset, nbytes, run,
+                                          n1, s1, ...], or [a, offset, nbytes] for a view
+                                          recorded as its hull (see strided.py)
 
 An access is an int ``a`` (the whole block) or a list ``[a, offset, nbytes]`` (a byte
 range of the block); ``a >= 0`` reads block ``a``, ``a < 0`` writes block ``~a`` (``-a-1``).
@@ -65,7 +69,8 @@ KERNEL: Final = 17
 THREAD: Final = 18
 NOTE: Final = 19
 END: Final = 20
-STREAM_LABEL: Final = 21
+STREAM_LABEL: Final = 22
+VIEWS: Final = 21  # format 1.1
 
 #: Human-readable names, used by ``npusan info`` and error messages.
 RECORD_NAMES: Final = {
@@ -91,6 +96,7 @@ RECORD_NAMES: Final = {
     NOTE: "note",
     END: "end",
     STREAM_LABEL: "stream-label",
+    VIEWS: "views",
 }
 
 #: Minimum array length of each known record type (the reader rejects shorter ones).
@@ -117,6 +123,7 @@ MIN_LENGTH: Final = {
     NOTE: 3,
     END: 2,
     STREAM_LABEL: 4,
+    VIEWS: 2,
 }
 
 #: Record types that only define interned names; the reader absorbs them into its symbol table.

@@ -36,6 +36,7 @@ import msgpack
 from . import records as R
 from .encoder import RecordEncoder
 from .header import build_header
+from .strided import MAX_VALUE, Strided
 
 PathOrFile = Union[str, "os.PathLike[str]", IO[bytes]]
 StackArg = Optional[Sequence[Sequence]]  # [(filename, lineno, function), ...] outermost first
@@ -617,7 +618,9 @@ class TraceWriter:
         stack: StackArg = None,
     ) -> None:
         """A kernel on ``stream``: each read/write is a pointer (the whole block that contains
-        it) or a ``(ptr, nbytes)`` pair (that byte range)."""
+        it), a ``(ptr, nbytes)`` pair (that byte range), or a
+        ``Strided(ptr=, sizes=, strides=, itemsize=)`` view (exactly the bytes of its
+        elements; strides in elements, ``ptr`` the address of the first element)."""
         r = [_access(p) for p in reads]
         w = [_access(p) for p in writes]
         with self.lock:
@@ -702,6 +705,18 @@ def _int(v: Any) -> int:
 
 
 def _access(p: Any):
+    if isinstance(p, Strided):
+        sizes = [_int(n) for n in p.sizes]
+        strides = [_int(d) for d in p.strides]
+        itemsize = _int(p.itemsize)
+        if len(sizes) != len(strides) or itemsize < 1 or any(n < 0 for n in sizes):
+            raise ValueError(f"a strided view needs as many sizes as strides, sizes >= 0 and itemsize >= 1: {p!r}")
+        if len(sizes) > 64 or any(n > MAX_VALUE for n in sizes):
+            raise ValueError(f"a strided view with more than 64 dims or absurd sizes: {p!r}")
+        ptr = _int(p.ptr)
+        if ptr < 0:
+            raise ValueError(f"negative pointer {ptr}")
+        return Strided(ptr, sizes, strides, itemsize)
     if isinstance(p, (tuple, list)):
         if len(p) != 2:
             raise ValueError(f"a range access is (ptr, nbytes), got {p!r}")
