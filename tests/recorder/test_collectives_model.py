@@ -48,3 +48,18 @@ def test_specs_name_real_arguments():
         args = {a.name for a in schemas[name].arguments}
         for arg in spec.reads + spec.writes:
             assert arg == OUT or arg in args, (name, arg)
+
+
+def test_collective_accesses_have_the_shape_the_kernel_record_takes():
+    """A collective's accesses are the dispatch mode's six-tuples (with the strided view
+    since trace format 1.1): the recorder unpacks them as such for every kernel."""
+    from npusan.recorder.access import span
+    from npusan.recorder.collectives import _span
+
+    x = torch.zeros(4, 6)
+    assert _span(x, True) == span(x)[:4] + (True, None)
+    col = x[:, 1]  # strided: its exact shape travels beside the hull
+    s = _span(col, False)
+    base, off, ext, total, write, view = s
+    assert (off, ext, total, write) == (4, 3 * 6 * 4 + 4, 96, False) and view is not None
+    assert view == span(col)[4]

@@ -456,15 +456,16 @@ def _storages(tensors: List[Tensor]) -> List[int]:
 
 
 def _span(t: Tensor, write: bool) -> Optional[tuple]:
-    """``(storage base, byte offset, byte extent, storage nbytes, is_write)`` as the dispatch
-    mode records it (see :func:`npusan.recorder.access.span`)."""
+    """``(storage base, byte offset, byte extent, storage nbytes, is_write, view)`` as the
+    dispatch mode records it (see :func:`npusan.recorder.access.span`; ``view`` is None for
+    a plain range, else the strided shape that goes to a 1.1 VIEWS record)."""
     from .access import span
 
     s = span(t)
     if s is None:
         return None
-    base, off, ext, total = s
-    return (base, off, ext, total, write)
+    base, off, ext, total, view = s
+    return (base, off, ext, total, write, view)
 
 
 # ---------------------------------------------------------------------- process-wide hooks
