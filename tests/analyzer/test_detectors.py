@@ -366,3 +366,24 @@ def test_online_block_redefinition_starts_a_fresh_block():
     eng.feed([R.KERNEL, 0, 0, None, ~0])  # the same new block, unsynchronized: a race
     (f,) = eng.finish()
     assert f.block.address == 0x900
+
+
+def test_ghost_pruning_is_amortized_when_a_stream_never_syncs_back(monkeypatch):
+    # Every free leaves an unsynchronized use that nothing ever orders: the ghost list stays
+    # full. Scanning it on every new ghost made such traces ~100x slower; the scan now runs
+    # at most once per MAX_GHOSTS // 2 new ghosts.
+    from npusan.analyzer import engine as E
+
+    calls = []
+    real = E.Engine.prune_ghosts
+    monkeypatch.setattr(E.Engine, "prune_ghosts", lambda self: calls.append(1) or real(self))
+    p = Prog()
+    p.engine = E.Engine(p.symbols)
+    frees = 4 * E.MAX_GHOSTS
+    for i in range(frees):
+        ptr = X + 0x1000 * (i % 50)
+        p.memory_allocated(ptr, S0, size=64)
+        p.read(S1, ptr)
+        p.memory_freed(ptr)
+    assert len(p.engine.ghosts) == E.MAX_GHOSTS
+    assert len(calls) <= frees // (E.MAX_GHOSTS // 2)

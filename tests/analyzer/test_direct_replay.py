@@ -261,3 +261,12 @@ def test_direct_begin_after_the_end_reads_nothing():
     assert reader.ended_cleanly and kernels == 1
     replay._replay_records(engine, reader, 0, None)
     assert (engine.seq, engine.events, reader.warnings) == (kernels, events, [])
+
+
+def test_a_float_record_type_is_refused_the_same_way_on_both_paths():
+    # 17.0 == KERNEL in Python; neither path may take it for a kernel record.
+    header, recs = split(write_program([("kernel", 0, 0, 3, 0)] * 3))
+    end = recs.pop()
+    recs.insert(8, [17.0, 0, 1, None, 0])
+    ref = check_same(join(header, recs + [end]))
+    assert ref[0] == "error" and "not an integer" in ref[2]

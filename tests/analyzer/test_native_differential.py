@@ -242,3 +242,70 @@ def test_traces_of_a_newer_minor_version_replay_through_the_python_engine():
     assert isinstance(native.make_engine(SymbolTable(), header={"format": [1, 0]}), native.NativeEngine)
     newer = (native.NATIVE_FORMAT[0], native.NATIVE_FORMAT[1] + 1)
     assert type(native.make_engine(SymbolTable(), header={"format": list(newer)})) is Engine
+
+
+# -- strided views (format 1.1 VIEWS records) ------------------------------------------------
+
+_VIEWS = getattr(R, "VIEWS", None)
+_dims = st.lists(st.tuples(st.integers(2, 4), st.integers(1, 40)), min_size=1, max_size=3)
+_strided = st.tuples(st.integers(0, 2), st.booleans(), st.integers(1, 8), _dims, st.integers(0, 64))
+_vop = st.one_of(
+    st.tuples(st.just("views"), st.integers(0, 2), st.lists(_strided, min_size=1, max_size=3), st.booleans()),
+    st.tuples(st.just("plain"), st.integers(0, 2), st.integers(0, 2), st.booleans(), st.integers(0, 200),
+              st.integers(0, 80)),
+    st.tuples(st.just("sync"), st.integers(0, 2), st.integers(0, 2)),
+)
+
+
+def views_program(ops) -> bytes:
+    """Kernels on 3 blocks of 256 bytes with strided, ranged and whole accesses from 3 streams."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"], [R.STR, 1, "view"]]
+    for s in range(3):
+        recs.append([R.STREAM_DEF, s, 0, 16 * s])
+    for b in range(3):
+        recs.append([R.ALLOC, b, 0x10000 * (b + 1), 256, b, None])
+    ev = 0
+    for item in ops:
+        if item[0] == "views":
+            _, s, accesses, hull_only = item
+            entries, accs = [], []
+            for b, write, run, dims, off in accesses:
+                nb = run + sum((n - 1) * st_ for n, st_ in dims)
+                off = off % max(1, 257 - nb)
+                a = ~b if write else b
+                if [a, off, nb] in accs:
+                    continue
+                accs.append([a, off, nb])
+                entries.append([a, off, nb] if hull_only else [a, off, nb, run] + [x for d in dims for x in d])
+            recs.append([_VIEWS] + entries)
+            recs.append([R.KERNEL, s, 1, None] + accs)
+        elif item[0] == "plain":
+            _, s, b, write, off, n = item
+            a = ~b if write else b
+            recs.append([R.KERNEL, s, 0, None, a if n == 0 else [a, off, n]])
+        else:
+            recs.append([R.EVENT_RECORD, ev, item[1], None])
+            recs.append([R.EVENT_WAIT, ev, item[2], None])
+            ev += 1
+    recs.append([R.END, {}])
+    return join(header, recs)
+
+
+@pytest.mark.skip(reason="the compiled core's strided-view path is written but not yet enabled or verified against the Python engine")
+@FUZZ
+@given(st.lists(_vop, max_size=50), st.booleans())
+def test_same_findings_with_strided_views(ops, check_leaks):
+    ref = check(views_program(ops), check_leaks)
+    assert ref[0] == "ok"
+
+
+@pytest.mark.skip(reason="the compiled core's strided-view path is written but not yet enabled or verified against the Python engine")
+@FUZZ
+@given(st.lists(_vop, max_size=20), st.lists(st.tuples(st.integers(0, 1 << 30), st.lists(
+    st.one_of(st.integers(-3, 300), st.none(), st.lists(st.integers(-3, 300), max_size=8)), max_size=4)), max_size=3))
+def test_same_errors_with_malformed_views(ops, inserts):
+    header, recs = split(views_program(ops))
+    for where, fields in inserts:
+        recs.insert(where % len(recs), [_VIEWS] + fields)
+    check(join(header, recs))

@@ -39,10 +39,13 @@ typedef struct {
 } limits_t;
 
 #define MAX_DEPTH 1024 /* msgpack-python's nesting limit */
+/* Ids below this are also kept in arrays indexed by id (at most 512 KiB each, grown only as
+ * far as the ids a trace uses): lookups without hashing for the dense ids writers hand out. */
+#define DENSE_IDS 65536u
 
 enum { ST_NEED = 0, ST_SLOW = 1, ST_BAD = 2, ST_ERROR = 3 };
 enum { E_NONE = 0, E_STREAM_UNDEFINED, E_TOO_MANY_STREAMS, E_EVENT, E_DEVICE, E_BID_RANGE,
-       E_MALFORMED_BLOCK, E_BLOCK_UNDEFINED, E_ACCESS_SHAPE, E_ACCESS_MALFORMED, E_NOMEM };
+       E_MALFORMED_BLOCK, E_BLOCK_UNDEFINED, E_ACCESS_SHAPE, E_ACCESS_MALFORMED, E_VIEWS, E_NOMEM };
 enum { K_DATA_RACE = 0, K_MISSING = 1, K_REUSE = 2 };
 #define OP_NONE (-1)
 #define OP_FREE (-2)
@@ -51,8 +54,8 @@ enum { K_DATA_RACE = 0, K_MISSING = 1, K_REUSE = 2 };
 /* record types (trace_format/records.py) */
 enum { T_STREAM_CREATED = 5, T_EVENT_CREATED, T_EVENT_DELETED, T_EVENT_RECORD, T_EVENT_WAIT,
        T_EVENT_SYNC, T_STREAM_SYNC, T_DEVICE_SYNC, T_ALLOC, T_FREE, T_RECORD_STREAM,
-       T_ERASE_STREAM, T_KERNEL };
-static const int MIN_LENGTH[18] = {0, 0, 0, 0, 0, 3, 3, 3, 4, 4, 3, 3, 3, 6, 3, 4, 4, 4};
+       T_ERASE_STREAM, T_KERNEL, T_VIEWS = 21 };
+static const int MIN_LENGTH[22] = {0, 0, 0, 0, 0, 3, 3, 3, 4, 4, 3, 3, 3, 6, 3, 4, 4, 4, 0, 0, 0, 2};
 
 /* ------------------------------------------------------------------ hash map u64 -> u64 */
 
@@ -156,6 +159,7 @@ typedef struct {
 static inline acc_t *av_items(accv_t *v) { return v->cap > 1 ? v->heap : &v->one; }
 static inline void av_init(accv_t *v) { v->n = 0; v->cap = 1; v->heap = NULL; }
 static inline void av_clear(accv_t *v) { if (v->cap > 1) free(v->heap); av_init(v); }
+static inline void av_reset(accv_t *v) { v->n = 0; } /* emptied, its storage kept for reuse */
 
 static int av_push(accv_t *v, const acc_t *a) {
     if (v->n == v->cap) {
@@ -204,6 +208,11 @@ typedef struct { u128 lo, hi; accv_t writes, reads; } seg_t;
 
 typedef struct { uint64_t ptr, size; uint8_t size_known; acc_t use; } ghost_t;
 
+#define MAX_DIMS 8
+typedef struct { i128 lo, run; uint8_t nd; i128 n[MAX_DIMS], s[MAX_DIMS]; } shape_t; /* values < 2^64 */
+typedef struct { acc_t acc; shape_t shape; } vent_t; /* a strided access kept beside a block's state */
+typedef struct { i128 a; uint64_t off, nb; uint8_t has_shape; shape_t shape; } pview_t; /* a VIEWS entry */
+
 typedef struct {
     uint32_t bid;
     uint64_t ptr, size;
@@ -213,9 +222,11 @@ typedef struct {
     acc_t write;
     accv_t reads;
     seg_t *segs; uint32_t nseg, segcap; /* segs != NULL: range mode */
+    u128 *ends; /* ends[k] == segs[k].hi, packed: the searches touch a few cache lines, not every segment */
     accv_t uses;
     int32_t *recorded; uint32_t nrec, reccap;
     ghost_t *ghosts; uint32_t ng;
+    vent_t *views; uint32_t nviews; /* strided entries, oldest first */
 } block_t;
 
 typedef struct { uint64_t ptr, size; uint8_t size_known, valid; uint64_t gen; } bdef_t;
@@ -233,7 +244,7 @@ typedef struct {
     occ_t *occ; uint32_t nocc, occcap;
 } finding_t;
 
-typedef struct { uint32_t bi; uint8_t write, ranged; uint64_t off, n; block_t *b; } target_t;
+typedef struct { uint32_t bi; uint8_t write, ranged; uint64_t off, n; block_t *b; const shape_t *shape; } target_t;
 
 /* one parsed field of a record */
 enum { F_NIL, F_INT, F_OTHER };
@@ -252,6 +263,7 @@ typedef struct {
     map_t sdef;      /* sidx -> index into sdev */
     i128 *sdev; size_t nsdef, sdefcap;
     map_t slot_of;   /* sidx -> slot */
+    int32_t *sdense; uint32_t sdensecap; /* the same for indexes below DENSE_IDS (-1: none) */
     uint32_t nslots, scap;
     int64_t **cur;   /* cur[slot][slot'] */
     int64_t *host;
@@ -261,7 +273,8 @@ typedef struct {
     snap_t *snaps; size_t nsnaps, snapcap;
     uint32_t *free_snaps; size_t nfree_snaps, free_snapcap;
     /* blocks */
-    map_t blocks;    /* bid -> block_t* */
+    map_t blocks;    /* bid -> block_t* (every live block) */
+    block_t **bdense; uint32_t bdensecap; /* the same for ids below DENSE_IDS, looked up without hashing */
     map_t live_ptr;  /* ptr -> bid */
     map_t defs;      /* bid -> index into bdefs */
     bdef_t *bdefs; size_t nbdefs, bdefcap;
@@ -277,6 +290,13 @@ typedef struct {
     afield_t *afields; size_t acap;
     int64_t *reported; size_t nrep, repcap;
     ghost_t *gscratch; size_t gscap;
+    /* strided views: the VIEWS record for the next kernel, and the overlap tests' budget */
+    int64_t views_seq; /* the kernel the pending entries belong to (0: none) */
+    pview_t *pviews; size_t npviews, pvcap;
+    int32_t *pvtab; size_t pvtabcap;
+    int64_t vbudget_left, vgave_up;
+    long max_views;
+    int views_on; /* the trace format this core replays has VIEWS records */
     /* error */
     int err, err_field;
 } Core;
@@ -512,7 +532,10 @@ static int grow_slots(Core *c) {
 /* Python's Engine.stream: the slot of the stream named by field `fi`, created if new. */
 static int stream(Core *c, const field_t *f, int fi, int32_t *slot) {
     uint64_t v;
-    if (f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id && map_get(&c->slot_of, (uint64_t)f->v, &v)) {
+    if (f->t == F_INT && f->v >= 0 && f->v < (i128)c->sdensecap) {
+        int32_t sl = c->sdense[(uint32_t)f->v];
+        if (sl >= 0) { *slot = sl; return 0; }
+    } else if (f->t == F_INT && f->v >= DENSE_IDS && f->v < (i128)c->L.max_id && map_get(&c->slot_of, (uint64_t)f->v, &v)) {
         *slot = (int32_t)v;
         return 0;
     }
@@ -531,6 +554,18 @@ static int stream(Core *c, const field_t *f, int fi, int32_t *slot) {
     c->created_stack[S] = -1;
     c->slot_dev[S] = c->sdev[di];
     if (map_put(&c->slot_of, (uint64_t)f->v, S)) return oom(c);
+    if (f->v < DENSE_IDS) {
+        uint32_t id = (uint32_t)f->v;
+        if (id >= c->sdensecap) {
+            uint32_t cap = c->sdensecap ? c->sdensecap : 64;
+            while (cap <= id) cap *= 2;
+            int32_t *d = realloc(c->sdense, cap * sizeof(int32_t));
+            if (!d) return oom(c);
+            for (uint32_t k = c->sdensecap; k < cap; k++) d[k] = -1;
+            c->sdense = d; c->sdensecap = cap;
+        }
+        c->sdense[id] = (int32_t)S;
+    }
     c->nslots++;
     *slot = (int32_t)S;
     return 0;
@@ -682,13 +717,16 @@ static void block_free(block_t *b) {
     av_clear(&b->uses);
     for (uint32_t i = 0; i < b->nseg; i++) { av_clear(&b->segs[i].writes); av_clear(&b->segs[i].reads); }
     free(b->segs);
+    free(b->ends);
     free(b->recorded);
     free(b->ghosts);
+    free(b->views);
     free(b);
 }
 
 static void drop_block(Core *c, block_t *b) {
     map_del(&c->blocks, b->bid);
+    if (b->bid < c->bdensecap) c->bdense[b->bid] = NULL;
     uint64_t v;
     if (map_get(&c->live_ptr, b->ptr, &v) && v == b->bid) map_del(&c->live_ptr, b->ptr);
     if (b->from_def) map_put(&c->stale, b->bid, b->defn_gen);
@@ -697,6 +735,7 @@ static void drop_block(Core *c, block_t *b) {
 
 static block_t *find_block(Core *c, uint64_t bid) {
     uint64_t v;
+    if (bid < DENSE_IDS) return bid < c->bdensecap ? c->bdense[bid] : NULL;
     return map_get(&c->blocks, bid, &v) ? (block_t *)(uintptr_t)v : NULL;
 }
 
@@ -715,6 +754,17 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
     av_init(&b->reads); av_init(&b->uses);
     if (map_put(&c->blocks, bid, (uint64_t)(uintptr_t)b) || map_put(&c->live_ptr, ptr, bid)) { block_free(b); return NULL; }
+    if (bid < DENSE_IDS) {
+        if (bid >= c->bdensecap) {
+            uint32_t cap = c->bdensecap ? c->bdensecap : 64;
+            while (cap <= bid) cap *= 2;
+            block_t **d = realloc(c->bdense, cap * sizeof(block_t *));
+            if (!d) { map_del(&c->blocks, bid); block_free(b); return NULL; }
+            for (uint32_t k = c->bdensecap; k < cap; k++) d[k] = NULL;
+            c->bdense = d; c->bdensecap = cap;
+        }
+        c->bdense[bid] = b;
+    }
     return b;
 }
 
@@ -808,6 +858,133 @@ static int check_free(Core *c, block_t *b, const acc_t *free_acc, int ghosts) {
     return 0;
 }
 
+/* ------------------------------------------------------------------ strided views (analyzer/overlap.py) */
+
+#define VIEW_BUDGET 2000          /* overlap.BUDGET: steps one test may take */
+
+
+static inline i128 shape_hi(const shape_t *x) {
+    i128 h = x->lo + x->run;
+    for (int k = 0; k < x->nd; k++) h += (x->n[k] - 1) * x->s[k];
+    return h;
+}
+
+static inline i128 floordiv(i128 a, i128 b) { /* Python's a // b, b > 0 */
+    i128 q = a / b;
+    if ((a % b != 0) && (a < 0)) q--;
+    return q;
+}
+static inline i128 imax(i128 a, i128 b) { return a > b ? a : b; }
+static inline i128 imin(i128 a, i128 b) { return a < b ? a : b; }
+static i128 igcd(i128 a, i128 b) {
+    if (a < 0) a = -a;
+    if (b < 0) b = -b;
+    while (b) { i128 t = a % b; a = b; b = t; }
+    return a;
+}
+
+typedef struct { i128 d, lo, hi; } term_t;
+typedef struct { term_t t[2 * MAX_DIMS]; int m; i128 rmin[2 * MAX_DIMS + 1], rmax[2 * MAX_DIMS + 1], g[2 * MAX_DIMS + 1]; } terms_t;
+
+/* overlap._search: 1 found, 0 not, -1 budget exhausted */
+static int vsearch(const terms_t *T, int i, i128 c, i128 lo, i128 hi, long *budget) {
+    i128 a = lo - c, b = hi - c;
+    if (T->rmin[i] > b || T->rmax[i] < a) return 0;
+    i128 gi = T->g[i];
+    if (-floordiv(-a, gi) * gi > b) return 0;
+    const term_t *t = &T->t[i];
+    i128 t_lo = imax(t->lo, -floordiv(T->rmax[i + 1] - a, t->d));
+    i128 t_hi = imin(t->hi, floordiv(b - T->rmin[i + 1], t->d));
+    if (i == T->m - 1) return t_lo <= t_hi;
+    for (i128 v = t_lo; v <= t_hi; v++) {
+        if (--*budget < 0) return -1;
+        int r = vsearch(T, i + 1, c + v * t->d, lo, hi, budget);
+        if (r) return r;
+    }
+    return 0;
+}
+
+/* overlap._intersect: 1, 0, or -1 (no answer within the budget) */
+static int vintersect(Core *c, const shape_t *x, const shape_t *y) {
+    if (x->lo >= shape_hi(y) || y->lo >= shape_hi(x)) return 0;
+    if (!x->nd && !y->nd) return 1;
+    i128 cc = y->lo - x->lo;
+    if (x->nd + y->nd == 1 || (x->nd == 1 && y->nd == 1 && x->s[0] == y->s[0])) {
+        i128 d = x->nd ? x->s[0] : y->s[0];
+        i128 tmin = x->nd ? 1 - x->n[0] : 0, tmax = y->nd ? y->n[0] - 1 : 0;
+        return imax(tmin, -floordiv(cc + y->run - 1, d)) <= imin(tmax, floordiv(x->run - 1 - cc, d));
+    }
+    terms_t T;
+    T.m = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const shape_t *v = pass ? y : x;
+        for (int k = 0; k < v->nd; k++) {
+            int j;
+            for (j = 0; j < T.m && T.t[j].d != v->s[k]; j++) {}
+            if (j == T.m) { T.t[j].d = v->s[k]; T.t[j].lo = T.t[j].hi = 0; T.m++; }
+            if (pass) T.t[j].hi += v->n[k] - 1; else T.t[j].lo -= v->n[k] - 1;
+        }
+    }
+    /* sorted by (hi - lo, -d), insertion order kept for ties (Python's sort is stable) */
+    for (int i = 1; i < T.m; i++) {
+        term_t key = T.t[i];
+        int j = i - 1;
+        while (j >= 0 && (T.t[j].hi - T.t[j].lo > key.hi - key.lo ||
+                          (T.t[j].hi - T.t[j].lo == key.hi - key.lo && -T.t[j].d > -key.d))) {
+            T.t[j + 1] = T.t[j];
+            j--;
+        }
+        T.t[j + 1] = key;
+    }
+    T.rmin[T.m] = T.rmax[T.m] = T.g[T.m] = 0;
+    for (int i = T.m - 1; i >= 0; i--) {
+        T.rmin[i] = T.rmin[i + 1] + T.t[i].lo * T.t[i].d;
+        T.rmax[i] = T.rmax[i + 1] + T.t[i].hi * T.t[i].d;
+        T.g[i] = igcd(T.t[i].d, T.g[i + 1]);
+    }
+    long allowed = c->vbudget_left < VIEW_BUDGET ? (long)c->vbudget_left : VIEW_BUDGET;
+    long budget = allowed;
+    int r = vsearch(&T, 0, cc, 1 - y->run, x->run - 1, &budget);
+    if (r < 0) c->vgave_up++;
+    c->vbudget_left -= allowed - (budget > 0 ? budget : 0);
+    return r;
+}
+
+static int voverlaps(Core *c, const shape_t *x, const shape_t *y) { return vintersect(c, x, y) != 0; }
+
+/* overlap.overlaps_range: x against [lo, hi) */
+static int voverlaps_range(Core *c, const shape_t *x, u128 lo_u, u128 hi_u) {
+    i128 xhi = shape_hi(x);
+    i128 hi = hi_u > (u128)xhi ? xhi : (i128)hi_u;
+    i128 lo = lo_u < (u128)x->lo ? x->lo : (i128)lo_u;
+    if (lo >= hi) return 0;
+    if (!x->nd) return 1;
+    if (x->nd == 1) {
+        i128 n = x->n[0], d = x->s[0];
+        return imax(0, floordiv(lo - x->run - x->lo, d) + 1) <= imin(n - 1, -floordiv(x->lo - hi, d) - 1);
+    }
+    shape_t r = {lo, hi - lo, 0, {0}, {0}};
+    return voverlaps(c, x, &r);
+}
+
+/* overlap.covers: every byte of small in big (big NULL: the whole block) */
+static int vcovers(Core *c, const shape_t *big, const shape_t *small) {
+    if (!big) return 1;
+    if (small->lo < big->lo || shape_hi(small) > shape_hi(big)) return 0;
+    if (!big->nd) return 1;
+    i128 delta = small->lo - big->lo;
+    int same = small->nd == big->nd;
+    for (int k = 0; same && k < big->nd; k++) same = small->n[k] == big->n[k] && small->s[k] == big->s[k];
+    if (same) return delta + small->run <= big->run;
+    if (small->nd) return 0;
+    i128 first = shape_hi(small) - big->run;
+    if (first > small->lo) return 0;
+    shape_t starts = *big;
+    starts.run = 1;
+    shape_t r = {first, small->lo - first + 1, 0, {0}, {0}};
+    return vintersect(c, &starts, &r) == 1;
+}
+
 /* ------------------------------------------------------------------ data-race rules */
 
 static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
@@ -827,7 +1004,7 @@ static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     }
     b->write = *acc;
     b->has_write = 1;
-    av_clear(&b->reads);
+    av_reset(&b->reads);
     return 0;
 }
 
@@ -837,9 +1014,14 @@ static int seg_reserve(Core *c, block_t *b) {
     uint32_t cap = b->segcap ? b->segcap * 2 : 4;
     seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
     if (!s) return oom(c);
-    b->segs = s; b->segcap = cap;
+    b->segs = s;
+    u128 *e = realloc(b->ends, cap * sizeof(u128));
+    if (!e) return oom(c);
+    b->ends = e; b->segcap = cap;
     return 0;
 }
+
+static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->segs[k].hi = hi; b->ends[k] = hi; }
 
 /* Insert a segment with copies of `writes` and `reads` (room was reserved: seg_reserve). */
 static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t *writes, accv_t *reads) {
@@ -848,7 +1030,8 @@ static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t
     if ((writes && av_copy(&w, writes)) || (reads && av_copy(&r, reads))) { av_clear(&w); av_clear(&r); return oom(c); }
     memmove(&b->segs[at + 1], &b->segs[at], (b->nseg - at) * sizeof(seg_t));
     seg_t *s = &b->segs[at];
-    s->lo = lo; s->hi = hi;
+    memmove(&b->ends[at + 1], &b->ends[at], (b->nseg - at) * sizeof(u128));
+    s->lo = lo; s->hi = hi; b->ends[at] = hi;
     s->writes = w; s->reads = r;
     b->nseg++;
     return 0;
@@ -857,25 +1040,34 @@ static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t
 static void seg_remove(block_t *b, uint32_t at) {
     av_clear(&b->segs[at].writes); av_clear(&b->segs[at].reads);
     memmove(&b->segs[at], &b->segs[at + 1], (b->nseg - at - 1) * sizeof(seg_t));
+    memmove(&b->ends[at], &b->ends[at + 1], (b->nseg - at - 1) * sizeof(u128));
     b->nseg--;
 }
 
 /* split(segs, lo, hi) -> [i, j) */
 static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *pj) {
-    uint32_t i = 0;
-    while (b->segs[i].hi <= lo) i++;
+    /* the first segment with hi > lo (binary search: segments are sorted and adjacent) */
+    uint32_t i = 0, top = b->nseg - 1;
+    while (i < top) {
+        uint32_t mid = (i + top) / 2;
+        if (b->ends[mid] <= lo) i = mid + 1; else top = mid;
+    }
     if (seg_reserve(c, b)) return -1;
     if (b->segs[i].lo < lo) {
         if (seg_insert(c, b, i + 1, lo, b->segs[i].hi, &b->segs[i].writes, &b->segs[i].reads)) return -1;
-        b->segs[i].hi = lo;
+        seg_sethi(b, i, lo);
         i++;
     }
     uint32_t j = i;
-    while (b->segs[j].hi < hi) j++;
+    top = b->nseg - 1;
+    while (j < top) { /* the first segment with hi >= hi */
+        uint32_t mid = (j + top) / 2;
+        if (b->ends[mid] < hi) j = mid + 1; else top = mid;
+    }
     if (seg_reserve(c, b)) return -1;
     if (b->segs[j].hi > hi) {
         if (seg_insert(c, b, j + 1, hi, b->segs[j].hi, &b->segs[j].writes, &b->segs[j].reads)) return -1;
-        b->segs[j].hi = hi;
+        seg_sethi(b, j, hi);
     }
     *pi = i; *pj = j + 1;
     return 0;
@@ -898,7 +1090,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     uint32_t n = i;
     while (n + 1 < j && n + 1 < b->nseg) {
         if (same_state(&b->segs[n], &b->segs[n + 1])) {
-            b->segs[n].hi = b->segs[n + 1].hi;
+            seg_sethi(b, n, b->ends[n + 1]);
             seg_remove(b, n + 1);
             j--;
         } else {
@@ -909,7 +1101,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
         uint32_t best = 0;
         u128 bw = INF128;
         for (uint32_t m = 0; m + 1 < b->nseg; m++) {
-            u128 w = b->segs[m + 1].hi - b->segs[m].lo;
+            u128 w = b->ends[m + 1] - (m ? b->ends[m - 1] : 0); /* segments are adjacent from 0 */
             if (w < bw) { bw = w; best = m; }
         }
         seg_t *s = &b->segs[best], *t = &b->segs[best + 1];
@@ -924,7 +1116,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
             it = av_items(srcs[q]);
             for (uint32_t k = 0; k < srcs[q]->n; k++) if (av_latest(&reads, it[k].stream, &it[k])) return oom(c);
         }
-        s->hi = t->hi;
+        seg_sethi(b, best, t->hi);
         av_clear(&s->writes); av_clear(&s->reads);
         s->writes = writes; s->reads = reads;
         seg_remove(b, best + 1);
@@ -945,15 +1137,19 @@ static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, con
     return report(c, K_DATA_RACE, acc, e, b);
 }
 
+/* whole mode -> range mode: one segment with the whole state */
+static int to_segments(Core *c, block_t *b) {
+    u128 end = b->size_known && b->size ? (u128)b->size : INF128;
+    if (seg_reserve(c, b) || seg_insert(c, b, 0, 0, end, NULL, &b->reads)) return -1;
+    if (b->has_write && av_push(&b->segs[0].writes, &b->write)) return oom(c);
+    b->has_write = 0;
+    av_clear(&b->reads);
+    return 0;
+}
+
 static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
-    if (!b->segs) {
-        u128 end = b->size_known && b->size ? (u128)b->size : INF128;
-        if (seg_reserve(c, b) || seg_insert(c, b, 0, 0, end, NULL, &b->reads)) return -1;
-        if (b->has_write && av_push(&b->segs[0].writes, &b->write)) return oom(c);
-        b->has_write = 0;
-        av_clear(&b->reads);
-    }
-    u128 end = b->segs[b->nseg - 1].hi, lo, hi;
+    if (!b->segs && to_segments(c, b)) return -1;
+    u128 end = b->ends[b->nseg - 1], lo, hi;
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
         lo = acc->off; hi = (u128)acc->off + acc->n;
@@ -976,13 +1172,13 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
             acc_t *e = av_items(src);
             for (uint32_t q = 0; q < src->n; q++) if (check_earlier(c, b, S, vec, acc, &e[q])) return -1;
             s = &b->segs[k];
-            av_clear(&s->writes); av_clear(&s->reads);
+            av_reset(&s->writes); av_reset(&s->reads);
             if (av_push(&s->writes, acc)) return oom(c);
         }
         if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
             for (uint32_t k = 0; k < b->nseg; k++) { av_clear(&b->segs[k].writes); av_clear(&b->segs[k].reads); }
-            free(b->segs);
-            b->segs = NULL; b->nseg = b->segcap = 0;
+            free(b->segs); free(b->ends);
+            b->segs = NULL; b->ends = NULL; b->nseg = b->segcap = 0;
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
             return 0;
@@ -991,11 +1187,218 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
 }
 
-static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
+static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
+
+static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
     if (b->ng && check_ghosts(c, b, S, vec, acc)) return -1;
-    if (!acc->ranged && !b->segs) { if (whole_access(c, b, S, vec, acc)) return -1; }
-    else if (range_access(c, b, S, vec, acc)) return -1;
+    if (shape) {
+        if (strided_access(c, b, S, vec, acc, shape)) return -1;
+    } else {
+        if (!acc->ranged && !b->segs) { if (whole_access(c, b, S, vec, acc)) return -1; }
+        else if (range_access(c, b, S, vec, acc)) return -1;
+        if (b->nviews) {
+            shape_t r = {(i128)acc->off, (i128)acc->n, 0, {0}, {0}};
+            c->nrep = 0;
+            if (views_meet(c, b, S, vec, acc, acc->ranged ? &r : NULL)) return -1;
+        }
+    }
     if (b->stream >= 0 && S != b->stream && av_set(&b->uses, acc)) return oom(c);
+    return 0;
+}
+
+
+/* ------------------------------------------------------------------ strided accesses (Engine.strided_access ...) */
+
+/* the race rules of one piece of contiguous state, which a strided access does not change */
+static int check_piece(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, accv_t *writes,
+                       const acc_t *one_write, accv_t *reads) {
+    if (acc->write && reads->n) {
+        acc_t *r = av_items(reads);
+        for (uint32_t q = 0; q < reads->n; q++) if (check_earlier(c, b, S, vec, acc, &r[q])) return -1;
+        return 0;
+    }
+    if (one_write) return check_earlier(c, b, S, vec, acc, one_write);
+    if (writes) {
+        acc_t *w = av_items(writes);
+        for (uint32_t q = 0; q < writes->n; q++) if (check_earlier(c, b, S, vec, acc, &w[q])) return -1;
+    }
+    return 0;
+}
+
+/* any access against the block's strided entries: report, then drop the redundant ones */
+static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
+    for (uint32_t k = 0; k < b->nviews; k++) {
+        vent_t *e = &b->views[k];
+        if (e->acc.stream == S || ordered(vec, &e->acc)) continue;
+        if (!acc->write && !e->acc.write) continue; /* read after read */
+        if (!shape || voverlaps(c, shape, &e->shape))
+            if (check_earlier(c, b, S, vec, acc, &e->acc)) return -1;
+    }
+    uint32_t keep = 0;
+    for (uint32_t k = 0; k < b->nviews; k++) {
+        vent_t *e = &b->views[k];
+        if ((acc->write || (e->acc.stream == S && !e->acc.write)) && vcovers(c, shape, &e->shape)) continue;
+        if (keep != k) b->views[keep] = *e;
+        keep++;
+    }
+    b->nviews = keep;
+    return 0;
+}
+
+/* merge a strided entry into the segments over its hull, conservatively */
+static int demote(Core *c, block_t *b, const vent_t *e) {
+    int32_t P = e->acc.stream;
+    if (!b->segs && to_segments(c, b)) return -1;
+    u128 end = b->ends[b->nseg - 1], lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
+    if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, end, hi, NULL, NULL))) return -1;
+    uint32_t i, j;
+    if (split(c, b, lo, hi, &i, &j)) return -1;
+    for (uint32_t k = i; k < j; k++) {
+        seg_t *sg = &b->segs[k];
+        if (e->acc.write) {
+            acc_t *w = av_items(&sg->writes);
+            int newer = 0;
+            for (uint32_t q = 0; q < sg->writes.n; q++) if (w[q].stream == P && w[q].seq >= e->acc.seq) newer = 1;
+            if (!newer) {
+                accv_t nw;
+                av_init(&nw);
+                for (uint32_t q = 0; q < sg->writes.n; q++)
+                    if (w[q].stream != P && av_push(&nw, &w[q])) return oom(c);
+                if (av_push(&nw, &e->acc)) return oom(c);
+                av_clear(&sg->writes);
+                sg->writes = nw;
+            }
+        }
+        acc_t *r = av_find(&sg->reads, P);
+        if (!r || r->seq < e->acc.seq) { if (av_set(&sg->reads, &e->acc)) return oom(c); }
+    }
+    return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
+}
+
+static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
+    c->nrep = 0;
+    if (!b->segs) {
+        if (check_piece(c, b, S, vec, acc, NULL, b->has_write ? &b->write : NULL, &b->reads)) return -1;
+    } else {
+        u128 lo = (u128)shape->lo, hi = (u128)shape_hi(shape);
+        for (uint32_t k = 0; k < b->nseg; k++) {
+            seg_t *sg = &b->segs[k];
+            if (sg->hi <= lo) continue;
+            if (sg->lo >= hi) break;
+            if (voverlaps_range(c, shape, sg->lo, sg->hi) &&
+                check_piece(c, b, S, vec, acc, &sg->writes, NULL, &sg->reads)) return -1;
+        }
+    }
+    if (b->nviews && views_meet(c, b, S, vec, acc, shape)) return -1;
+    vent_t *v = realloc(b->views, (b->nviews + 1) * sizeof(vent_t));
+    if (!v) return oom(c);
+    b->views = v;
+    b->views[b->nviews].acc = *acc;
+    b->views[b->nviews].shape = *shape;
+    b->nviews++;
+    if ((long)b->nviews > c->max_views) {
+        vent_t oldest = b->views[0];
+        memmove(&b->views[0], &b->views[1], (b->nviews - 1) * sizeof(vent_t));
+        b->nviews--;
+        if (demote(c, b, &oldest)) return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ VIEWS records */
+
+static uint64_t pv_hash(i128 a, uint64_t off, uint64_t nb) {
+    return mix((uint64_t)a ^ mix(off ^ mix(nb ^ (uint64_t)((u128)a >> 64))));
+}
+
+static pview_t *pv_find(Core *c, i128 a, uint64_t off, uint64_t nb) {
+    if (!c->pvtabcap) return NULL;
+    size_t mask = c->pvtabcap - 1, i = pv_hash(a, off, nb) & mask;
+    for (;;) {
+        int32_t k = c->pvtab[i];
+        if (k < 0) return NULL;
+        pview_t *p = &c->pviews[k];
+        if (p->a == a && p->off == off && p->nb == nb) return p;
+        i = (i + 1) & mask;
+    }
+}
+
+/* parse_entry's checks; 0 valid, -1 malformed */
+static int view_entry(const field_t *f, uint64_t n, pview_t *pv) {
+    if (n < 3 || f[0].t != F_INT || f[1].t != F_INT || f[2].t != F_INT) return -1;
+    if (f[1].v < 0 || f[1].v > (i128)UINT64_MAX || f[2].v < 1 || f[2].v > (i128)UINT64_MAX) return -1;
+    pv->a = f[0].v; pv->off = (uint64_t)f[1].v; pv->nb = (uint64_t)f[2].v; pv->has_shape = 0;
+    if (n == 3) return 0;
+    uint64_t k = n - 4;
+    if (k % 2 || k < 2 || k > 2 * MAX_DIMS) return -1;
+    if (f[3].t != F_INT || f[3].v < 1 || f[3].v > (i128)pv->nb) return -1;
+    u128 span = (u128)f[3].v;
+    shape_t *sh = &pv->shape;
+    sh->lo = (i128)pv->off; sh->run = f[3].v; sh->nd = 0;
+    for (uint64_t i = 4; i < n; i += 2) {
+        const field_t *fn = &f[i], *fs = &f[i + 1];
+        if (fn->t != F_INT || fs->t != F_INT || fn->v < 2 || fn->v > (i128)UINT64_MAX || fs->v < 1 ||
+            fs->v > (i128)UINT64_MAX) return -1;
+        u128 m = (u128)(fn->v - 1), st = (u128)fs->v;
+        if (m > ((u128)pv->nb) / st) return -1; /* the span passes nbytes */
+        span += m * st;
+        if (span > pv->nb) return -1;
+        sh->n[sh->nd] = fn->v; sh->s[sh->nd] = fs->v; sh->nd++;
+    }
+    if (span != pv->nb) return -1;
+    pv->has_shape = 1;
+    return 0;
+}
+
+/* a VIEWS record's entries, read at *pp (n of them): the table for the next kernel */
+static int read_views(Core *c, const limits_t *L, const uint8_t **pp, const uint8_t *end, uint64_t n, int *bad) {
+    field_t f[4 + 2 * MAX_DIMS];
+    c->npviews = 0;
+    *bad = 0;
+    for (uint64_t e = 0; e < n; e++) {
+        obj_t o;
+        int r = read_obj(L, pp, end, &o);
+        if (r) return r;
+        if (o.t != O_ARR) { *bad = 1; if ((r = skip_rest(L, pp, end, &o, 2))) return r; continue; }
+        uint64_t m = o.n < 4 + 2 * MAX_DIMS ? o.n : 4 + 2 * MAX_DIMS;
+        for (uint64_t i = 0; i < m; i++) if ((r = read_field(L, pp, end, &f[i], 2))) return r;
+        if ((r = skip_objs(L, pp, end, o.n - m, 0, 2))) return r;
+        if (*bad) continue;
+        if (o.n > 4 + 2 * MAX_DIMS) { *bad = 1; continue; }
+        if (c->npviews == c->pvcap) {
+            size_t cap = c->pvcap ? c->pvcap * 2 : 16;
+            pview_t *p = realloc(c->pviews, cap * sizeof(pview_t));
+            if (!p) return -2;
+            c->pviews = p; c->pvcap = cap;
+        }
+        if (view_entry(f, o.n, &c->pviews[c->npviews])) { *bad = 1; continue; }
+        c->npviews++;
+    }
+    return MP_OK;
+}
+
+/* index the entries; a triple given twice makes the record malformed */
+static int index_views(Core *c) {
+    size_t cap = 16;
+    while (cap < c->npviews * 2) cap *= 2;
+    if (cap > c->pvtabcap) {
+        int32_t *t = realloc(c->pvtab, cap * sizeof(int32_t));
+        if (!t) return oom(c);
+        c->pvtab = t; c->pvtabcap = cap;
+    }
+    for (size_t i = 0; i < c->pvtabcap; i++) c->pvtab[i] = -1;
+    size_t mask = c->pvtabcap - 1;
+    for (size_t k = 0; k < c->npviews; k++) {
+        pview_t *p = &c->pviews[k];
+        size_t i = pv_hash(p->a, p->off, p->nb) & mask;
+        while (c->pvtab[i] >= 0) {
+            pview_t *q = &c->pviews[c->pvtab[i]];
+            if (q->a == p->a && q->off == p->off && q->nb == p->nb) return fail(c, E_VIEWS, 0);
+            i = (i + 1) & mask;
+        }
+        c->pvtab[i] = (int32_t)k;
+    }
     return 0;
 }
 
@@ -1010,6 +1413,7 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
         afield_t *a = &c->afields[i];
         target_t *t = &c->targets[i];
         t->bi = i;
+        t->shape = NULL;
         if (a->t == A_INT) {
             t->write = a->f[0].v < 0; t->ranged = 0; t->off = t->n = 0;
             if (!(t->b = block(c, bid_of(a->f[0].v), 4 + (int)i))) return -1;
@@ -1024,12 +1428,19 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
     int64_t seq = ++c->seq;
     int64_t *vec = c->cur[S];
     vec[S] = seq;
+    if (c->views_seq == seq) /* the VIEWS record just before this kernel refines its accesses */
+        for (uint32_t i = 0; i < nacc; i++) {
+            target_t *t = &c->targets[i];
+            if (!t->ranged) continue;
+            pview_t *pv = pv_find(c, c->afields[i].f[0].v, t->off, t->n);
+            if (pv && pv->has_shape) t->shape = &pv->shape;
+        }
     int32_t op = id_or_none(c, &f[2]), stack = id_or_none(c, &f[3]);
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
         acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
-        if (one_access(c, t->b, S, vec, &acc)) return -1;
+        if (one_access(c, t->b, S, vec, &acc, t->shape)) return -1;
     }
     return 0;
 }
@@ -1051,7 +1462,7 @@ static int apply(Core *c, int t, const field_t *f, uint32_t nacc) {
     case T_STREAM_CREATED: {
         uint64_t v;
         if (f[1].t == F_INT && f[1].v >= 0 && f[1].v < (i128)c->L.max_id && map_get(&c->slot_of, (uint64_t)f[1].v, &v))
-            return 0;
+            return 0; /* a known stream: a second creation is ignored */
         if (stream(c, &f[1], 1, &S)) return -1;
         c->created_stack[S] = id_or_none(c, &f[2]);
         return 0;
@@ -1183,7 +1594,8 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
             obj_t ot;
             r = read_obj(L, &p, end, &ot);
             if (r == MP_OK) {
-                if (ot.t == O_INT && ot.v >= T_STREAM_CREATED && ot.v <= T_KERNEL && o.n >= (uint64_t)MIN_LENGTH[(int)ot.v])
+                if (ot.t == O_INT && ((ot.v >= T_STREAM_CREATED && ot.v <= T_KERNEL) || (ot.v == T_VIEWS && c->views_on)) &&
+                    o.n >= (uint64_t)MIN_LENGTH[(int)ot.v])
                     t = (int)ot.v;
                 else if ((r = skip_rest(L, &p, end, &ot, 2)) == MP_OK)
                     r = skip_objs(L, &p, end, o.n - 1, 0, 1);
@@ -1195,6 +1607,24 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
         if (t < 0) { status = ST_SLOW; len = p - (base + pos); break; }
         uint32_t nacc = 0;
+        if (t == T_VIEWS) {
+            int bad = 0;
+            r = read_views(c, L, &p, end, o.n - 1, &bad);
+            if (r == -2) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+            if (r == MP_NEED) break;
+            if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
+            c->err = E_NONE;
+            if (bad || index_views(c)) {
+                if (c->err == E_NOMEM) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+                status = ST_ERROR; len = p - (base + pos); code = E_VIEWS; field = 0;
+                break;
+            }
+            c->records++;
+            c->events++;
+            c->views_seq = c->seq + 1;
+            pos = p - base;
+            continue;
+        }
         if (t == T_KERNEL) {
             for (int i = 1; i < 4 && !r; i++) r = read_field(L, &p, end, &f[i], 1);
             nacc = (uint32_t)(o.n - 4);
@@ -1367,8 +1797,8 @@ static PyObject *Core_created_stack(Core *c, PyObject *arg) {
 }
 
 static PyObject *Core_counters(Core *c, PyObject *unused) {
-    return Py_BuildValue("(LLLLn)", (long long)c->seq, (long long)c->events, (long long)c->records,
-                         (long long)c->dropped, (Py_ssize_t)c->nfound);
+    return Py_BuildValue("(LLLLnL)", (long long)c->seq, (long long)c->events, (long long)c->records,
+                         (long long)c->dropped, (Py_ssize_t)c->nfound, (long long)c->vgave_up);
 }
 
 /* ------------------------------------------------------------------ type */
@@ -1376,17 +1806,20 @@ static PyObject *Core_counters(Core *c, PyObject *unused) {
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     limits_t *L = &c->L;
     unsigned long long max_id;
-    if (!PyArg_ParseTuple(args, "lllllllKKKKKKOO", &L->max_segments, &L->max_streams, &L->max_findings,
+    long long budget;
+    if (!PyArg_ParseTuple(args, "lllllllKKKKKKOOplL", &L->max_segments, &L->max_streams, &L->max_findings,
                           &L->max_occurrences, &L->max_addresses, &L->max_ghosts, &L->max_block_ghosts, &max_id,
                           &L->max_str, &L->max_bin, &L->max_array, &L->max_map, &L->max_ext, &c->free_op,
-                          &c->leak_op))
+                          &c->leak_op, &c->views_on, &c->max_views, &budget))
         return -1;
+    c->vbudget_left = budget;
     if (c->refs) { PyErr_SetString(PyExc_RuntimeError, "Core is initialized once"); return -1; }
     Py_INCREF(c->free_op); Py_INCREF(c->leak_op);
     c->refs = 1;
     L->max_id = max_id;
     if (L->max_ghosts < 2 || L->max_findings < 1 || L->max_segments < 1 || L->max_addresses < 1 ||
-        L->max_streams < 1 || L->max_block_ghosts < 1 || L->max_occurrences < 1 || max_id > (1ULL << 31)) {
+        L->max_streams < 1 || L->max_block_ghosts < 1 || L->max_occurrences < 1 || max_id > (1ULL << 31) ||
+        c->max_views < 1) {
         PyErr_SetString(PyExc_ValueError, "bad limits");
         return -1;
     }
@@ -1413,7 +1846,8 @@ static void Core_dealloc(Core *c) {
     free(c->snaps); free(c->free_snaps); free(c->bdefs);
     for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
-    free(c->targets); free(c->afields); free(c->reported);
+    free(c->targets); free(c->afields); free(c->reported); free(c->pviews); free(c->pvtab);
+    free(c->bdense); free(c->sdense);
     if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
     Py_TYPE(c)->tp_free((PyObject *)c);
 }

@@ -173,7 +173,7 @@ class NativeEngine:
         self._core = _core.Core(E.MAX_SEGMENTS, E.MAX_STREAMS, E.MAX_FINDINGS, E.MAX_OCCURRENCES, E.MAX_ADDRESSES,
                                 E.MAX_GHOSTS, E.MAX_BLOCK_GHOSTS, E.MAX_ID, _reader.MAX_STR_LEN,
                                 _reader.MAX_BIN_LEN, _reader.MAX_ARRAY_LEN, _reader.MAX_MAP_LEN,
-                                _reader.MAX_EXT_LEN, E.FREE_OP, E.LEAK_OP)
+                                _reader.MAX_EXT_LEN, E.FREE_OP, E.LEAK_OP, False, 16, 0)
         self._default_streams = E._parse_default_streams(self.header.get("default_streams"))
         self.created_stack = _CreatedStacks(self._core)
         self._built: list = []  # Finding objects, by the core's finding index
@@ -182,7 +182,6 @@ class NativeEngine:
         self._sent_streams: dict = {}  # sidx -> the symbols entry given to the core
         self._sent_blocks: dict = {}  # bid -> the symbols entry given to the core
         self._notes = 0  # NOTE records (counted as events, replayed by nobody)
-        self.direct_tail: tuple = (None, 0)
 
     # ------------------------------------------------------------------ counters
 
