@@ -109,3 +109,23 @@ def test_a_built_wheel_installs_the_hook_at_the_top_of_site_packages(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         assert "npusan.pth" in z.namelist()  # top level: installed into site-packages itself
         assert z.read("npusan.pth").decode() == PTH.read_text()
+
+
+def _import_auto(**env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("NPUSAN_")}
+    base["PYTHONPATH"] = str(REPO / "src")
+    base.update(env)
+    return subprocess.run([sys.executable, "-c", "import npusan.auto"], env=base,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_import_npusan_auto_without_npusan_trace_says_nothing_is_recorded():
+    r = _import_auto()
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 1 and "NPUSAN_TRACE is not set; nothing is recorded" in lines[0], r.stderr
+
+
+def test_import_npusan_auto_is_quiet_when_asked_to_record_online_or_disabled():
+    assert "nothing is recorded" not in _import_auto(NPUSAN_ONLINE="warn").stderr
+    assert "nothing is recorded" not in _import_auto(NPUSAN_DISABLE="1").stderr

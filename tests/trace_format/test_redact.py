@@ -152,3 +152,77 @@ def test_redact_bad_input_is_one_line_and_writes_nothing(tmp_path, content, need
     r = run("redact", p, "-o", out)
     assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and needle in r.stderr
     assert not out.exists() and sorted(os.listdir(tmp_path)) == ["bad.npusan"]
+
+
+def _frame_files(path):
+    with TraceReader(str(path)) as reader:
+        for _ in reader.records():
+            pass
+        return {reader.symbols.strings[f] for f, _, _ in reader.symbols.frames.values()}
+
+
+def _trace_with_files(path, names, note=None):
+    with TraceWriter(str(path), backend="cuda") as w:
+        for i, name in enumerate(names):
+            w.kernel(0, "aten::fill_", writes=[0x1000 + i], stack=[(name, 3, "f")])
+        if note:
+            w.note("warning", note)
+    return path
+
+
+def test_mixed_posix_and_windows_names_do_not_crash(tmp_path):
+    p = _trace_with_files(tmp_path / "t.npusan", ["/srv/a/b.py", "C:\\x\\y.py", "rel/z.py"])
+    r = run("redact", p, "-o", tmp_path / "o.npusan")
+    assert r.exit_code == 0, r.output
+    assert _frame_files(tmp_path / "o.npusan") == {"/redacted/b.py", "/redacted/y.py", "rel/z.py"}
+
+
+def test_names_escaping_the_root_are_outside():
+    root = "/home/alice/proj"
+    assert redact_path("/home/alice/proj/pkg/../../.ssh/id_rsa", root) == "/redacted/id_rsa"
+    assert redact_path("/home/alice/proj/pkg/../x.py", root) == "/source-root/x.py"
+    assert redact_path("../../home/alice/private/x.py", root) == "/redacted/x.py"
+    assert redact_path("pkg/../x.py", root) == "pkg/../x.py"
+    assert redact_path("C:\\Users\\a\\p\\..\\..\\s.py", "C:/Users/a/p") == "/redacted/s.py"
+
+
+def test_note_text_is_dropped_level_kept(tmp_path):
+    p = _trace_with_files(tmp_path / "t.npusan", ["/srv/a/b.py"], note="token=s3cr3t at /home/alice/x")
+    out = tmp_path / "o.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0 and "note texts dropped" in r.stderr
+    data = out.read_bytes()
+    assert b"s3cr3t" not in data and b"alice" not in data and b"warning" in data
+
+
+def test_redact_refuses_non_regular_input_naming_the_input(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for src in (fifo, "/dev/zero"):
+        r = run("redact", src, "-o", tmp_path / "o.npusan")
+        assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1
+        assert f"{src}: cannot read the trace" in r.stderr and "o.npusan" not in r.stderr
+
+
+def test_redact_refuses_its_input_and_existing_output_without_force(tmp_path):
+    p = _trace_with_files(tmp_path / "t.npusan", ["/srv/a/b.py"])
+    before = p.read_bytes()
+    r = run("redact", p, "-o", p)
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1 and "is the input" in r.stderr
+    os.link(p, tmp_path / "hard.npusan")
+    assert run("redact", p, "-o", tmp_path / "hard.npusan", "--force").exit_code == 2
+    assert p.read_bytes() == before
+    out = tmp_path / "o.npusan"
+    out.write_bytes(b"keep")
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 2 and "--force" in r.stderr and out.read_bytes() == b"keep"
+    assert run("redact", p, "-o", out, "--force").exit_code == 0 and out.read_bytes() != b"keep"
+
+
+def test_export_writes_a_device_without_force(tmp_path):
+    p = _trace_with_files(tmp_path / "t.npusan", ["/srv/a/b.py"])
+    r = run("export", p, "-o", "/dev/null")
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "o.json"
+    out.write_text("x")
+    assert run("export", p, "-o", out).exit_code == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 import sys
 from typing import Optional
 
@@ -62,7 +63,7 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
         raise UsageProblem("--all exports everything: it does not go with --around-findings or --max-kernels")
     if output is not None:
         check_writable(output, "the timeline")
-        if os.path.exists(output) and not force:
+        if os.path.exists(output) and stat.S_ISREG(os.stat(output).st_mode) and not force:
             raise UsageProblem(f"{output} exists; add --force to overwrite it")
     if everything:
         limits = ExportLimits()

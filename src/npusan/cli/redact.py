@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Optional
 
 import click
@@ -19,16 +21,31 @@ from .output import atomic_output, check_writable
                    "folder with .git or pyproject.toml, or the common folder of the recorded files).")
 @click.option("--drop-source", is_flag=True,
               help="Also drop the source lines recorded in the trace (fingerprints then use line numbers).")
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @one_line_errors
-def redact(trace: str, output: str, source_root: Optional[str], drop_source: bool) -> None:
-    """Copy TRACE without host, command line, pid, times, metadata, thread names and the
-    directories outside the source root; findings and fingerprints stay the same.
+def redact(trace: str, output: str, source_root: Optional[str], drop_source: bool, force: bool) -> None:
+    """Copy TRACE without host, command line, pid, times, metadata, thread names, note texts
+    and the directories outside the source root. Findings stay the same; fingerprints of
+    findings whose frames name absolute paths change (compare redacted with redacted).
 
     See docs/bug-reports.md.
     """
     from ..trace_format.redact import redact as run_redact
 
+    try:  # read twice: a regular file only (stat does not block on a FIFO)
+        st = os.stat(trace)
+    except OSError as e:
+        raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceFormatError(f"{trace}: cannot read the trace: not a regular file "
+                               "(redact reads it twice; copy it to a file first)")
     check_writable(output, "the redacted trace")
+    if os.path.exists(output):
+        out_st = os.stat(output)
+        if (out_st.st_dev, out_st.st_ino) == (st.st_dev, st.st_ino):
+            raise UsageProblem(f"{output} is the input trace; write the redacted copy to another file")
+        if stat.S_ISREG(out_st.st_mode) and not force:
+            raise UsageProblem(f"{output} exists; add --force to overwrite it")
     try:
         with atomic_output(output, "the redacted trace") as f:
             summary = run_redact(trace, f, source_root=source_root, drop_source=drop_source)
@@ -46,6 +63,8 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
         parts.append(f"{summary.threads} thread names replaced")
     if summary.source_lines:
         parts.append(f"{summary.source_lines} recorded source lines dropped")
+    if summary.notes:
+        parts.append(f"{summary.notes} note texts dropped")
     if summary.unknown_records:
         parts.append(f"{summary.unknown_records} records of unknown types dropped")
     click.echo(f"npusan: redacted trace written: {output} ({'; '.join(parts)})", err=True)

@@ -13,7 +13,10 @@ stays as it was:
   ``/redacted/`` + the path from that folder on;
 * anywhere else: ``/redacted/`` + the file's base name.
 
-Relative names and names such as ``<string>`` are kept. With ``drop_source`` the source
+Names are normalized first, so ``root/pkg/../../x`` is outside the root. Relative names
+and names such as ``<string>`` are kept, except relative names that climb out of their
+folder with ``..`` (reduced to their base name). The text of notes (NOTE records) is
+dropped, their level kept: notes are free text and can hold anything. With ``drop_source`` the source
 line text recorded in frames (format 1.1) is dropped too (fingerprints then fall back to
 line numbers, so they change).
 
@@ -24,6 +27,7 @@ the input must be a regular file.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -42,7 +46,8 @@ ROOT_PLACEHOLDER = "/source-root"
 OTHER_PLACEHOLDER = "/redacted"
 _LIBRARY = re.compile(r"^.*/((?:site-packages|dist-packages|lib/python\d+(?:\.\d+)?)/.*)$")
 _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/])")
-_PATH_IN_TEXT = re.compile(r"(?<![\w.])(/[^\s'\"]+|[A-Za-z]:\\[^\s'\"]+)")
+#: What a note's text becomes: notes are free text (error messages, paths, anything).
+NOTE_PLACEHOLDER = "(note text redacted)"
 _ROOT_MARKERS = (".git", "pyproject.toml")
 
 
@@ -56,6 +61,7 @@ class RedactionSummary:
     threads: int = 0  # thread names replaced
     source_lines: int = 0  # recorded source lines dropped (drop_source)
     unknown_records: int = 0  # records of unknown types dropped
+    notes: int = 0  # notes whose text was dropped
     truncated: bool = False
 
 
@@ -96,16 +102,38 @@ def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
 
 
 def redact_path(name: str, root: Optional[str]) -> str:
-    """A recorded file name without the directories that say where it was (see the module)."""
+    """A recorded file name without the directories that say where it was (see the module).
+
+    Names are normalized first (``a/../b`` is ``b``): a name that climbs out of the source
+    root with ``..`` is outside it, and a relative name that climbs above its folder is
+    reduced to its base name like any other name outside the root.
+    """
     if not _ABSOLUTE.match(name):
+        if "/" not in name and "\\" not in name:
+            return name
+        rel = posixpath.normpath(name.replace("\\", "/"))
+        if rel == ".." or rel.startswith("../"):
+            return f"{OTHER_PLACEHOLDER}/{rel.rsplit('/', 1)[-1]}"
         return name
-    unix = name.replace("\\", "/")
-    if root is not None and (unix == root or unix.startswith(root.rstrip("/") + "/")):
-        return ROOT_PLACEHOLDER + unix[len(root.rstrip("/")):]
+    unix = _normpath(name)
+    if root is not None:
+        r = _normpath(root).rstrip("/")
+        if unix == r or unix.startswith(r + "/") or (r == "" and unix.startswith("/")):
+            return ROOT_PLACEHOLDER + unix[len(r):]
     m = _LIBRARY.match(unix)
     if m:
         return f"{OTHER_PLACEHOLDER}/{m.group(1)}"
     return f"{OTHER_PLACEHOLDER}/{unix.rsplit('/', 1)[-1]}"
+
+
+def _normpath(name: str) -> str:
+    """``name`` with forward slashes, ``.`` and ``..`` resolved (never above ``/`` or ``C:/``)."""
+    unix = name.replace("\\", "/")
+    m = re.match(r"^([A-Za-z]:)(/.*)$", unix)
+    if m:
+        return m.group(1) + posixpath.normpath(m.group(2))
+    out = posixpath.normpath(unix)
+    return "/" + out.lstrip("/") if out.startswith("//") else out
 
 
 def _redact_header(header: dict, summary: RedactionSummary) -> dict:
@@ -125,9 +153,9 @@ def _redact_record(rec: list, renamed: dict, drop_source: bool, summary: Redacti
     if t == R.FRAME and drop_source and len(rec) > 5 and rec[5] is not None:
         summary.source_lines += 1
         return [*rec[:5], None, *rec[6:]]
-    if t == R.NOTE:
-        root = summary.source_root
-        return [R.NOTE, rec[1], _PATH_IN_TEXT.sub(lambda m: redact_path(m.group(1), root), str(rec[2])), *rec[3:]]
+    if t == R.NOTE:  # a note's text can say anything: only its level is kept
+        summary.notes += 1
+        return [R.NOTE, rec[1], NOTE_PLACEHOLDER, *rec[3:]]
     if t == R.END:
         stats = rec[1] if isinstance(rec[1], dict) else {}
         return [R.END, {k: stats[k] for k in ("events", "counts") if k in stats}]
@@ -149,7 +177,7 @@ def _file_names(source: str) -> tuple[dict, dict]:
 
 
 def _normalize_root(root: str) -> str:
-    return os.path.abspath(os.path.expanduser(root)).replace("\\", "/").rstrip("/") or "/"
+    return _normpath(os.path.abspath(os.path.expanduser(root))).rstrip("/") or "/"
 
 
 def _choose_root(files: dict, roots: dict) -> Optional[str]:
@@ -161,14 +189,19 @@ def _choose_root(files: dict, roots: dict) -> Optional[str]:
     """
     if roots:
         return Counter(roots.values()).most_common(1)[0][0].rstrip("/") or "/"
-    own = [n.replace("\\", "/") for n in files.values() if _ABSOLUTE.match(n) and not _LIBRARY.match(n)]
+    own = [_normpath(n) for n in files.values() if _ABSOLUTE.match(n) and not _LIBRARY.match(_normpath(n))]
     found = Counter(r for r in map(_project_of, own) if r is not None)
     if found:
         return found.most_common(1)[0][0]
-    dirs = {os.path.dirname(n) for n in own}
+    dirs = {posixpath.dirname(n) for n in own}
     if len(dirs) > 1:
-        common = os.path.commonpath(sorted(dirs))
-        return common if common not in ("/", "") else None
+        try:  # POSIX and Windows names together have no common folder
+            common = posixpath.commonpath(sorted(dirs))
+        except ValueError:
+            return None
+        if any(not (d == common or d.startswith(common.rstrip("/") + "/")) for d in dirs):
+            return None
+        return common if common not in ("/", "", ".") and not re.fullmatch(r"[A-Za-z]:/?", common) else None
     return dirs.pop() if dirs else None
 
 
