@@ -81,6 +81,9 @@ def test_races_fail_their_tests_with_the_report_and_clean_tests_pass(pytester):
     assert "pytest frames" in failures
     assert "_pytest/" not in failures and "pluggy/" not in failures
     assert "Traceback" not in failures
+    # pytest has no --full-stacks: the hint says how to see the folded frames
+    assert "--full-stacks shows them" not in failures
+    assert "--npusan-trace-dir" in failures and "npusan analyze --full-stacks" in failures
     assert "npusan: warning" not in out  # the report is the failure, not warnings besides it
     kept = sorted(p.name for p in traces.iterdir())
     assert kept == ["test_sync.py__test_caught.npusan", "test_sync.py__test_race.npusan"]
@@ -111,3 +114,17 @@ def npusan_analyze(path):
     import npusan
 
     return npusan.analyze(path)
+
+
+@pytest.mark.parametrize("name", ["/home/u/proj/.venv/bin/pytest", "/usr/local/bin/py.test", "C:/v/Scripts/pytest.exe"])
+def test_the_pytest_console_script_frame_folds_with_pytest(name):
+    from npusan.analyzer.sources import Folded, fold, internal_category
+    from npusan.analyzer.findings import Frame
+
+    script = Frame(name, 6, "<module>")
+    assert internal_category(script) == "pytest"
+    inner = Frame("/x/site-packages/_pytest/python.py", 159, "pytest_pyfunc_call")
+    user = Frame("/home/u/proj/test_x.py", 3, "test_x")
+    folded = fold([script, inner, user])
+    assert isinstance(folded[0], Folded) and folded[0].count == 2 and folded[1] == user
+    assert internal_category(Frame("/home/u/proj/bin/pytest_helpers.py", 1, "f")) is None

@@ -103,6 +103,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             os.remove(state.trace)
 
 
+#: How to see folded frames: pytest has no --full-stacks; the kept trace and the CLI do.
+FOLDED_HINT = " (to see them: keep the trace with --npusan-trace-dir DIR, then run `npusan analyze --full-stacks` on it)"
+
+
 def _failure_text(found: list, state: _TestState, call: pytest.CallInfo) -> str:
     from .recorder.errors import RaceError, format_finding
 
@@ -110,7 +114,7 @@ def _failure_text(found: list, state: _TestState, call: pytest.CallInfo) -> str:
     n = len(found)
     lines = [f"npusan: {n} stream-synchronization bug{'s' if n != 1 else ''} in this test", ""]
     for f in found:
-        lines += [format_finding(f, header), ""]
+        lines += [format_finding(f, header, folded_hint=FOLDED_HINT), ""]
     if call.excinfo is not None and not call.excinfo.errisinstance(RaceError):
         lines.append(f"(the test also failed: {call.excinfo.exconly()})")
     if state.trace is not None:

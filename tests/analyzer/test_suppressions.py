@@ -77,6 +77,8 @@ def test_use_counts_and_unused_entries():
         ("suppress = 3\n", "array of tables"),
         ('[other]\nx = 1\n', "unknown top-level key 'other'"),
         ("[[suppress]\n", "not valid TOML"),
+        ('[[suppress]]\nfingerprint = "29907af2ba96"\nreason = "r"\n', "at least 16 hex digits"),
+        ('[[suppress]]\nfingerprint = "29907af2ba9674zz"\nreason = "r"\n', "at least 16 hex digits"),
     ],
 )
 def test_malformed_files_fail_with_one_sentence(text, message):
@@ -102,3 +104,18 @@ def test_empty_file_suppresses_nothing(tmp_path):
     p.write_text("# nothing yet\n")
     s = load_suppressions(str(p))
     assert s.entries == [] and s.match(make_finding()) is None
+
+
+def test_fingerprint_prefix_of_16_or_more_hex_digits_matches_that_finding_only():
+    race = make_finding()
+    other = make_finding(later_op="aten::mul.Tensor")
+    fp = race.fingerprint()
+    assert len(fp) == 32 and fp != other.fingerprint()
+    for given in (fp[:16], fp[:16].upper(), fp, [fp[:20], "0" * 16]):
+        value = repr(given).replace("'", '"')
+        s = parse(f'[[suppress]]\nfingerprint = {value}\nreason = "r"\n')
+        assert s.match(race) is not None, given
+        assert s.match(other) is None, given
+    s = parse(f'[[suppress]]\nfingerprint = "{fp[:16]}"\nkind = "reuse-race"\nreason = "r"\n')
+    assert s.match(race) is None  # every given field must match
+    assert "fingerprint=" + fp[:16] in s.entries[0].describe()

@@ -43,6 +43,10 @@ def test_online_raise_stops_at_the_racing_op_with_both_stacks():
     # Worded like `npusan analyze`: streams named, and a fix to apply.
     assert "stream #1 (sim:0)" in msg and "default stream (sim:0)" in msg
     assert "\n  fix: " in msg and "wait_stream" in msg
+    # Live there is no --full-stacks option: folded frames say how to see them.
+    assert "--full-stacks shows them" not in msg
+    if " frames (" in msg or " frame (" in msg:
+        assert "npusan analyze --full-stacks" in msg
 
 
 def test_online_warn_continues_and_computes_the_same(capfd):

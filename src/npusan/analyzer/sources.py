@@ -90,6 +90,8 @@ _INTERNAL = [
     # torch's deprecated collectives are wrapped by typing_extensions.deprecated
     ("python", re.compile(r"(^|/)(site|dist)-packages/typing_extensions\.py$")),
     ("pytest", re.compile(r"(^|/)(site|dist)-packages/(_pytest|pytest|pluggy)/")),
+    # The console script that starts pytest (.venv/bin/pytest, .../Scripts/py.test).
+    ("pytest", re.compile(r"(^|/)(bin|Scripts)/(pytest|py\.test)(-[0-9.]+)?(\.exe)?$")),
     ("python", re.compile(r"(^|/)lib/python3\.\d+/(?!site-packages/|dist-packages/)")),
     ("python", re.compile(r"^<")),  # <frozen runpy>, <string>, ...
 ]

@@ -7,6 +7,7 @@ Format (TOML, documented in ``docs/suppressions.md``)::
     op = "aten::copy_*"           # optional: fnmatch on the op of either access
     stream = "default"            # optional: fnmatch on either stream's names
     frame = "*/prefetch.py:*"     # optional: fnmatch on "file:line" or the function of any frame
+    fingerprint = "29907af2ba9674a8"  # optional: a prefix (16+ hex digits) of the fingerprint
     reason = "known, tracked in #123"   # required
 
 An entry matches a finding when every field it gives matches (fields may also be lists of
@@ -24,7 +25,9 @@ from typing import Iterable, Optional
 from .findings import Finding, Kind, StreamRef
 from .userfiles import read_user_file
 
-MATCH_FIELDS = ("kind", "op", "stream", "frame")
+MATCH_FIELDS = ("kind", "op", "stream", "frame", "fingerprint")
+#: A ``fingerprint`` entry gives at least this many hex digits (the text report shows 16).
+MIN_FINGERPRINT_DIGITS = 16
 KNOWN_FIELDS = set(MATCH_FIELDS) | {"reason"}
 #: Suppression files are small; refuse anything larger than this without reading it.
 MAX_FILE_BYTES = 4 << 20
@@ -42,6 +45,7 @@ class Suppression:
     op: tuple = ()
     stream: tuple = ()
     frame: tuple = ()
+    fingerprint: tuple = ()  # lowercase hex prefixes
     used: int = 0  # findings (groups of the engine) this entry silenced
 
     def describe(self) -> str:
@@ -58,6 +62,8 @@ class Suppression:
         ):
             return False
         if self.frame and not _any_match(self.frame, frame_labels(f)):
+            return False
+        if self.fingerprint and not any(f.fingerprint().startswith(p) for p in self.fingerprint):
             return False
         return True
 
@@ -164,12 +170,20 @@ def parse_suppressions(data: bytes, path: str = "<suppressions>") -> Suppression
             raise SuppressionError(f"{where} has no 'reason' (every suppression needs one)")
         fields = {k: _patterns(entry, k, where) for k in MATCH_FIELDS}
         if not any(fields.values()):
-            raise SuppressionError(f"{where} matches everything (give kind, op, stream or frame)")
+            raise SuppressionError(f"{where} matches everything (give kind, op, stream, frame or fingerprint)")
         bad = [k for k in fields["kind"] if k not in kinds]
         if bad:
             raise SuppressionError(
                 f"{where}: unknown kind '{bad[0]}' (expected one of {', '.join(sorted(kinds))})"
             )
+        fps = tuple(p.strip().lower() for p in fields["fingerprint"])
+        for p in fps:
+            if len(p) < MIN_FINGERPRINT_DIGITS or any(c not in "0123456789abcdef" for c in p):
+                raise SuppressionError(
+                    f"{where}: 'fingerprint' must be at least {MIN_FINGERPRINT_DIGITS} hex digits "
+                    f"of a finding's fingerprint (the report shows the first 16), got '{p}'"
+                )
+        fields["fingerprint"] = fps
         out.entries.append(Suppression(i, reason.strip(), **fields))
     return out
 

@@ -43,7 +43,7 @@ def _side(label: str, acc) -> str:
     return "\n".join(lines)
 
 
-def format_finding(f: Any, header: Optional[dict] = None) -> str:
+def format_finding(f: Any, header: Optional[dict] = None, folded_hint: Optional[str] = None) -> str:
     """The finding as ``npusan analyze`` would print it (streams named, source quoted, a fix).
 
     Falls back to a plain description if the report cannot be built: online mode runs
@@ -55,7 +55,8 @@ def format_finding(f: Any, header: Optional[dict] = None) -> str:
         from ..analyzer.reporters.text import group_text
 
         report = build_report(AnalysisResult(findings=[f], traces=[TraceSummary("<live>", dict(header or {}))]))
-        text = group_text(report, report.groups[0], ReportOptions()).rstrip("\n")
+        options = ReportOptions() if folded_hint is None else ReportOptions(folded_hint=folded_hint)
+        text = group_text(report, report.groups[0], options).rstrip("\n")
         # Live, there is no "(1/1)" numbering and no trace to count occurrences in.
         lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("seen:")]
         lines[0] = re.sub(r"^error\[[a-z-]+\] \(\d+/\d+\): ", "", lines[0])

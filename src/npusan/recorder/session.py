@@ -44,6 +44,9 @@ from ..trace_format.records import KERNEL as _KERNEL
 from .backends import Backend, select_backend
 from . import signals, status
 from .errors import RaceError, format_finding
+
+#: Live, there is no --full-stacks to pass: the folded frames are in a recorded trace.
+ONLINE_FOLDED_HINT = " (to see them: record a trace and run `npusan analyze --full-stacks` on it)"
 from .stacks import DEFAULT_DEPTH, StackCapture
 
 FLUSH_BYTES = 256 * 1024
@@ -662,7 +665,8 @@ class Recorder:
     def _report_findings(self, allow_raise: bool = True) -> None:
         """Raise (mode "raise") or warn about findings the engine reported since last time."""
         for f in self._take_new_findings():
-            msg = format_finding(f, self.engine.header if self.engine is not None else None)
+            msg = format_finding(f, self.engine.header if self.engine is not None else None,
+                                 folded_hint=ONLINE_FOLDED_HINT)
             if self.online == "raise" and allow_raise:
                 raise RaceError(msg, f)
             try:

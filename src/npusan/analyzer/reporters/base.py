@@ -29,6 +29,8 @@ class ReportOptions:
     expand: bool = False  # True: every finding of a root cause in full, not only the first
     #: SARIF and JUnit name files relative to this folder (--source-root, or the detected one).
     source_root: Optional[str] = None
+    #: What the text report says after a line of folded library frames (how to see them).
+    folded_hint: str = " (--full-stacks shows them)"
 
 
 @dataclass

@@ -134,7 +134,7 @@ class _Writer:
             return
         for item in fold(stack, full=self.options.full_stacks):
             if isinstance(item, Folded):
-                hint = "" if self.options.full_stacks else " (--full-stacks shows them)"
+                hint = "" if self.options.full_stacks else self.options.folded_hint
                 self.line(pad, (f"{item}{hint}", "dim"), indent=1)
                 continue
             self.line(
