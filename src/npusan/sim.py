@@ -16,6 +16,17 @@ registers a no-op CPU kernel for ``aten::record_stream`` (CPU has none), so the 
 dispatches normally and the recorder's dispatch mode sees ``aten.record_stream.default``
 as it does on CUDA. :func:`record_stream` is the same call as a function.
 
+Host memory: on a GPU, host tensors (pinned batches of a data loader) are not device
+memory and a copy stream reading them races with nothing. Here every CPU tensor is
+"device memory" unless it is marked with :func:`host_tensor` (the simulated
+``pin_memory()``); :func:`to_device` is the simulated ``.cuda(non_blocking=True)``: a copy
+into new device memory on the current stream.
+
+Collectives: while recording, ``torch.distributed`` collectives on simulated tensors (a
+gloo process group) are recorded the way ProcessGroupNCCL runs them on a GPU, on a
+communication stream per process group (:func:`comm_stream`), with the same events and
+waits; see ``docs/collectives.md``.
+
 Differences from ``torch.cuda`` kept on purpose: the allocation hook passes
 ``(ptr, size)`` (the simulated allocator knows the size), and device indexes other than 0
 are accepted but all map to device 0.
@@ -26,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
+import weakref
 from typing import Callable, Dict, Iterator, List, Optional
 
 import torch
@@ -39,6 +51,10 @@ __all__ = [
     "set_stream",
     "synchronize",
     "record_stream",
+    "host_tensor",
+    "is_host",
+    "to_device",
+    "comm_stream",
     "trace",
     "DEFAULT_HANDLE",
 ]
@@ -251,6 +267,93 @@ def synchronize(device=None) -> None:
 def record_stream(t: torch.Tensor, s: Stream) -> None:
     """``t.record_stream(s)``: the same dispatched call, as a function."""
     t.record_stream(s)
+
+
+# -- host memory ---------------------------------------------------------------------
+
+#: Storage base pointer -> end, of the storages marked as host memory (see host_tensor).
+_host: Dict[int, int] = {}
+_host_lock = threading.Lock()
+#: Called with (base, end) when a storage becomes host memory (the simulated backend
+#: forgets the block); set by the recorder's adapter while it records.
+_on_host: Optional[Callable[[int, int], None]] = None
+
+
+def host_tensor(t: torch.Tensor) -> torch.Tensor:
+    """Mark ``t``'s memory as host memory (the simulated ``t.pin_memory()``); returns ``t``.
+
+    Host memory is not device memory: no stream "touches" it, so reading a host batch on
+    a copy stream is not a race, just as a pinned batch copied to the GPU is not. Views
+    of ``t`` are host memory too. Tensors computed from host tensors are ordinary
+    (device) tensors again, like the result of a host-to-device copy; mark them if they
+    stand for host data.
+    """
+    st = t.untyped_storage()
+    base = st.data_ptr()
+    if base:
+        end = base + max(st.nbytes(), 1)
+        with _host_lock:
+            _host[base] = end
+        weakref.finalize(st, _forget_host, base, end)
+        cb = _on_host
+        if cb is not None:
+            cb(base, end)
+    return t
+
+
+def _forget_host(base: int, end: int) -> None:
+    with _host_lock:
+        if _host.get(base) == end:
+            del _host[base]
+
+
+def is_host(t: torch.Tensor) -> bool:
+    """Whether ``t`` lies in memory marked by :func:`host_tensor`."""
+    if not _host:
+        return False
+    try:
+        p = t.data_ptr()
+    except RuntimeError:  # a wrapper subclass without storage of its own
+        return False
+    for base, end in list(_host.items()):
+        if base <= p < end:
+            return True
+    return False
+
+
+def to_device(t: torch.Tensor, non_blocking: bool = True) -> torch.Tensor:
+    """The simulated ``t.cuda(non_blocking=True)``: a copy into new device memory, made on
+    the current stream (reading a host tensor, which is not recorded)."""
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+# -- communication streams ---------------------------------------------------------
+
+_comm: Dict[str, Stream] = {}
+_comm_lock = threading.Lock()
+
+
+def comm_stream(group_name: str) -> Stream:
+    """The communication stream of process group ``group_name`` (created at first use).
+
+    It is what ProcessGroupNCCL's internal stream per device is on a GPU: collectives
+    that run asynchronously are recorded on it. Programs never need it (they synchronize
+    through ``work.wait()``), but tests and tools may name it.
+    """
+    with _comm_lock:
+        s = _comm.get(group_name)
+        if s is None:
+            s = _comm[group_name] = Stream()
+        return s
+
+
+def comm_stream_by_handle(handle: int) -> Stream:
+    """The communication stream whose handle is ``handle``."""
+    with _comm_lock:
+        for s in _comm.values():
+            if s.stream_id == handle:
+                return s
+    raise KeyError(handle)
 
 
 def device_count() -> int:

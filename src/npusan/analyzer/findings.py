@@ -55,6 +55,11 @@ class StreamRef:
     #: first use for streams that existed before recording). None for a default stream,
     #: or when not assigned (see :func:`number_streams`).
     ordinal: Optional[int] = None
+    #: What the trace says the stream is for (format 1.1 STREAM_LABEL): ``role`` ``"comm"``
+    #: and ``label`` ``"comm stream of process group 0"`` for a process group's
+    #: communication stream; None for ordinary streams.
+    role: Optional[str] = None
+    label: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -135,9 +140,13 @@ def stream_numbers(
 
 
 def number_streams(
-    findings: Iterable["Finding"], numbers: Mapping[int, int], is_default: Callable[[int, int], bool]
+    findings: Iterable["Finding"],
+    numbers: Mapping[int, int],
+    is_default: Callable[[int, int], bool],
+    labels: Optional[Mapping[int, tuple]] = None,
 ) -> None:
-    """Set ``ordinal`` (and ``is_default``) on every stream the findings of one trace name.
+    """Set ``ordinal`` (and ``is_default``, and the ``role``/``label`` of the trace's
+    stream labels) on every stream the findings of one trace name.
 
     Findings are updated in place (their identity matters to callers that keyed them);
     their frozen parts are replaced.
@@ -148,9 +157,10 @@ def number_streams(
             return None
         default = s.is_default or is_default(s.device, s.handle)
         ordinal = None if default else numbers.get(s.index, s.ordinal)
-        if ordinal == s.ordinal and default == s.is_default:
+        role, label = (labels or {}).get(s.index, (s.role, s.label))
+        if ordinal == s.ordinal and default == s.is_default and (role, label) == (s.role, s.label):
             return s
-        return dataclasses.replace(s, ordinal=ordinal, is_default=default)
+        return dataclasses.replace(s, ordinal=ordinal, is_default=default, role=role, label=label)
 
     for f in findings:
         f.access = dataclasses.replace(f.access, stream=ref(f.access.stream))

@@ -93,7 +93,8 @@ def _analyze_one(path, name: str, i: int, check_leaks: bool, report, native_file
         found = engine.finish()
         # Streams as reports number them: "stream #1" is the first non-default stream.
         is_default = functools.partial(is_default_stream, reader.header)
-        number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default)
+        number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default,
+                       reader.symbols.stream_labels)
         # Source lines the trace recorded (FRAME 1.1): the reader defined them in both engines.
         attach_recorded_sources(found, reader.symbols.recorded_sources())
         warnings = list(reader.warnings)

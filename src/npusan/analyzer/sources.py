@@ -226,6 +226,8 @@ _INTERNAL = [
                          r"fx|functional|_compile|_jit_internal|storage|random|serialization)\b")),
     ("torch", re.compile(r"(^|/)torch_npu/")),
     ("npusan", re.compile(r"(^|/)(site|dist)-packages/npusan/")),
+    # torch's deprecated collectives are wrapped by typing_extensions.deprecated
+    ("python", re.compile(r"(^|/)(site|dist)-packages/typing_extensions\.py$")),
     ("pytest", re.compile(r"(^|/)(site|dist)-packages/(_pytest|pytest|pluggy)/")),
     # The console script that starts pytest (.venv/bin/pytest, .../Scripts/py.test).
     ("pytest", re.compile(r"(^|/)(bin|Scripts)/(pytest|py\.test)(-[0-9.]+)?(\.exe)?$")),

@@ -70,7 +70,8 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
             raise RecordError(f"{reader.where()}: {e}") from None
         findings = engine.finish()
         is_default = functools.partial(is_default_stream, reader.header)
-        number_streams(findings, stream_numbers(reader.symbols.streams, is_default), is_default)
+        number_streams(findings, stream_numbers(reader.symbols.streams, is_default), is_default,
+                       reader.symbols.stream_labels)
     return findings, where
 
 

@@ -10,8 +10,11 @@ It runs on any machine: ``npusan.sim`` gives CPU tensors CUDA-shaped streams and
 findings: one **data race** (``scale_on_side_stream`` forgets ``wait_stream`` before the
 default stream reads the result) and one **missing record_stream** (``stage_batch``
 hands a tensor to the side stream and frees it without ``record_stream``). The correct
-patterns (``prefetch`` with ``wait_stream`` + ``record_stream``, event waits) report
-nothing.
+patterns (``prefetch``, an Apex-style prefetcher copying host batches on a copy stream,
+with ``wait_stream`` + ``record_stream``; event waits) report nothing.
+
+Host batches are made with ``sim.host_tensor`` (the simulated ``pin_memory()``): on a GPU
+a pinned host batch is not device memory, and here an unmarked CPU tensor would be.
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ import torch
 from npusan import sim
 
 
-def prefetch(batch: torch.Tensor, copy_stream: sim.Stream) -> torch.Tensor:
-    """Correct: produce on a side stream, make the consumer wait, tell the allocator."""
-    copy_stream.wait_stream(sim.current_stream())  # batch was written on this stream
+def prefetch(host_batch: torch.Tensor, copy_stream: sim.Stream) -> torch.Tensor:
+    """Correct: copy a host batch to the device on a copy stream (on a GPU:
+    ``host_batch.cuda(non_blocking=True)``), make the consumer wait, tell the allocator."""
     with sim.stream(copy_stream):
-        staged = batch * 1.0
+        staged = sim.to_device(host_batch)
     sim.current_stream().wait_stream(copy_stream)
     staged.record_stream(sim.current_stream())
     return staged
@@ -73,7 +76,7 @@ def main() -> None:
     weight = torch.randn(16, 16)
     scaled = torch.empty(8, 16)  # a buffer reused every step
     for step in range(3):
-        batch = torch.randn(8, 16)
+        batch = sim.host_tensor(torch.randn(8, 16))  # a pinned batch from the data loader
         x = prefetch(batch, copy_stream) @ weight
         x = event_handoff(x, side)
         loss = scale_on_side_stream(x, scaled, side)

@@ -31,7 +31,8 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 from ..trace_format.strided import normalize
 
 #: Ops that alias their input without saying so in the schema, or only change metadata.
-_NO_ACCESS_NAMES = frozenset({"_unsafe_view", "set_", "_reshape_alias", "_nested_view_from_buffer"})
+_NO_ACCESS_NAMES = frozenset({"_unsafe_view", "set_", "_reshape_alias", "_nested_view_from_buffer",
+                              "_wrap_tensor_autograd"})
 #: ``(op name, argument name)`` pairs that are mutated although the schema does not say so.
 _UNANNOTATED_WRITES = frozenset(
     {
@@ -61,6 +62,10 @@ class OpInfo(NamedTuple):
     returns: Tuple[int, ...]  # RET_* per return
     list_return: bool  # returns Tensor[] (new tensors)
     record_stream: bool
+    #: A c10d collective (:class:`~.collectives.Spec`): recorded as its process group runs it.
+    collective: Any = None
+    #: ``_c10d_functional::wait_tensor``: the wait of a functional collective.
+    wait_tensor: bool = False
 
 
 def _is_tensorish(t) -> Tuple[bool, bool]:
@@ -78,6 +83,13 @@ def classify(func: Any) -> OpInfo:
     name = schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
     if schema.name == "aten::record_stream":
         return OpInfo(name, False, (), (), False, True)
+    from .collectives import WAIT_TENSOR, spec_of
+
+    spec = spec_of(schema.name)
+    if spec is not None:
+        return OpInfo(name, False, (), (), False, False, collective=spec)
+    if schema.name == WAIT_TENSOR:
+        return OpInfo(name, True, (), (), False, False, wait_tensor=True)
     metadata_inputs = base.startswith("new_") or base.endswith("_like")
     slots: List[Slot] = []
     any_write = False

@@ -39,16 +39,31 @@ class RecordingMode(TorchDispatchMode):
     """
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        rec = session._current
+        if rec is None or not rec.active:
+            return func(*args, **(kwargs or {}))
+        if rec._recent_works:
+            rec._recent_works.clear()
+        try:
+            info = func.__dict__.get("_npusan_info")
+            if info is None:
+                info = op_info(func)
+        except Exception as e:  # never into user code
+            rec._fail(e)
+            return func(*args, **(kwargs or {}))
+        if info.collective is not None and rec.collectives is not None:
+            out = rec.collectives.run(func, info.collective, args, kwargs)
+            if rec._findings:
+                rec._report_findings()
+            return out
         out = func(*args, **(kwargs or {}))
         rec = session._current
         if rec is None or not rec.active:
             return out
         try:
-            info = func.__dict__.get("_npusan_info")
-            if info is None:
-                info = op_info(func)
             if info.view:
-                pass
+                if info.wait_tensor and rec.collectives is not None:
+                    rec.collectives.tensor_waited(args[0] if args else None)
             elif info.record_stream:
                 # NPU reports record_stream from its allocator hook (every path, not only
                 # the aten op): recording the op as well would log each call twice.
@@ -109,8 +124,15 @@ class RecordingMode(TorchDispatchMode):
                         nb = t.nbytes
                         if not nb:
                             continue  # zero-size: touches no memory
-                        st = t.untyped_storage()
-                        base = st.data_ptr()
+                        try:
+                            st = t.untyped_storage()
+                            base = st.data_ptr()
+                        except RuntimeError:  # a wrapper subclass: record its payload
+                            t = getattr(t, "elem", None)
+                            if not isinstance(t, Tensor):
+                                continue
+                            st = t.untyped_storage()
+                            base = st.data_ptr()
                         if not base:
                             continue
                         so = t.storage_offset()

@@ -135,6 +135,9 @@ class Recorder:
         self._flusher: Optional[threading.Thread] = None
         self._stop_flusher = threading.Event()
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
+        self.collectives = None  # c10d collectives as the process group runs them
+        self._recent_works: list = []  # Works kept alive until the next op (collectives.py)
+        self._held_by: Optional[int] = None  # thread holding the queue for a collective (hold)
         self._stopping = False
         #: The recording this one joined (started while another was active): see start().
         self.joined: Optional["Recorder"] = None
@@ -198,6 +201,10 @@ class Recorder:
             _current = self
         try:
             be.install(self)
+            from . import collectives
+
+            self.collectives = collectives.Collectives(self)
+            collectives.install()
             from .dispatch import ModeInstaller
 
             self.dispatch = ModeInstaller(self)
@@ -376,6 +383,23 @@ class Recorder:
         except Exception as e:
             self._fail(e)
 
+    def hold(self) -> int:
+        """Keep the queue from being drained (by any thread) until :meth:`release`; returns
+        its length. A collective's events fire inside the op and are reordered before any of
+        them is encoded (:mod:`.collectives`)."""
+        self._lock.acquire()
+        self._held_busy = self._busy
+        self._busy = True
+        self._held_by = threading.get_ident()
+        return len(self._deferred)
+
+    def release(self) -> None:
+        self._held_by = None
+        self._busy = self._held_busy
+        self._lock.release()
+        if len(self._deferred) >= self._qmax:
+            self._drain_now()
+
     def _post(self, fn, args: tuple) -> None:
         """Queue ``fn(*args)``; drain when the queue is long enough (never raises)."""
         q = self._deferred
@@ -385,6 +409,12 @@ class Recorder:
 
     def _drain_now(self) -> None:
         if not self.active:
+            return
+        held = self._held_by
+        if held is not None and held != threading.get_ident():
+            # A collective holds the queue (hold()) and drains it when it releases. Waiting
+            # for it here could deadlock: the op may wait for this very thread (a process
+            # group's watchdog firing a hook while it holds the group's lock).
             return
         try:
             with self._lock:

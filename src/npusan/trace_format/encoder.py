@@ -87,6 +87,11 @@ class RecordEncoder:
             self.sink([R.STREAM_DEF, sidx, device, handle])
         return sidx
 
+    def stream_label(self, handle: int, role: str, label: str, device: int = 0, stack: Optional[int] = None) -> None:
+        """Say what a stream is for (format 1.1): ``role`` ``"comm"`` and ``label``
+        ``"comm stream of process group 0"`` for a process group's communication stream."""
+        self.sink([R.STREAM_LABEL, self.stream(handle, device), str(role), str(label)])
+
     def thread(self, tid: int, name: str) -> None:
         self.sink([R.THREAD, tid, name])
 

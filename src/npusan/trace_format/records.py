@@ -28,6 +28,7 @@ Layouts (``stack`` is a stack id or nil; ``sidx`` a stream index; ``bid`` a bloc
     [ERASE_STREAM, bid, sidx, stack]
     [KERNEL, sidx, op_sid, stack, access, ...]
     [THREAD, tid, name]                   name of a host thread (informational)
+    [STREAM_LABEL, sidx, role, label]     what a stream is for (1.1): role "comm", label text
     [NOTE, level, text]                   a message from the writer (e.g. recording stopped)
     [END, stats_map]                      clean end of the trace
     [VIEWS, entry, ...]                   (1.1) the exact bytes of strided accesses of the
@@ -68,6 +69,7 @@ KERNEL: Final = 17
 THREAD: Final = 18
 NOTE: Final = 19
 END: Final = 20
+STREAM_LABEL: Final = 22
 VIEWS: Final = 21  # format 1.1
 
 #: Human-readable names, used by ``npusan info`` and error messages.
@@ -93,6 +95,7 @@ RECORD_NAMES: Final = {
     THREAD: "thread",
     NOTE: "note",
     END: "end",
+    STREAM_LABEL: "stream-label",
     VIEWS: "views",
 }
 
@@ -119,11 +122,15 @@ MIN_LENGTH: Final = {
     THREAD: 3,
     NOTE: 3,
     END: 2,
+    STREAM_LABEL: 4,
     VIEWS: 2,
 }
 
 #: Record types that only define interned names; the reader absorbs them into its symbol table.
-DEFINITIONS: Final = frozenset({STR, FRAME, STACK, STREAM_DEF, BLOCK_DEF, THREAD})
+DEFINITIONS: Final = frozenset({STR, FRAME, STACK, STREAM_DEF, BLOCK_DEF, THREAD, STREAM_LABEL})
+
+#: The role of a STREAM_LABEL naming a process group's communication stream.
+ROLE_COMM: Final = "comm"
 
 #: Header keys (all present in files written by npusan; readers must tolerate missing ones
 #: except ``format``).

@@ -30,6 +30,7 @@ class SymbolTable:
         self.threads: dict[int, str] = {}
         #: fid -> (source line text or None, source root sid or None), format 1.1 frames.
         self.frame_sources: dict[int, tuple[Optional[str], Optional[int]]] = {}
+        self.stream_labels: dict[int, tuple[str, str]] = {}  # sidx -> (role, label), format 1.1
 
     def define(self, rec: list) -> None:
         """Absorb one definition record; raise TraceFormatError if it is malformed."""
@@ -63,6 +64,11 @@ class SymbolTable:
             elif t == R.THREAD:
                 _, tid, name = rec[:3]
                 self._put(self.threads, tid, _text(name), replace=True)
+            elif t == R.STREAM_LABEL:
+                _, sidx, role, label = rec[:4]
+                if sidx not in self.streams:
+                    raise TraceFormatError(f"stream label for undefined stream {sidx!r}")
+                self._put(self.stream_labels, sidx, (_text(role)[:32], _text(label)[:200]), replace=True)
         except ValueError as e:  # unpacking a short record
             raise TraceFormatError(f"malformed {R.RECORD_NAMES.get(t, t)} record") from e
 

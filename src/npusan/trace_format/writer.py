@@ -607,6 +607,13 @@ class TraceWriter:
             self._thread(thread)
             self.encoder.erase_stream(_int(ptr), _int(stream), _int(device), self._stack(stack))
 
+    def stream_label(self, stream: int, label: str, *, role: str = "", device: int = 0) -> None:
+        """Say what ``stream`` is for (format 1.1), e.g. ``role="comm"``, ``label="comm stream
+        of process group 0"``: reports then name it so."""
+        with self.lock:
+            self._check()
+            self.encoder.stream_label(_int(stream), str(role), str(label), _int(device))
+
     def kernel(
         self,
         stream: int,

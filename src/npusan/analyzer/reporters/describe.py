@@ -90,6 +90,8 @@ def stream_name(s: Optional[StreamRef], header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0), created at train.py:41"."""
     if s is None:
         return "an unknown stream"
+    if s.label is not None:  # "the comm stream of process group 0 (cuda:0)"
+        return "the " + stream_label(s, header)
     name = stream_label(s, header)
     site = user_site(s.created_stack)
     if not s.is_default and site is not None:
@@ -100,13 +102,25 @@ def stream_name(s: Optional[StreamRef], header: dict) -> str:
 def stream_label(s: StreamRef, header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0)": the name without the site."""
     dev = device_label(header, s.device)
+    if s.label is not None:
+        return f"{s.label} ({dev})"
     return f"default stream ({dev})" if s.is_default else f"stream #{stream_number(s)} ({dev})"
 
 
 def stream_short(s: Optional[StreamRef], header: dict) -> str:
     if s is None:
         return "an unknown stream"
-    return ("the " if s.is_default else "") + stream_label(s, header)
+    return ("the " if s.is_default or s.label is not None else "") + stream_label(s, header)
+
+
+#: The kernel name suffix of a collective torch waited for at once (the recorder's
+#: ``collectives.SYNC_SUFFIX``; the analyzer does not import the recorder).
+_SYNC_SUFFIX = " (async_op=False)"
+
+
+def is_comm(s: Optional[StreamRef]) -> bool:
+    """A process group's communication stream (the recorder labelled it so)."""
+    return s is not None and s.role == "comm"
 
 
 #: ``name = ...``, ``self.name = ...`` or ``name: T = ...`` (not ``==``, ``+=``, ``a[i] =``).
@@ -331,6 +345,27 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
     at_later = user_site(later.stack)
     at_earlier = user_site(earlier.stack)
 
+    if f.kind is Kind.DATA_RACE and is_comm(earlier.stream):
+        # The program synchronizes with a process group through its Work, not its stream.
+        if earlier.op.endswith(_SYNC_SUFFIX):
+            coll = earlier.op[: -len(_SYNC_SUFFIX)]
+            mod = Names(header, sources, at_later).module()
+            return [
+                f"make the {later.type} at {frame_label(at_later)} wait for the {coll} at "
+                f"{frame_label(at_earlier)}: it ran with async_op=False, so torch waited for it on the "
+                f"stream that was current at line {_line(at_earlier)}; right before line {_line(at_later)} add",
+                f"    {mod}.current_stream().wait_stream(s)",
+                f"where s is the stream that was current at line {_line(at_earlier)} "
+                f"(the one its `with {mod}.stream(s):` made current)",
+            ]
+        work = assigned_name(at_earlier, sources) or "work"
+        return [
+            f"wait for the {earlier.op} launched at {frame_label(at_earlier)} before the {later.type} "
+            f"at {frame_label(at_later)}; right before line {_line(at_later)} add",
+            f"    {work}.wait()",
+            f"where {work} is what {earlier.op}(..., async_op=True) at line {_line(at_earlier)} returned "
+            "(a functional collective: wait_tensor(result), or use the result, which waits)",
+        ]
     if f.kind is Kind.DATA_RACE:
         here = wait_site(f, header, sources)
         mod = here.module()
@@ -349,6 +384,12 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
             )
         return lines + here.notes
 
+    if is_comm(earlier.stream):
+        return [
+            f"wait for the {earlier.op} launched at {frame_label(at_earlier)} before its tensor is "
+            f"freed: call `work.wait()` (work: what {earlier.op}(..., async_op=True) returned) "
+            f"before the free at {frame_label(at_later)}",
+        ]
     use = Names(header, sources, at_earlier)
     mod = use.module()
     if f.kind is Kind.MISSING_RECORD_STREAM:
@@ -383,8 +424,11 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
     """The one wait that fixes a root cause whose earliest finding is ``f``.
 
     Before a kernel, the current stream is the waiting stream; before a free it need not
-    be, so the allocating stream is named explicitly.
+    be, so the allocating stream is named explicitly. A process group's stream is waited
+    through its Work: that fix is the finding's own.
     """
+    if is_comm(f.previous.stream):
+        return fix(f, header, sources)
     if f.access.seq:
         here = wait_site(f, header, sources)
         first = "the first access that needs it" if here.site is user_site(f.access.stack) else (

@@ -37,6 +37,7 @@ def stream_json(s: Optional[StreamRef], header: dict) -> Optional[dict]:
         "default": bool(s.is_default),
         "name": D.stream_name(s, header),
         "created_at": frames_json(s.created_stack),
+        "role": s.role,
     }
 
 

@@ -30,6 +30,7 @@ _stream = {
         "default": {"type": "boolean"},
         "name": {"type": "string"},
         "created_at": {"$ref": "#/$defs/stack"},
+        "role": {"type": ["string", "null"]},
     },
 }
 _access = {

@@ -104,6 +104,12 @@ class Backend(ABC):
     #: mode then calls :meth:`observe_output` for every device-tensor output it sees.
     observes_outputs: ClassVar[bool] = False
 
+    #: True for backends whose runtime fires no events for collectives (the simulated
+    #: device): the adapter then plays the process group itself (:meth:`comm_launch`,
+    #: :meth:`comm_end`, :meth:`comm_wait`). CUDA and NPU process groups record and wait
+    #: their events through the runtime's own trace hooks.
+    comm_modeled: ClassVar[bool] = False
+
     #: True when every device tensor is on device 0 (the simulated device): the dispatch
     #: mode then skips :meth:`tensor_device`.
     single_device: ClassVar[bool] = False
@@ -165,6 +171,19 @@ class Backend(ABC):
         """Device index of a device tensor (the kernel runs on that device's current stream)."""
         idx = t.device.index
         return 0 if idx is None else idx
+
+    def comm_launch(self, group: str, device: int) -> int:
+        """``syncStream``: the communication stream of ``group`` on ``device`` waits for the
+        current stream; returns its handle (only where :attr:`comm_modeled`)."""
+        raise NotImplementedError
+
+    def comm_end(self, handle: int, device: int) -> Any:
+        """Record the end event of a collective on communication stream ``handle``."""
+        raise NotImplementedError
+
+    def comm_wait(self, end: Any, device: int) -> None:
+        """``work.wait()``: the current stream waits for the end event ``end``."""
+        raise NotImplementedError
 
     def observe_output(self, t: Any) -> None:
         """Called for each device-tensor output when :attr:`observes_outputs` is set.

@@ -6,6 +6,12 @@ hands every output tensor to :meth:`SimBackend.observe_output`, which reports st
 has not seen as allocations on the current simulated stream and watches them with a weak
 reference whose callback (run when the C++ storage dies; torch keeps one Python storage
 object per storage) reports the free.
+
+Two more jobs make the simulation look like a device: tensors marked as host memory
+(:func:`npusan.sim.host_tensor`) are not device tensors (a block already reported for
+one is reported freed when it is marked), and collectives are played the way
+ProcessGroupNCCL runs them (:attr:`comm_modeled`), with simulated events on a
+communication stream per process group.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ class SimBackend(Backend):
     name = "sim"
     observes_outputs = True
     single_device = True
+    comm_modeled = True
 
     def __init__(self) -> None:
         from ... import sim
@@ -65,12 +72,17 @@ class SimBackend(Backend):
         t.register_callback_for_memory_allocation(lambda p, n: r.on_alloc(p, cur().stream_id, 0, n))
         t.register_callback_for_memory_deallocation(r.on_free)
         self._registered = True
+        self._sim._on_host = self._host_marked
+        if self._sim._host:
+            self._host_marked(0, 0)
         # The allocations this adapter discovers itself (observe_output) go straight to
         # the recorder -- what the two registrations above would do, three calls
         # shorter -- unless someone else also listens on the simulated registry.
         self._direct = all(len(t.callbacks[h]) == 1 for h in ("memory_allocation", "memory_deallocation"))
 
     def uninstall(self) -> None:
+        if self._sim._on_host == self._host_marked:
+            self._sim._on_host = None
         self._rec = None
         self._live.clear()
         self._refs.clear()
@@ -100,6 +112,38 @@ class SimBackend(Backend):
 
     def tensor_device(self, t: Any) -> int:
         return 0
+
+    # -- host memory ----------------------------------------------------------------------
+
+    def _host_marked(self, base: int, end: int) -> None:
+        """A storage became host memory: from now on every tensor is asked whether it is
+        one (a slower test, paid only by programs that use host tensors), and a block
+        already reported for it leaves the device."""
+        is_host = self._sim.is_host
+        self.is_device_tensor = lambda t: t.is_cpu and not is_host(t)  # type: ignore[method-assign]
+        ref = self._live.pop(base, None)
+        if ref is not None:
+            self._refs.pop(id(ref), None)
+            r = self._rec
+            if r is not None:
+                r.on_free(base)
+
+    # -- collectives: the simulated process group ------------------------------------------
+
+    def comm_launch(self, group: str, device: int) -> int:
+        sim = self._sim
+        comm = sim.comm_stream(group)
+        comm.wait_stream(sim.current_stream())
+        return comm.stream_id
+
+    def comm_end(self, handle: int, device: int) -> Any:
+        sim = self._sim
+        end = sim.Event()
+        end.record(sim.comm_stream_by_handle(handle))
+        return end
+
+    def comm_wait(self, end: Any, device: int) -> None:
+        end.wait(self._sim.current_stream())
 
     # -- the simulated allocator ------------------------------------------------------
 
