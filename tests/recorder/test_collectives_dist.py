@@ -132,7 +132,7 @@ def _finding(result, name):
 
 def _fix_text(result, name) -> str:
     f = _finding(result, name)
-    return "\n".join(fix(f, result.traces[f.trace].header, SourceCache()))
+    return "\n".join(fix(f, result.traces[f.trace].header, SourceCache([str(PROG.parent)])))
 
 
 def test_reports_name_the_collective_and_its_comm_stream(current_model):
