@@ -213,6 +213,9 @@ typedef struct { i128 lo, run; uint8_t nd; i128 n[MAX_DIMS], s[MAX_DIMS]; } shap
 typedef struct { acc_t acc; shape_t shape; } vent_t; /* a strided access kept beside a block's state */
 typedef struct { i128 a; uint64_t off, nb; uint8_t has_shape; shape_t shape; } pview_t; /* a VIEWS entry */
 
+/* the entries of one VIEWS record and their hash index (slots: entry index or -1) */
+typedef struct { pview_t *v; size_t n, cap; int32_t *tab; size_t tabcap; } pvset_t;
+
 typedef struct {
     uint32_t bid;
     uint64_t ptr, size;
@@ -292,8 +295,7 @@ typedef struct {
     ghost_t *gscratch; size_t gscap;
     /* strided views: the VIEWS record for the next kernel, and the overlap tests' budget */
     int64_t views_seq; /* the kernel the pending entries belong to (0: none) */
-    pview_t *pviews; size_t npviews, pvcap;
-    int32_t *pvtab; size_t pvtabcap;
+    pvset_t pv[2]; int pvcur; /* pv[pvcur]: the pending table; the other one: a VIEWS record being read */
     int64_t vbudget_left, vgave_up;
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
@@ -1313,12 +1315,13 @@ static uint64_t pv_hash(i128 a, uint64_t off, uint64_t nb) {
 }
 
 static pview_t *pv_find(Core *c, i128 a, uint64_t off, uint64_t nb) {
-    if (!c->pvtabcap) return NULL;
-    size_t mask = c->pvtabcap - 1, i = pv_hash(a, off, nb) & mask;
+    const pvset_t *ps = &c->pv[c->pvcur];
+    if (!ps->tabcap) return NULL;
+    size_t mask = ps->tabcap - 1, i = pv_hash(a, off, nb) & mask;
     for (;;) {
-        int32_t k = c->pvtab[i];
+        int32_t k = ps->tab[i];
         if (k < 0) return NULL;
-        pview_t *p = &c->pviews[k];
+        pview_t *p = &ps->v[k];
         if (p->a == a && p->off == off && p->nb == nb) return p;
         i = (i + 1) & mask;
     }
@@ -1351,10 +1354,12 @@ static int view_entry(const field_t *f, uint64_t n, pview_t *pv) {
     return 0;
 }
 
-/* a VIEWS record's entries, read at *pp (n of them): the table for the next kernel */
+/* a VIEWS record's entries, read at *pp (n of them) into the spare table; it becomes the
+ * pending one (for the next kernel) only once the whole record is read and valid */
 static int read_views(Core *c, const limits_t *L, const uint8_t **pp, const uint8_t *end, uint64_t n, int *bad) {
     field_t f[4 + 2 * MAX_DIMS];
-    c->npviews = 0;
+    pvset_t *ps = &c->pv[1 - c->pvcur];
+    ps->n = 0;
     *bad = 0;
     for (uint64_t e = 0; e < n; e++) {
         obj_t o;
@@ -1366,39 +1371,42 @@ static int read_views(Core *c, const limits_t *L, const uint8_t **pp, const uint
         if ((r = skip_objs(L, pp, end, o.n - m, 0, 2))) return r;
         if (*bad) continue;
         if (o.n > 4 + 2 * MAX_DIMS) { *bad = 1; continue; }
-        if (c->npviews == c->pvcap) {
-            size_t cap = c->pvcap ? c->pvcap * 2 : 16;
-            pview_t *p = realloc(c->pviews, cap * sizeof(pview_t));
+        if (ps->n == ps->cap) { /* grown as entries arrive, never to a length field's claim */
+            size_t cap = ps->cap ? ps->cap * 2 : 16;
+            pview_t *p = realloc(ps->v, cap * sizeof(pview_t));
             if (!p) return -2;
-            c->pviews = p; c->pvcap = cap;
+            ps->v = p; ps->cap = cap;
         }
-        if (view_entry(f, o.n, &c->pviews[c->npviews])) { *bad = 1; continue; }
-        c->npviews++;
+        if (view_entry(f, o.n, &ps->v[ps->n])) { *bad = 1; continue; }
+        ps->n++;
     }
     return MP_OK;
 }
 
-/* index the entries; a triple given twice makes the record malformed */
+/* index the spare table's entries (a triple given twice makes the record malformed: E_VIEWS);
+ * on success it becomes the pending table */
 static int index_views(Core *c) {
+    pvset_t *ps = &c->pv[1 - c->pvcur];
     size_t cap = 16;
-    while (cap < c->npviews * 2) cap *= 2;
-    if (cap > c->pvtabcap) {
-        int32_t *t = realloc(c->pvtab, cap * sizeof(int32_t));
+    while (cap < ps->n * 2) cap *= 2;
+    if (cap > ps->tabcap) {
+        int32_t *t = realloc(ps->tab, cap * sizeof(int32_t));
         if (!t) return oom(c);
-        c->pvtab = t; c->pvtabcap = cap;
+        ps->tab = t; ps->tabcap = cap;
     }
-    for (size_t i = 0; i < c->pvtabcap; i++) c->pvtab[i] = -1;
-    size_t mask = c->pvtabcap - 1;
-    for (size_t k = 0; k < c->npviews; k++) {
-        pview_t *p = &c->pviews[k];
+    for (size_t i = 0; i < ps->tabcap; i++) ps->tab[i] = -1;
+    size_t mask = ps->tabcap - 1;
+    for (size_t k = 0; k < ps->n; k++) {
+        pview_t *p = &ps->v[k];
         size_t i = pv_hash(p->a, p->off, p->nb) & mask;
-        while (c->pvtab[i] >= 0) {
-            pview_t *q = &c->pviews[c->pvtab[i]];
+        while (ps->tab[i] >= 0) {
+            pview_t *q = &ps->v[ps->tab[i]];
             if (q->a == p->a && q->off == p->off && q->nb == p->nb) return fail(c, E_VIEWS, 0);
             i = (i + 1) & mask;
         }
-        c->pvtab[i] = (int32_t)k;
+        ps->tab[i] = (int32_t)k;
     }
+    c->pvcur = 1 - c->pvcur;
     return 0;
 }
 
@@ -1846,7 +1854,7 @@ static void Core_dealloc(Core *c) {
     free(c->snaps); free(c->free_snaps); free(c->bdefs);
     for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
-    free(c->targets); free(c->afields); free(c->reported); free(c->pviews); free(c->pvtab);
+    free(c->targets); free(c->afields); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
     free(c->bdense); free(c->sdense);
     if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
     Py_TYPE(c)->tp_free((PyObject *)c);

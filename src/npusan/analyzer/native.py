@@ -29,6 +29,7 @@ from ..trace_format import reader as _reader
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.symbols import SymbolTable
 from . import engine as E
+from . import overlap, strided
 from .engine import Access, Engine, RecordError
 from .findings import Finding, Kind
 
@@ -47,11 +48,11 @@ CHUNK = 1 << 18
 
 _NEED, _SLOW, _BAD, _ERROR = 0, 1, 2, 3
 (_E_STREAM_UNDEFINED, _E_TOO_MANY_STREAMS, _E_EVENT, _E_DEVICE, _E_BID_RANGE, _E_MALFORMED_BLOCK,
- _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED) = range(1, 10)
+ _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED, _E_VIEWS) = range(1, 11)
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
-_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1))
+_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1)) | {R.VIEWS}
 
 _warned = False
 
@@ -76,28 +77,30 @@ def engine_class() -> type:
     return Engine
 
 
-#: The newest trace format version whose every record the compiled core replays; a trace
-#: declaring a newer minor version is replayed by the Python engine (same findings, slower).
-#: FRAME's 1.1 source text and root are definitions, which the reader defines for both
-#: engines (the core hands every definition to Python), so they need no core support.
-NATIVE_FORMAT = (1, 0)
-#: A trace *file* of this version is replayed by the compiled core until its first VIEWS
-#: record (strided views, format 1.1), which the core does not replay yet: it raises
-#: :class:`ViewsMet` there, and the caller replays the file again with the Python engine.
-NATIVE_FILE_FORMAT = (1, 1)
+#: The newest trace format version whose every record the compiled core replays (strided
+#: views, the VIEWS records of format 1.1, included); a trace declaring a newer minor
+#: version is replayed by the Python engine (same findings, slower), which says so once on
+#: stderr. FRAME's 1.1 source text and root are definitions, which the reader defines for
+#: both engines (the core hands every definition to Python), so they need no core support.
+NATIVE_FORMAT = (1, 1)
 
-
-class ViewsMet(Exception):
-    """The compiled core met a VIEWS record: replay this trace with the Python engine."""
+_newer_warned = False
 
 
 def make_engine(symbols: SymbolTable, *, file: bool = False, **kwargs):
     """An engine for one trace: ``engine_class()``, unless the trace's format is newer
-    than the compiled core knows (see :data:`NATIVE_FORMAT`; ``file``: the caller replays a
-    file it can replay again on :class:`ViewsMet`, see :data:`NATIVE_FILE_FORMAT`)."""
+    than the compiled core knows (see :data:`NATIVE_FORMAT`). ``file`` is accepted for
+    callers of earlier versions and changes nothing."""
+    global _newer_warned
     cls = engine_class()
-    if cls is NativeEngine and _format(kwargs.get("header")) > (NATIVE_FILE_FORMAT if file else NATIVE_FORMAT):
+    fmt = _format(kwargs.get("header"))
+    if cls is NativeEngine and fmt > NATIVE_FORMAT:
         cls = Engine
+        if not _newer_warned:
+            _newer_warned = True
+            sys.stderr.write(f"npusan: note: the trace is format {fmt[0]}.{fmt[1]}, newer than the compiled "
+                             f"replay core knows ({NATIVE_FORMAT[0]}.{NATIVE_FORMAT[1]}); replaying it with "
+                             "the pure-Python engine, which is much slower.\n")
     return cls(symbols, **kwargs)
 
 
@@ -136,7 +139,20 @@ def problem(code: int, rec: list, field: int) -> str:
         return E.access_shape(v)
     if code == _E_ACCESS_MALFORMED:
         return E.access_malformed(v)
+    if code == _E_VIEWS:  # the core only says "malformed": the Python parser names the reason
+        try:
+            strided.parse_views(rec)
+        except ValueError as e:
+            return str(e)
+        return "a malformed views record"  # pragma: no cover - the core and the parser agree
     return f"error {code}"  # pragma: no cover - every code is named above
+
+
+class _GaveUp:
+    __slots__ = ("gave_up",)
+
+    def __init__(self, gave_up: int) -> None:
+        self.gave_up = gave_up
 
 
 class _CreatedStacks:
@@ -175,7 +191,8 @@ class NativeEngine:
         self._core = _core.Core(E.MAX_SEGMENTS, E.MAX_STREAMS, E.MAX_FINDINGS, E.MAX_OCCURRENCES, E.MAX_ADDRESSES,
                                 E.MAX_GHOSTS, E.MAX_BLOCK_GHOSTS, E.MAX_ID, _reader.MAX_STR_LEN,
                                 _reader.MAX_BIN_LEN, _reader.MAX_ARRAY_LEN, _reader.MAX_MAP_LEN,
-                                _reader.MAX_EXT_LEN, E.FREE_OP, E.LEAK_OP, False, 16, 0)
+                                _reader.MAX_EXT_LEN, E.FREE_OP, E.LEAK_OP, True, strided.MAX_VIEWS,
+                                overlap.TOTAL_BUDGET)
         self._default_streams = E._parse_default_streams(self.header.get("default_streams"))
         self.created_stack = _CreatedStacks(self._core)
         self._built: list = []  # Finding objects, by the core's finding index
@@ -200,6 +217,12 @@ class NativeEngine:
     @property
     def dropped(self) -> int:
         return self._core.counters()[3]
+
+    @property
+    def overlap_budget(self) -> "_GaveUp":
+        """As the Python engine's: ``gave_up`` counts the strided-view comparisons that ran
+        out of search budget and were answered "overlap" (replay.py warns about them)."""
+        return _GaveUp(self._core.counters()[5])
 
     # ------------------------------------------------------------------ definitions
 
@@ -386,8 +409,8 @@ class NativeEngine:
                 return
             elif t == R.NOTE:
                 self._notes += 1
-            elif t == R.VIEWS:
-                raise ViewsMet()
+            elif t == R.VIEWS:  # pragma: no cover - the core replays every VIEWS record the reader passes
+                raise RecordError(E.describe(rec, self.seq, "a views record the compiled core did not replay"))
             # else: a record of an unknown type, skipped (the reader warned once)
 
     # ------------------------------------------------------------------ findings
