@@ -204,7 +204,8 @@ static int av_latest(accv_t *v, int32_t key, const acc_t *a) {
 
 /* ------------------------------------------------------------------ blocks */
 
-typedef struct { u128 lo, hi; accv_t writes, reads; } seg_t;
+/* a segment's state; its bytes are [ends[k-1] (0 for k == 0), ends[k]) where k is its place */
+typedef struct { accv_t writes, reads; } seg_t;
 
 typedef struct { uint64_t ptr, size; uint8_t size_known; acc_t use; } ghost_t;
 
@@ -224,8 +225,13 @@ typedef struct {
     uint64_t defn_gen;
     acc_t write;
     accv_t reads;
-    seg_t *segs; uint32_t nseg, segcap; /* segs != NULL: range mode */
-    u128 *ends; /* ends[k] == segs[k].hi, packed: the searches touch a few cache lines, not every segment */
+    /* Range mode (segs != NULL): the k-th segment in byte order is segs[ord[k]] and ends at
+     * ends[k]. The states sit in a dense pool in no order, so that splitting and merging
+     * move only the packed ends and ord arrays (ord lives in the same allocation, after
+     * segcap ends): a search touches a few cache lines, not every segment. */
+    seg_t *segs; uint32_t nseg, segcap;
+    u128 *ends;
+    uint16_t *ord;
     accv_t uses;
     int32_t *recorded; uint32_t nrec, reccap;
     ghost_t *ghosts; uint32_t ng;
@@ -719,7 +725,7 @@ static void block_free(block_t *b) {
     av_clear(&b->uses);
     for (uint32_t i = 0; i < b->nseg; i++) { av_clear(&b->segs[i].writes); av_clear(&b->segs[i].reads); }
     free(b->segs);
-    free(b->ends);
+    free(b->ends); /* and ord */
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
@@ -1010,40 +1016,53 @@ static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     return 0;
 }
 
+#define SEG(b, k) (&(b)->segs[(b)->ord[k]])
+static inline u128 seg_lo(const block_t *b, uint32_t k) { return k ? b->ends[k - 1] : 0; }
+
 /* Room for one more segment; done before taking pointers into segs (realloc moves them). */
 static int seg_reserve(Core *c, block_t *b) {
     if (b->nseg < b->segcap) return 0;
     uint32_t cap = b->segcap ? b->segcap * 2 : 4;
+    if (cap > 65535) return oom(c); /* ord holds 16-bit slots (segments are capped far below) */
     seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
     if (!s) return oom(c);
     b->segs = s;
-    u128 *e = realloc(b->ends, cap * sizeof(u128));
+    u128 *e = realloc(b->ends, cap * sizeof(u128) + cap * sizeof(uint16_t));
     if (!e) return oom(c);
-    b->ends = e; b->segcap = cap;
+    uint16_t *ord = (uint16_t *)(e + cap);
+    memmove(ord, (uint16_t *)(e + b->segcap), b->nseg * sizeof(uint16_t));
+    b->ends = e; b->ord = ord; b->segcap = cap;
     return 0;
 }
 
-static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->segs[k].hi = hi; b->ends[k] = hi; }
+static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->ends[k] = hi; }
 
-/* Insert a segment with copies of `writes` and `reads` (room was reserved: seg_reserve). */
-static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t *writes, accv_t *reads) {
+/* Insert a segment ending at hi, with copies of `writes` and `reads` (room was reserved:
+ * seg_reserve); it starts where the segment before it ends. */
+static int seg_insert(Core *c, block_t *b, uint32_t at, u128 hi, accv_t *writes, accv_t *reads) {
     accv_t w, r;
     av_init(&w); av_init(&r);
     if ((writes && av_copy(&w, writes)) || (reads && av_copy(&r, reads))) { av_clear(&w); av_clear(&r); return oom(c); }
-    memmove(&b->segs[at + 1], &b->segs[at], (b->nseg - at) * sizeof(seg_t));
-    seg_t *s = &b->segs[at];
+    uint32_t slot = b->nseg; /* the pool is dense: slots 0 .. nseg-1 are in use */
+    b->segs[slot].writes = w; b->segs[slot].reads = r;
     memmove(&b->ends[at + 1], &b->ends[at], (b->nseg - at) * sizeof(u128));
-    s->lo = lo; s->hi = hi; b->ends[at] = hi;
-    s->writes = w; s->reads = r;
+    memmove(&b->ord[at + 1], &b->ord[at], (b->nseg - at) * sizeof(uint16_t));
+    b->ends[at] = hi;
+    b->ord[at] = (uint16_t)slot;
     b->nseg++;
     return 0;
 }
 
 static void seg_remove(block_t *b, uint32_t at) {
-    av_clear(&b->segs[at].writes); av_clear(&b->segs[at].reads);
-    memmove(&b->segs[at], &b->segs[at + 1], (b->nseg - at - 1) * sizeof(seg_t));
+    uint16_t slot = b->ord[at], last = (uint16_t)(b->nseg - 1);
+    av_clear(&b->segs[slot].writes); av_clear(&b->segs[slot].reads);
     memmove(&b->ends[at], &b->ends[at + 1], (b->nseg - at - 1) * sizeof(u128));
+    memmove(&b->ord[at], &b->ord[at + 1], (b->nseg - at - 1) * sizeof(uint16_t));
     b->nseg--;
+    if (slot != last) { /* keep the pool dense: the last slot moves into the freed one */
+        b->segs[slot] = b->segs[last];
+        for (uint32_t k = 0; k < b->nseg; k++) if (b->ord[k] == last) { b->ord[k] = slot; break; }
+    }
 }
 
 /* split(segs, lo, hi) -> [i, j) */
@@ -1055,8 +1074,8 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
         if (b->ends[mid] <= lo) i = mid + 1; else top = mid;
     }
     if (seg_reserve(c, b)) return -1;
-    if (b->segs[i].lo < lo) {
-        if (seg_insert(c, b, i + 1, lo, b->segs[i].hi, &b->segs[i].writes, &b->segs[i].reads)) return -1;
+    if (seg_lo(b, i) < lo) {
+        if (seg_insert(c, b, i + 1, b->ends[i], &SEG(b, i)->writes, &SEG(b, i)->reads)) return -1;
         seg_sethi(b, i, lo);
         i++;
     }
@@ -1067,8 +1086,8 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
         if (b->ends[mid] < hi) j = mid + 1; else top = mid;
     }
     if (seg_reserve(c, b)) return -1;
-    if (b->segs[j].hi > hi) {
-        if (seg_insert(c, b, j + 1, hi, b->segs[j].hi, &b->segs[j].writes, &b->segs[j].reads)) return -1;
+    if (b->ends[j] > hi) {
+        if (seg_insert(c, b, j + 1, b->ends[j], &SEG(b, j)->writes, &SEG(b, j)->reads)) return -1;
         seg_sethi(b, j, hi);
     }
     *pi = i; *pj = j + 1;
@@ -1091,7 +1110,7 @@ static int same_state(seg_t *s, seg_t *t) {
 static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     uint32_t n = i;
     while (n + 1 < j && n + 1 < b->nseg) {
-        if (same_state(&b->segs[n], &b->segs[n + 1])) {
+        if (same_state(SEG(b, n), SEG(b, n + 1))) {
             seg_sethi(b, n, b->ends[n + 1]);
             seg_remove(b, n + 1);
             j--;
@@ -1106,7 +1125,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
             u128 w = b->ends[m + 1] - (m ? b->ends[m - 1] : 0); /* segments are adjacent from 0 */
             if (w < bw) { bw = w; best = m; }
         }
-        seg_t *s = &b->segs[best], *t = &b->segs[best + 1];
+        seg_t *s = SEG(b, best), *t = SEG(b, best + 1);
         accv_t writes, reads;
         av_init(&writes); av_init(&reads);
         acc_t *it = av_items(&s->writes);
@@ -1118,7 +1137,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
             it = av_items(srcs[q]);
             for (uint32_t k = 0; k < srcs[q]->n; k++) if (av_latest(&reads, it[k].stream, &it[k])) return oom(c);
         }
-        seg_sethi(b, best, t->hi);
+        seg_sethi(b, best, b->ends[best + 1]);
         av_clear(&s->writes); av_clear(&s->reads);
         s->writes = writes; s->reads = reads;
         seg_remove(b, best + 1);
@@ -1142,8 +1161,8 @@ static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, con
 /* whole mode -> range mode: one segment with the whole state */
 static int to_segments(Core *c, block_t *b) {
     u128 end = b->size_known && b->size ? (u128)b->size : INF128;
-    if (seg_reserve(c, b) || seg_insert(c, b, 0, 0, end, NULL, &b->reads)) return -1;
-    if (b->has_write && av_push(&b->segs[0].writes, &b->write)) return oom(c);
+    if (seg_reserve(c, b) || seg_insert(c, b, 0, end, NULL, &b->reads)) return -1;
+    if (b->has_write && av_push(&SEG(b, 0)->writes, &b->write)) return oom(c);
     b->has_write = 0;
     av_clear(&b->reads);
     return 0;
@@ -1155,32 +1174,32 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
         lo = acc->off; hi = (u128)acc->off + acc->n;
-        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, end, hi, NULL, NULL))) return -1;
+        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL, NULL))) return -1;
     }
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
     c->nrep = 0;
     if (!acc->write) {
         for (uint32_t k = i; k < j; k++) {
-            seg_t *s = &b->segs[k];
+            seg_t *s = SEG(b, k);
             acc_t *w = av_items(&s->writes);
             for (uint32_t q = 0; q < s->writes.n; q++) if (check_earlier(c, b, S, vec, acc, &w[q])) return -1;
-            if (av_set(&b->segs[k].reads, acc)) return oom(c);
+            if (av_set(&SEG(b, k)->reads, acc)) return oom(c);
         }
     } else {
         for (uint32_t k = i; k < j; k++) {
-            seg_t *s = &b->segs[k];
+            seg_t *s = SEG(b, k);
             accv_t *src = s->reads.n ? &s->reads : &s->writes;
             acc_t *e = av_items(src);
             for (uint32_t q = 0; q < src->n; q++) if (check_earlier(c, b, S, vec, acc, &e[q])) return -1;
-            s = &b->segs[k];
+            s = SEG(b, k);
             av_reset(&s->writes); av_reset(&s->reads);
             if (av_push(&s->writes, acc)) return oom(c);
         }
         if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
             for (uint32_t k = 0; k < b->nseg; k++) { av_clear(&b->segs[k].writes); av_clear(&b->segs[k].reads); }
             free(b->segs); free(b->ends);
-            b->segs = NULL; b->ends = NULL; b->nseg = b->segcap = 0;
+            b->segs = NULL; b->ends = NULL; b->ord = NULL; b->nseg = b->segcap = 0;
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
             return 0;
@@ -1253,11 +1272,11 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
     if (!b->segs && to_segments(c, b)) return -1;
     u128 end = b->ends[b->nseg - 1], lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
-    if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, end, hi, NULL, NULL))) return -1;
+    if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL, NULL))) return -1;
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
     for (uint32_t k = i; k < j; k++) {
-        seg_t *sg = &b->segs[k];
+        seg_t *sg = SEG(b, k);
         if (e->acc.write) {
             acc_t *w = av_items(&sg->writes);
             int newer = 0;
@@ -1285,10 +1304,11 @@ static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, co
     } else {
         u128 lo = (u128)shape->lo, hi = (u128)shape_hi(shape);
         for (uint32_t k = 0; k < b->nseg; k++) {
-            seg_t *sg = &b->segs[k];
-            if (sg->hi <= lo) continue;
-            if (sg->lo >= hi) break;
-            if (voverlaps_range(c, shape, sg->lo, sg->hi) &&
+            seg_t *sg = SEG(b, k);
+            u128 slo = seg_lo(b, k), shi = b->ends[k];
+            if (shi <= lo) continue;
+            if (slo >= hi) break;
+            if (voverlaps_range(c, shape, slo, shi) &&
                 check_piece(c, b, S, vec, acc, &sg->writes, NULL, &sg->reads)) return -1;
         }
     }
@@ -1444,6 +1464,32 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
             if (pv && pv->has_shape) t->shape = &pv->shape;
         }
     int32_t op = id_or_none(c, &f[2]), stack = id_or_none(c, &f[3]);
+    if (nacc > 1 && nacc <= 16) {
+        /* The blocks are independent: load the state of all of them at once (each step's
+         * loads overlap) before the first is used. Only hints: nothing here changes state. */
+        for (uint32_t i = 0; i < nacc; i++)
+            for (size_t off = 0; off < sizeof(block_t); off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
+        for (uint32_t i = 0; i < nacc; i++) {
+            const block_t *b = c->targets[i].b;
+            if (b->segs) { __builtin_prefetch(b->ends); __builtin_prefetch((const char *)b->ends + 64); __builtin_prefetch(b->ord); }
+            else if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
+            if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
+        }
+        for (uint32_t i = 0; i < nacc; i++) {
+            const target_t *t = &c->targets[i];
+            const block_t *b = t->b;
+            if (!b->segs || !t->ranged) continue;
+            uint32_t k = 0, top = b->nseg - 1;
+            while (k < top) {
+                uint32_t mid = (k + top) / 2;
+                if (b->ends[mid] <= (u128)t->off) k = mid + 1; else top = mid;
+            }
+            const seg_t *sg = &b->segs[b->ord[k]];
+            __builtin_prefetch(sg); __builtin_prefetch((const char *)sg + 64);
+            if (k) __builtin_prefetch(&b->segs[b->ord[k - 1]]);
+            if (k + 1 < b->nseg) __builtin_prefetch(&b->segs[b->ord[k + 1]]);
+        }
+    }
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
