@@ -161,20 +161,28 @@ static inline void av_init(accv_t *v) { v->n = 0; v->cap = 1; v->heap = NULL; }
 static inline void av_clear(accv_t *v) { if (v->cap > 1) free(v->heap); av_init(v); }
 static inline void av_reset(accv_t *v) { v->n = 0; } /* emptied, its storage kept for reuse */
 
-static int av_push(accv_t *v, const acc_t *a) {
-    if (v->n == v->cap) {
-        uint32_t cap = v->cap * 2;
-        acc_t *h = malloc(cap * sizeof(acc_t));
-        if (!h) return -1;
-        memcpy(h, av_items(v), v->n * sizeof(acc_t));
-        if (v->cap > 1) free(v->heap);
-        v->heap = h; v->cap = cap;
-    }
+static int av_grow(accv_t *v) {
+    uint32_t cap = v->cap * 2;
+    acc_t *h = malloc(cap * sizeof(acc_t));
+    if (!h) return -1;
+    memcpy(h, av_items(v), v->n * sizeof(acc_t));
+    if (v->cap > 1) free(v->heap);
+    v->heap = h; v->cap = cap;
+    return 0;
+}
+
+static inline int av_push(accv_t *v, const acc_t *a) {
+    if (v->n == v->cap && av_grow(v)) return -1;
     av_items(v)[v->n++] = *a;
     return 0;
 }
 
 static int av_copy(accv_t *dst, accv_t *src) {
+    if (src->n <= 1) { /* the common case: at most one entry, kept inline */
+        av_init(dst);
+        if (src->n) { dst->one = av_items(src)[0]; dst->n = 1; }
+        return 0;
+    }
     av_init(dst);
     for (uint32_t i = 0; i < src->n; i++)
         if (av_push(dst, &av_items(src)[i])) return -1;
