@@ -290,7 +290,9 @@ typedef struct {
     snap_t *snaps; size_t nsnaps, snapcap;
     uint32_t *free_snaps; size_t nfree_snaps, free_snapcap;
     /* blocks */
-    map_t blocks;    /* bid -> block_t* (every live block) */
+    map_t blocks;    /* bid -> block_t* (live blocks with ids from DENSE_IDS up) */
+    size_t nlive;    /* live blocks */
+    block_t *spare; size_t nspare; /* freed block structs for reuse (a list through their first bytes) */
     block_t **bdense; uint32_t bdensecap; /* the same for ids below DENSE_IDS, looked up without hashing */
     map_t live_ptr;  /* ptr -> bid */
     map_t defs;      /* bid -> index into bdefs */
@@ -483,7 +485,17 @@ static int skip_rest(const limits_t *L, const uint8_t **pp, const uint8_t *end, 
 }
 
 /* A field at depth `depth`: an int, nil, or anything else (skipped). */
-static int read_field(const limits_t *L, const uint8_t **pp, const uint8_t *end, field_t *f, int depth) {
+static inline int read_field(const limits_t *L, const uint8_t **pp, const uint8_t *end, field_t *f, int depth) {
+    const uint8_t *p = *pp;
+    if (p < end) { /* the common encodings of a field, decoded here; everything else by read_obj */
+        uint8_t b = *p;
+        if (b <= 0x7f) { f->t = F_INT; f->v = b; *pp = p + 1; return MP_OK; }
+        if (b == 0xc0) { f->t = F_NIL; *pp = p + 1; return MP_OK; }
+        if (b >= 0xcc && b <= 0xcf) {
+            int w = 1 << (b - 0xcc);
+            if (end - p > w) { f->t = F_INT; f->v = (i128)be(p + 1, w); *pp = p + 1 + w; return MP_OK; }
+        }
+    }
     obj_t o;
     int r = read_obj(L, pp, end, &o);
     if (r) return r;
@@ -728,7 +740,8 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
 
 /* ------------------------------------------------------------------ blocks */
 
-static void block_free(block_t *b) {
+/* the block's own allocations (not the struct) */
+static void block_clear(block_t *b) {
     av_clear(&b->reads);
     av_clear(&b->uses);
     for (uint32_t i = 0; i < b->nseg; i++) { av_clear(&b->segs[i].writes); av_clear(&b->segs[i].reads); }
@@ -737,16 +750,29 @@ static void block_free(block_t *b) {
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
-    free(b);
 }
 
+static void block_free(block_t *b) { block_clear(b); free(b); }
+
+/* Freed block structs kept for the next allocations (a trace allocates and frees all the
+ * time): at most this many, so memory stays bounded by the live blocks plus a constant. */
+#define SPARE_BLOCKS 1024
+
+static void block_release(Core *c, block_t *b) {
+    block_clear(b);
+    if (c->nspare < SPARE_BLOCKS) { *(block_t **)b = c->spare; c->spare = b; c->nspare++; }
+    else free(b);
+}
+
+/* Live blocks: ids below DENSE_IDS are in bdense only, the others in the blocks map only. */
 static void drop_block(Core *c, block_t *b) {
-    map_del(&c->blocks, b->bid);
-    if (b->bid < c->bdensecap) c->bdense[b->bid] = NULL;
+    if (b->bid < DENSE_IDS) c->bdense[b->bid] = NULL;
+    else map_del(&c->blocks, b->bid);
+    c->nlive--;
     uint64_t v;
     if (map_get(&c->live_ptr, b->ptr, &v) && v == b->bid) map_del(&c->live_ptr, b->ptr);
     if (b->from_def) map_put(&c->stale, b->bid, b->defn_gen);
-    block_free(b);
+    block_release(c, b);
 }
 
 static block_t *find_block(Core *c, uint64_t bid) {
@@ -764,23 +790,35 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
         block_t *o = find_block(c, other);
         if (o) drop_block(c, o);
     }
-    block_t *b = calloc(1, sizeof(block_t));
-    if (!b) return NULL;
+    block_t *b = c->spare;
+    if (b) { c->spare = *(block_t **)b; c->nspare--; }
+    else if (!(b = malloc(sizeof(block_t)))) return NULL;
+    /* every field, but not the storage of empty lists (a calloc's memset is a cost per allocation) */
     b->bid = bid; b->ptr = ptr; b->size = size; b->size_known = (uint8_t)size_known;
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
+    b->has_write = 0;
     av_init(&b->reads); av_init(&b->uses);
-    if (map_put(&c->blocks, bid, (uint64_t)(uintptr_t)b) || map_put(&c->live_ptr, ptr, bid)) { block_free(b); return NULL; }
+    b->segs = NULL; b->nseg = b->segcap = 0; b->ends = NULL; b->ord = NULL;
+    b->recorded = NULL; b->nrec = b->reccap = 0;
+    b->ghosts = NULL; b->ng = 0;
+    b->views = NULL; b->nviews = 0;
+    if ((bid >= DENSE_IDS && map_put(&c->blocks, bid, (uint64_t)(uintptr_t)b)) || map_put(&c->live_ptr, ptr, bid)) {
+        if (bid >= DENSE_IDS) map_del(&c->blocks, bid);
+        block_free(b);
+        return NULL;
+    }
     if (bid < DENSE_IDS) {
         if (bid >= c->bdensecap) {
             uint32_t cap = c->bdensecap ? c->bdensecap : 64;
             while (cap <= bid) cap *= 2;
             block_t **d = realloc(c->bdense, cap * sizeof(block_t *));
-            if (!d) { map_del(&c->blocks, bid); block_free(b); return NULL; }
+            if (!d) { map_del(&c->live_ptr, ptr); block_free(b); return NULL; }
             for (uint32_t k = c->bdensecap; k < cap; k++) d[k] = NULL;
             c->bdense = d; c->bdensecap = cap;
         }
         c->bdense[bid] = b;
     }
+    c->nlive++;
     return b;
 }
 
@@ -1833,11 +1871,13 @@ static int cmp_bid(const void *a, const void *b) {
 static PyObject *Core_check_leaks(Core *c, PyObject *unused) {
     if (c->check_leaks_done) Py_RETURN_NONE;
     c->check_leaks_done = 1;
-    size_t n = c->blocks.n, k = 0;
+    size_t n = c->nlive, k = 0;
     block_t **all = malloc((n ? n : 1) * sizeof(block_t *));
     if (!all) return PyErr_NoMemory();
+    for (uint32_t i = 0; i < c->bdensecap; i++)
+        if (c->bdense[i] && k < n) all[k++] = c->bdense[i];
     for (size_t i = 0; i < c->blocks.cap; i++)
-        if (c->blocks.state[i] == 1) all[k++] = (block_t *)(uintptr_t)c->blocks.vals[i];
+        if (c->blocks.state[i] == 1 && k < n) all[k++] = (block_t *)(uintptr_t)c->blocks.vals[i];
     qsort(all, k, sizeof(block_t *), cmp_bid);
     for (size_t i = 0; i < k; i++) {
         block_t *b = all[i];
@@ -1900,6 +1940,8 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
 static void Core_dealloc(Core *c) {
     for (size_t i = 0; i < c->blocks.cap; i++)
         if (c->blocks.state && c->blocks.state[i] == 1) block_free((block_t *)(uintptr_t)c->blocks.vals[i]);
+    for (uint32_t i = 0; i < c->bdensecap; i++) if (c->bdense[i]) block_free(c->bdense[i]);
+    while (c->spare) { block_t *b = c->spare; c->spare = *(block_t **)b; free(b); }
     map_free(&c->blocks); map_free(&c->live_ptr); map_free(&c->defs); map_free(&c->stale);
     map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap);
     for (uint32_t s = 0; s < c->nslots; s++) free(c->cur[s]);

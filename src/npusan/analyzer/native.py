@@ -341,77 +341,84 @@ class NativeEngine:
             progress(reader.position)
 
     def _replay_chunks(self, reader, progress, records0: int, state: dict) -> None:
+        # ``state`` ("start": file offset of buf[0], "pos": the position in buf, "py": records
+        # handled here) is what replay_file reads back: kept in locals, written at every exit.
         core = self._core
+        replay, counters = core.replay, core.counters
+        announce = self._announce if self.on_finding is not None else None
+        check, define, defined = reader._check, reader._define, self._defined
+        raw_sync = reader.raw_sync
+        unpackb = msgpack.unpackb
+        definitions = R.DEFINITIONS
         buf = b""
         start = state["start"]  # the file offset of buf[0]
-        pos = 0
+        pos = py = 0
         eof = want_more = False
-        while True:
-            state["start"], state["pos"] = start, pos
-            if want_more or pos >= len(buf):
-                want_more = False
-                chunk = b"" if eof else reader.read_raw(CHUNK)
-                if chunk:
-                    if len(buf) - pos >= _reader.MAX_RECORD_BYTES:
-                        reader.raw_sync(records0 + state["py"] + core.counters()[2], start + pos)
-                        reader._corrupt(msgpack.exceptions.BufferFull(), start + pos)
-                    buf = buf[pos:] + chunk
-                    start += pos
-                    pos = 0
-                    state["start"], state["pos"] = start, pos
-                    if progress is not None:
-                        progress(start)
-                else:
-                    eof = True
-            st = core.replay(buf, pos, len(buf))
-            if self.on_finding is not None:
-                self._announce()
-            status, pos = st[0], st[1]
-            state["pos"] = pos
-            n = records0 + state["py"] + core.counters()[2]  # records before the one at pos
-            if status == _NEED or status == _BAD:
-                e = _msgpack_error(buf[pos:pos + _reader.MAX_RECORD_BYTES]) if status == _BAD else None
-                if e is not None:
-                    reader.raw_sync(n, start + pos)
+        try:
+            while True:
+                if want_more or pos >= len(buf):
+                    want_more = False
+                    chunk = b"" if eof else reader.read_raw(CHUNK)
+                    if chunk:
+                        if len(buf) - pos >= _reader.MAX_RECORD_BYTES:
+                            raw_sync(records0 + py + counters()[2], start + pos)
+                            reader._corrupt(msgpack.exceptions.BufferFull(), start + pos)
+                        buf = buf[pos:] + chunk
+                        start += pos
+                        pos = 0
+                        if progress is not None:
+                            progress(start)
+                    else:
+                        eof = True
+                st = replay(buf, pos, len(buf))
+                if announce is not None:
+                    announce()
+                status, pos = st[0], st[1]
+                n = records0 + py + counters()[2]  # records before the one at pos
+                if status == _NEED or status == _BAD:
+                    e = _msgpack_error(buf[pos:pos + _reader.MAX_RECORD_BYTES]) if status == _BAD else None
+                    if e is not None:
+                        raw_sync(n, start + pos)
+                        reader._corrupt(e, start + pos)
+                    if not eof:
+                        want_more = True
+                        continue
+                    raw_sync(n, start + pos)
+                    reader._ran_out(start + pos, buf[pos:])
+                    return
+                length = st[2]
+                try:
+                    rec = unpackb(buf[pos:pos + length], **_UNPACK)
+                except Exception as e:  # noqa: BLE001 - msgpack refuses what the core read
+                    raw_sync(n, start + pos)
                     reader._corrupt(e, start + pos)
-                if not eof:
-                    want_more = True
-                    continue
-                reader.raw_sync(n, start + pos)
-                reader._ran_out(start + pos, buf[pos:])
-                return
-            length = st[2]
-            try:
-                rec = msgpack.unpackb(buf[pos:pos + length], **_UNPACK)
-            except Exception as e:  # noqa: BLE001 - msgpack refuses what the core read
-                reader.raw_sync(n, start + pos)
-                reader._corrupt(e, start + pos)
-            if status == _ERROR:
-                if self._resend(st[3], rec, st[4]):
-                    continue
-                reader.raw_sync(n + 1, start + pos + length, rec)
-                raise RecordError(E.describe(rec, self.seq, problem(st[3], rec, st[4])))
-            state["py"] += 1
-            pos += length
-            state["pos"] = pos
-            reader.raw_sync(n + 1, start + pos, rec)
-            if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length):
-                reader.raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
-                reader._ran_out(start + pos - length, b"")
-                return
-            t = reader._check(rec)
-            if t in R.DEFINITIONS:
-                reader._define(rec)
-                self._defined(rec)
-            elif t == R.END:
-                reader._end(rec, buf[pos:pos + 1] or reader.read_raw(1))
-                reader._done = True
-                return
-            elif t == R.NOTE:
-                self._notes += 1
-            elif t == R.VIEWS:  # pragma: no cover - the core replays every VIEWS record the reader passes
-                raise RecordError(E.describe(rec, self.seq, "a views record the compiled core did not replay"))
-            # else: a record of an unknown type, skipped (the reader warned once)
+                if status == _ERROR:
+                    if self._resend(st[3], rec, st[4]):
+                        continue
+                    raw_sync(n + 1, start + pos + length, rec)
+                    raise RecordError(E.describe(rec, self.seq, problem(st[3], rec, st[4])))
+                py += 1
+                pos += length
+                raw_sync(n + 1, start + pos, rec)
+                if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length):
+                    raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
+                    reader._ran_out(start + pos - length, b"")
+                    return
+                t = check(rec)
+                if t in definitions:
+                    define(rec)
+                    defined(rec)
+                elif t == R.END:
+                    reader._end(rec, buf[pos:pos + 1] or reader.read_raw(1))
+                    reader._done = True
+                    return
+                elif t == R.NOTE:
+                    self._notes += 1
+                elif t == R.VIEWS:  # pragma: no cover - the core replays every VIEWS record the reader passes
+                    raise RecordError(E.describe(rec, self.seq, "a views record the compiled core did not replay"))
+                # else: a record of an unknown type, skipped (the reader warned once)
+        finally:
+            state["start"], state["pos"], state["py"] = start, pos, py
 
     # ------------------------------------------------------------------ findings
 
