@@ -62,8 +62,9 @@ def render() -> str:
 
     root = _context(cli, "npusan")
     parts = [INTRO, "## `npusan`\n", "```\n" + _help(cli, "npusan") + "\n```\n"]
-    for name in sorted(cli.commands):
-        cmd = cli.commands[name]
+    commands = cli.all_commands()  # the verbs are imported lazily: load them all here
+    for name in sorted(commands):
+        cmd = commands[name]
         if cmd.hidden:
             continue
         parts += [f"## `npusan {name}`\n", "```\n" + _help(cmd, name, root) + "\n```\n"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -111,6 +110,8 @@ def analyze_paths(paths: Sequence[str], options: BatchOptions, progress: Optiona
     jobs = max(1, min(options.jobs, len(paths)))
     if jobs == 1:
         return [analyze_one(p, i, options.check_leaks, report=progress) for i, p in enumerate(paths)]
+    from concurrent.futures import ProcessPoolExecutor  # imported here: a serial run needs no pool
+
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_start_method()) as pool:
         futures = [pool.submit(analyze_one, p, i, options.check_leaks) for i, p in enumerate(paths)]
         return [f.result() for f in futures]
