@@ -129,6 +129,15 @@ class SourceCache:
                 return real
         return None
 
+    def why_unreadable(self, filename: str) -> tuple:
+        """``(why, what to do)``: why ``filename`` is not read, in words that follow its name."""
+        if not self._real_roots:
+            return "was not read (no source root is set)", "--source-root DIR lets npusan read it"
+        if os.path.isfile(self.settings.mapped(filename)) and self.allowed_path(filename) is None:
+            return "is outside the source root", "--source-root DIR lets npusan read it"
+        return ("was not found under the source root",
+                "--map-path OLD=NEW says where files recorded under OLD lie here")
+
     def _load(self, filename: str) -> Optional[list[str]]:
         if filename in self._files:
             return self._files[filename]

@@ -55,46 +55,14 @@ class _Progress(LazyProgress):
         self.update("analyze", f"[bold]analyzing[/] {name}", done, total)
 
 
-def batch_options(
-    *,
-    check_leaks: bool,
-    jobs: Optional[int],
-    scheduler: Optional[str],
-    send_traces: bool,
-    source_root: Optional[str],
-    map_path: Sequence[str],
-):
-    """``BatchOptions`` from the command line; a bad value is a :class:`UsageProblem`."""
-    from ..analyzer.batch import BatchOptions
-    from ..analyzer.sources import SourceSettings
-
+def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces: bool) -> None:
+    """Refuse ``--jobs``/``--scheduler``/``--send-traces`` values that cannot work (a :class:`UsageProblem`)."""
     if jobs is not None and jobs < 1:
         raise UsageProblem(f"--jobs must be at least 1 (got {jobs})")
     if send_traces and not scheduler:
         raise UsageProblem("--send-traces only applies with --scheduler")
     if scheduler is not None and "://" not in scheduler:
         raise UsageProblem(f"--scheduler expects an address such as tcp://host:8786, got '{scheduler}'")
-    try:
-        sources = SourceSettings.from_options(source_root, map_path)
-    except ValueError as e:
-        raise UsageProblem(str(e)) from None
-    return BatchOptions(
-        check_leaks=check_leaks,
-        jobs=jobs if jobs is not None else (os.cpu_count() or 1),
-        scheduler=scheduler,
-        send_bytes=send_traces,
-        sources=sources,
-    )
-
-
-def run_analysis(inputs: Sequence[str], options, progress=None):
-    """The analyzer's batch pipeline (import kept lazy); a scheduler problem is a usage problem."""
-    from ..analyzer.batch import SchedulerError, analyze_inputs
-
-    try:
-        return analyze_inputs(list(inputs), options, progress=progress)
-    except SchedulerError as e:
-        raise UsageProblem(str(e)) from None
 
 
 @click.command()
@@ -160,9 +128,9 @@ def analyze(
     or a glob pattern. Exit status: 0 no findings, 1 findings, 2 unusable input or usage
     error (also when any trace could not be read; the others are still reported).
     """
-    from ..analyzer.baseline import BaselineError, load_baseline
-    from ..analyzer.reporters import ReportOptions, build_report, get_reporter
-    from ..analyzer.suppressions import SuppressionError, load_suppressions
+    from ..analyzer import pipeline
+    from ..analyzer.batch import SchedulerError
+    from ..analyzer.reporters import get_reporter
     from ..trace_format.info import no_device_work
 
     if fmt not in FORMATS:
@@ -172,24 +140,26 @@ def analyze(
     fail_kinds = parse_kinds(fail_on)
     if output is not None:
         check_writable(output)
-    try:
-        suppressions = load_suppressions(suppress_file) if suppress_file else None
-        baseline = load_baseline(baseline_file) if baseline_file else None
-    except (SuppressionError, BaselineError) as e:
+    check_run_options(jobs, scheduler, send_traces)
+    try:  # the suppression and baseline files, --source-root and --map-path
+        options = pipeline.AnalysisOptions.from_files(
+            suppress=suppress_file, baseline=baseline_file, source_root=source_root, map_path=map_path,
+            check_leaks=check_leaks, group=not no_group, min_count=min_count,
+        )
+    except ValueError as e:
         raise UsageProblem(str(e)) from None
 
     traces, repeated = distinct_inputs(list(traces))
     for again, first in repeated:
         warn(f"{again} is the same file as {first}: analyzed once")
-    options = batch_options(
-        check_leaks=check_leaks, jobs=jobs, scheduler=scheduler, send_traces=send_traces,
-        source_root=source_root, map_path=map_path,
-    )
     history = open_history(history_db)
 
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
-        result = run_analysis(traces, options, progress=progress)
+        result = pipeline.replay_inputs(traces, options, jobs=jobs if jobs is not None else (os.cpu_count() or 1),
+                                        scheduler=scheduler, send_bytes=send_traces, progress=progress)
+    except SchedulerError as e:
+        raise UsageProblem(str(e)) from None
     finally:
         progress.close()
 
@@ -210,20 +180,12 @@ def analyze(
     for where, why in errors:
         click.echo(f"npusan: error: {clean(str(where))}: {clean(str(why))} (the other traces are reported)", err=True)
 
-    report = build_report(
-        result,
-        group=not no_group,
-        suppressions=suppressions,
-        baseline=baseline,
-        min_count=min_count,
-        check_leaks=check_leaks,
-        history=history.previous() if history is not None else None,
-    )
+    report = pipeline.make_report(result, options, history=history.previous() if history is not None else None)
     if history is not None:
         history.record(report, label=run_label)
-    if suppressions is not None:
-        for entry in suppressions.unused():
-            warn(f"suppression file {suppressions.path}: {entry.describe()} matched no finding")
+    if options.suppressions is not None:
+        for entry in options.suppressions.unused():
+            warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
 
     color = (
         fmt == "text"
@@ -232,17 +194,9 @@ def analyze(
         and "NO_COLOR" not in os.environ
         and sys.stdout.isatty()
     )
-    render_options = ReportOptions(
-        group=not no_group,
-        full_stacks=full_stacks,
-        expand=expand,
-        color=color,
+    render_options = pipeline.render_options(
+        options, full_stacks=full_stacks, expand=expand, color=color,
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
-        check_leaks=check_leaks,
-        min_count=min_count,
-        source_roots=options.sources.roots,
-        path_maps=options.sources.maps,
-        source_root=options.sources.report_root,
     )
     write_output(output, get_reporter(fmt).render(report, render_options))
 

@@ -26,19 +26,21 @@ class ReportOptions:
     width: int = 100  # terminal width for the text report (plain text never wraps)
     check_leaks: bool = False
     min_count: int = 1
-    #: Folders local source may be quoted from (--source-root, --map-path targets, detected).
-    source_roots: tuple = ()
-    #: ``(recorded prefix, local prefix)`` pairs from --map-path.
-    path_maps: tuple = ()
     expand: bool = False  # True: every finding of a root cause in full, not only the first
-    #: SARIF and JUnit name files relative to this folder (--source-root, or the detected one).
-    source_root: Optional[str] = None
+    #: Folders local source may be quoted from, --map-path pairs, and the folder SARIF and
+    #: JUnit name files relative to (--source-root, or the one detected); default: none.
+    sources: SourceSettings = field(default_factory=SourceSettings)
     #: What the text report says after a line of folded library frames (how to see them).
     folded_hint: str = " (--full-stacks shows them)"
 
+    @property
+    def source_root(self) -> Optional[str]:
+        """The project folder reports name files relative to, or None."""
+        return self.sources.report_root
+
     def source_cache(self) -> SourceCache:
         """Where reporters quote source from: recorded text, or files under the roots."""
-        return SourceCache(SourceSettings(tuple(self.source_roots), tuple(self.path_maps)))
+        return SourceCache(self.sources)
 
 
 @dataclass

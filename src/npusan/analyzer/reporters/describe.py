@@ -252,10 +252,9 @@ class Names:
         if expr is None:
             expr = full[0]
             if self.scope is None:
-                self._note(
-                    f"({_file(self.site)} is not readable here, so the names in this fix "
-                    f"are not checked against it)"
-                )
+                why, hint = (self.sources.why_unreadable(self.site.filename) if self.sources and self.site
+                             else ("was not read", "--source-root DIR lets npusan read it"))
+                self._note(f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})")
             else:
                 self._note(
                     f"({display_path(self.site.filename)} does not import {full[0]} under a "
