@@ -8,6 +8,7 @@ Each verb's module is imported only when that verb runs (or when ``--help`` list
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Optional
 
@@ -49,8 +50,30 @@ class LazyGroup(click.Group):
         return {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
 
 
+def engine_description() -> str:
+    """Which replay engine ``npusan analyze`` uses here, and why when it is not the compiled core."""
+    from ..analyzer import native
+
+    if os.environ.get("NPUSAN_ENGINE", "").lower() == "python":
+        built = "built" if native.available() else f"not available: {native.IMPORT_ERROR}"
+        return f"Python (selected by NPUSAN_ENGINE=python; the compiled core is {built})"
+    if native.available():
+        return "compiled core (npusan.analyzer._core)"
+    return (f"Python, much slower: the compiled core is not available ({native.IMPORT_ERROR}); "
+            "reinstall npusan with a C compiler and the Python headers to build it")
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"npusan, version {__version__}")
+    click.echo(f"replay engine: {engine_description()}")
+    ctx.exit()
+
+
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="npusan")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the version and the replay engine in use (compiled core or Python), then exit.")
 def cli() -> None:
     """Find stream-synchronization bugs in PyTorch programs (CUDA and Ascend NPU)."""
 
