@@ -44,6 +44,20 @@ class LazyGroup(click.Group):
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 
+    # Usage errors (of the group or of a verb: its arguments are parsed in Group.invoke)
+    # become one line; see errors.OneLineUsageError.
+    def make_context(self, *args, **kwargs) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.ClickException as e:
+            raise _one_line(e) from None
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:
+            raise _one_line(e) from None
+
     def all_commands(self) -> dict:
         """Every command by name, importing the lazy ones (for documentation and tests)."""
         ctx = click.Context(self)
@@ -71,7 +85,13 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-@click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+def _one_line(error: click.ClickException) -> click.ClickException:
+    from .errors import as_one_line
+
+    return as_one_line(error)
+
+
+@click.group("npusan", cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
               help="Show the version and the replay engine in use (compiled core or Python), then exit.")
 def cli() -> None:
