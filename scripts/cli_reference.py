@@ -32,7 +32,8 @@ Exit status of every command: 0 success (for `analyze`: no findings), 1 findings
 
 ## Shell completion
 
-The `npusan` command completes its subcommands, options and option values in bash, zsh and
+The `npusan` command completes its subcommands, options and option values (report formats,
+`--fail-on` finding kinds, backends, and file names for traces and files) in bash, zsh and
 fish (click's completion, driven by the `_NPUSAN_COMPLETE` variable):
 
 | shell | add to | line |
