@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from ..trace_format.compression import decompressed
 from ..trace_format.errors import TraceFormatError
+from ..trace_format.info import no_device_work
 from ..trace_format.inputs import find_traces
 from .findings import AnalysisResult, TraceSummary
 from .sources import SourceSettings, attach_local_sources
@@ -57,6 +58,11 @@ def analyze_one(source, index: int, check_leaks: bool = False, name: Optional[st
     except (TraceFormatError, OSError, MemoryError, RecursionError) as e:
         return [], TraceSummary(path=name, header={}, error=_reason(e, source, name))
     summary.path = name
+    if summary.truncated and not summary.warnings:
+        summary.warnings.append("the trace ends without an end record; analyzed up to its last complete record")
+    empty = no_device_work(summary.kernels, summary.header)
+    if empty:  # a clean result would say nothing: every report and the API carry the warning
+        summary.warnings.append(empty)
     return found, summary
 
 

@@ -94,7 +94,7 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
 @click.option("--send-traces", is_flag=True,
               help="With --scheduler: send the trace bytes to the workers instead of letting them open the paths.")
 @click.option("--source-root", default=None, metavar="DIR", type=PATH,
-              help="Project folder: paths in reports and fingerprints are relative to it, and source is quoted only from under it "
+              help="Project folder: source is read only from under it (quoted lines, names checked in fixes), and SARIF/JUnit name files relative to it "
                    "(default: the nearest folder above the working directory with .git or pyproject.toml).")
 @click.option("--map-path", multiple=True, metavar="OLD=NEW",
               help="Read files recorded under OLD from NEW on this machine (repeatable).")
@@ -133,7 +133,6 @@ def analyze(
     from ..analyzer import pipeline
     from ..analyzer.batch import SchedulerError
     from ..analyzer.reporters import get_reporter
-    from ..trace_format.info import no_device_work
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")
@@ -168,11 +167,6 @@ def analyze(
     for t in result.traces:
         for w in t.warnings:
             warn(f"{t.path}: {w}")
-        if t.truncated and not t.warnings:
-            warn(f"{t.path}: the trace ends without an end record; analyzed up to its last complete record")
-        empty = no_device_work(t.kernels, t.header) if t.error is None else None
-        if empty:
-            warn(f"{t.path}: {empty}")
     errors = result.errors
     if errors and all(t.error is not None for t in result.traces):
         # Nothing could be analyzed: no report, one line per problem.

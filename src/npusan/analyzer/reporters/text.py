@@ -326,7 +326,8 @@ def _trace_table(w: _Writer, report: Report) -> None:
     head = ["trace", "rank", "kernels", *kinds, "status"]
     cells = [
         [r["trace"], "-" if r["rank"] is None else str(r["rank"]), str(r["kernels"]),
-         *(str(r["findings"][k]) for k in kinds), r["status"]]
+         *(str(r["findings"][k]) for k in kinds),
+         f"left out ({r['left_out']})" if r["status"] == "left-out" else r["status"]]
         for r in rows
     ]
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head))]
@@ -337,7 +338,8 @@ def _trace_table(w: _Writer, report: Report) -> None:
 
     w.line((fmt(head), "bold"))
     for r, c in zip(rows, cells):
-        style = {"unreadable": "bold red", "findings": "red", "truncated": "yellow"}.get(r["status"], "green")
+        style = {"unreadable": "bold red", "findings": "red", "truncated": "yellow", "left-out": "dim"}.get(
+            r["status"], "green")
         w.line((fmt(c), style))
 
 
