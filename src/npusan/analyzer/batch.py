@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -117,9 +116,26 @@ def analyze_paths(paths: Sequence[str], options: BatchOptions, progress: Optiona
     jobs = max(1, min(options.jobs, len(paths)))
     if jobs == 1:
         return [analyze_one(p, i, options.check_leaks, report=progress) for i, p in enumerate(paths)]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_start_method()) as pool:
+    from concurrent.futures import ProcessPoolExecutor  # imported here: a serial run needs no pool
+
+    from .native import engine_class
+
+    engine_class()  # says here, once, when the compiled core is not available (the workers do not)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_start_method(), initializer=_engine_noted) as pool:
         futures = [pool.submit(analyze_one, p, i, options.check_leaks) for i, p in enumerate(paths)]
         return [f.result() for f in futures]
+
+
+def _engine_noted() -> None:
+    """A worker's start: the parent already said which engine runs (``engine_class``'s note
+    on stderr when the compiled core is not available), so the worker's own note is dropped."""
+    import contextlib
+    import io
+
+    from .native import engine_class
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        engine_class()
 
 
 def _start_method():

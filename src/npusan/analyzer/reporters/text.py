@@ -11,9 +11,6 @@ import datetime
 import io
 from typing import Optional
 
-from rich.console import Console
-from rich.text import Text
-
 from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
 from ..grouping import Group
@@ -109,6 +106,9 @@ class _Writer:
     def render(self) -> str:
         if not self.options.color:
             return "".join("".join(t for t, _ in line) + "\n" for line in self.lines)
+        from rich.console import Console  # only colored output needs rich (imported here: start-up)
+        from rich.text import Text
+
         buf = io.StringIO()
         console = Console(
             file=buf,
