@@ -184,3 +184,29 @@ def test_scheduler_options_are_checked_before_analysis(workdir, scenario, run):
     assert r.exit_code == 2 and "tcp://" in r.stderr
     r = run("analyze", "dr.bin", "--send-traces")
     assert r.exit_code == 2 and "--scheduler" in r.stderr
+
+
+def test_empty_and_barely_started_traces_in_a_directory_are_unreadable_not_skipped(workdir, scenario, run):
+    """A rank that crashed before writing anything leaves an empty or cut file: exit 2, listed."""
+    night = _nightly(workdir, scenario)
+    (night / "node1" / "empty.npusan").write_bytes(b"")
+    good = (workdir / "tmp.bin").read_bytes()
+    (night / "node1" / "tiny.zst").write_bytes(zstandard.ZstdCompressor().compress(good)[:10])
+    (night / "node1" / "cut.npusan.gz").write_bytes(gzip.compress(good)[:12])
+    (night / "node1" / "text.npusan").write_text("hello\n")
+    (night / "empty.log.gz").write_bytes(b"")
+    r = run("analyze", str(night), "--format", "json", "--jobs", "1")
+    assert r.exit_code == 2, r.stderr
+    doc = json.loads(r.stdout)
+    errors = {e["trace"].rsplit("/", 1)[-1]: e["error"] for e in doc["errors"]}
+    assert sorted(errors) == ["cut.npusan.gz", "empty.log.gz", "empty.npusan", "text.npusan", "tiny.zst"]
+    assert "empty" in errors["empty.npusan"]
+    assert "zstd stream ends before the trace header" in errors["tiny.zst"]
+    assert "gzip stream ends before the trace header" in errors["cut.npusan.gz"]
+    assert "does not start with the magic" in errors["text.npusan"]
+    assert len(doc["findings"]) == 4  # the good traces are still analyzed; junk.gz and notes.txt are not traces
+    assert "junk.gz" not in r.stdout and "notes.txt" not in r.stdout
+    # Named directly, a cut zstd stream is not called an empty file.
+    r = run("analyze", str(night / "node1" / "tiny.zst"))
+    assert r.exit_code == 2 and "the file is empty" not in r.stderr
+    assert "zstd stream ends before the trace header" in r.stderr
