@@ -210,3 +210,69 @@ def test_empty_and_barely_started_traces_in_a_directory_are_unreadable_not_skipp
     r = run("analyze", str(night / "node1" / "tiny.zst"))
     assert r.exit_code == 2 and "the file is empty" not in r.stderr
     assert "zstd stream ends before the trace header" in r.stderr
+
+
+def _night(workdir, name, traces):
+    """nights/<name>/ with the given {file name: bytes}: a folder per night, as CI keeps them."""
+    folder = workdir / "nights" / name
+    folder.mkdir(parents=True)
+    for file, data in traces.items():
+        (folder / file).write_bytes(data)
+    return str(folder)
+
+
+def test_a_finding_whose_trace_became_unreadable_is_unchecked_not_fixed(workdir, scenario, run):
+    dr = (workdir / scenario("data_race", "dr.bin")).read_bytes()
+    se = (workdir / scenario("seed_example", "se.bin")).read_bytes()
+    corrupt = se[:40] + b"\xc1" * 32
+    docs = {}
+    for label, traces in [("n1", {"dr.npusan": dr, "se.npusan": se}), ("n2", {"dr.npusan": dr, "se.npusan": se}),
+                          ("n3", {"dr.npusan": dr, "se.npusan": corrupt}), ("n4", {"dr.npusan": dr, "se.npusan": se})]:
+        r = run("analyze", _night(workdir, label, traces), "--history", "h.db", "--run-label", label, "--format", "json")
+        assert r.exit_code == (2 if label == "n3" else 1), r.stderr
+        docs[label] = json.loads(r.stdout)
+    n3 = docs["n3"]
+    assert n3["fixed"] == []
+    assert [(k["kind"], [t.rsplit("/", 2)[-2:] for t in k["traces"]]) for k in n3["unchecked"]] == [
+        ("missing-record-stream", [["n2", "se.npusan"]])]
+    assert n3["comparison"]["unchecked"] == 1 and n3["comparison"]["unreadable_traces"] == 1
+    # The next night it is back: persisting, not new, and the history keeps its first run.
+    assert {f["kind"]: f["status"] for f in docs["n4"]["findings"]} == {
+        "data-race": "persisting", "missing-record-stream": "persisting"}
+    assert docs["n4"]["unchecked"] == [] and docs["n4"]["fixed"] == []
+    hist = json.loads(run("history", "h.db", "--format", "json").stdout)
+    mrs = next(f for f in hist["fingerprints"] if f["kind"] == "missing-record-stream")
+    assert (mrs["first_run"], mrs["last_run"]) == ("n1", "n4")
+    assert [r["unchecked"] for r in hist["runs"]] == [0, 0, 1, 0]
+    # The text report says so, and that the fixed list may be incomplete.
+    r = run("analyze", _night(workdir, "n5", {"dr.npusan": dr, "se.npusan": corrupt}), "--history", "h.db",
+            "--no-color")
+    assert r.exit_code == 2
+    assert "0 new, 1 persisting, 0 fixed, 1 unchecked:" in r.stdout
+    assert "unchecked: last seen only in" in r.stdout and "the fixed list may be incomplete" in r.stdout
+
+
+def test_a_readable_trace_without_the_finding_still_makes_it_fixed(workdir, scenario, run):
+    dr = (workdir / scenario("data_race", "dr.bin")).read_bytes()
+    se = (workdir / scenario("seed_example", "se.bin")).read_bytes()
+    clean = (workdir / scenario("correct", "ok.bin")).read_bytes()
+    run("analyze", _night(workdir, "a", {"dr.npusan": dr, "se.npusan": se}), "--history", "h.db")
+    r = run("analyze", _night(workdir, "b", {"dr.npusan": b"", "se.npusan": clean}), "--history", "h.db",
+            "--format", "json")
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)
+    assert [k["kind"] for k in doc["fixed"]] == ["missing-record-stream"]
+    assert [k["kind"] for k in doc["unchecked"]] == ["data-race"]
+
+
+def test_history_with_a_baseline_counts_what_the_baseline_hid(workdir, scenario, run):
+    scenario("data_race", "dr.bin")
+    scenario("seed_example", "se.bin")
+    assert run("analyze", "dr.bin", "se.bin", "--history", "h.db", "--format", "json", "-o", "base.json").exit_code == 1
+    r = run("analyze", "dr.bin", "se.bin", "--history", "h.db", "--baseline", "base.json", "--no-color")
+    assert r.exit_code == 0, r.stderr
+    assert "0 new, 2 persisting (not shown: 2 persisting in the baseline), 0 fixed" in r.stdout
+    doc = json.loads(run("analyze", "dr.bin", "--history", "h.db", "--baseline", "base.json", "--format", "json").stdout)
+    c = doc["comparison"]
+    assert (c["new"], c["persisting"], c["fixed"], c["unchecked"]) == (0, 1, 1, 0)
+    assert c["hidden_by_baseline"] == {"new": 0, "persisting": 1}

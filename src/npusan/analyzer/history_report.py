@@ -34,6 +34,7 @@ def history_doc(history: History) -> dict:
                 "traces": r.traces,
                 "unreadable": r.errors,
                 "findings": sum(r.by_kind.values()),
+                "unchecked": r.unchecked,
                 "by_kind": {k.value: r.by_kind.get(k.value, 0) for k in Kind},
             }
             for r in runs
@@ -68,9 +69,9 @@ def render_text(history: History) -> str:
     doc = history_doc(history)
     kinds = [k.value for k in Kind]
     out = [f"history {_clean(doc['database'])}: {len(doc['runs'])} runs, {len(doc['fingerprints'])} distinct findings", ""]
-    head = ["run", "created", "traces", "unreadable", *kinds]
+    head = ["run", "created", "traces", "unreadable", *kinds, "unchecked"]
     rows = [[_clean(r["label"]), r["created"], str(r["traces"]), str(r["unreadable"]),
-             *(str(r["by_kind"][k]) for k in kinds)] for r in doc["runs"]]
+             *(str(r["by_kind"][k]) for k in kinds), str(r["unchecked"])] for r in doc["runs"]]
     out += _table(head, rows)
     if doc["fingerprints"]:
         out.append("")
