@@ -276,3 +276,26 @@ def test_history_with_a_baseline_counts_what_the_baseline_hid(workdir, scenario,
     c = doc["comparison"]
     assert (c["new"], c["persisting"], c["fixed"], c["unchecked"]) == (0, 1, 1, 0)
     assert c["hidden_by_baseline"] == {"new": 0, "persisting": 1}
+
+
+def test_run_labels_are_unique_and_need_a_history(workdir, scenario, run):
+    scenario("data_race", "dr.bin")
+    assert run("analyze", "dr.bin", "--history", "h.db", "--run-label", "mon").exit_code == 1
+    r = run("analyze", "dr.bin", "--history", "h.db", "--run-label", "mon")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "npusan: error: history h.db: a run labelled 'mon' is already recorded (labels name runs; choose another)"]
+    r = run("analyze", "dr.bin", "--run-label", "tue")
+    assert r.exit_code == 2 and r.stderr.strip() == "npusan: error: --run-label only applies with --history"
+    assert run("analyze", "dr.bin", "--history", "h.db", "--run-label", " ").exit_code == 2
+    db = sqlite3.connect(workdir / "h.db")
+    assert [r[0] for r in db.execute("SELECT label FROM runs")] == ["mon"]
+    # Default labels (the date and time) never collide: a second run in the same second gets '#2'.
+    from npusan.analyzer.history import History, HistoryError
+    from npusan.analyzer.reporters.base import Report
+
+    h = History.open(str(workdir / "h2.db"))
+    labels = [h.record(Report(groups=[], traces=[])).label for _ in range(3)]
+    assert len(set(labels)) == 3
+    with pytest.raises(HistoryError):
+        h.record(Report(groups=[], traces=[]), label=labels[0])

@@ -161,13 +161,28 @@ class History:
             out.traces.setdefault(fp, []).append(trace)
         return out
 
+    def has_label(self, label: str) -> bool:
+        """Whether a run of this history is already called ``label``."""
+        return self.db.execute("SELECT 1 FROM runs WHERE label = ? LIMIT 1", (label,)).fetchone() is not None
+
     def record(self, report, label: Optional[str] = None) -> Run:
-        """Record one analyzed run (a :class:`~npusan.analyzer.reporters.base.Report`)."""
+        """Record one analyzed run (a :class:`~npusan.analyzer.reporters.base.Report`).
+
+        Labels name runs in ``npusan history``: a ``label`` already used is refused
+        (:class:`HistoryError`); the default label (the date and time) gets ``#2``, ``#3``
+        appended when two runs start within one second.
+        """
         from .reporters import describe as D
 
         created = time.time()
+        if label and self.has_label(label):
+            raise HistoryError(f"history {self.path}: a run labelled '{label}' is already recorded")
         if not label:
-            label = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+            base = label = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+            n = 1
+            while self.has_label(label):
+                n += 1
+                label = f"{base} #{n}"
         groups = list(report.groups) + list(report.known) + list(report.below_min_count)
         errors = len(report.errors)
         with self.db:
