@@ -299,3 +299,20 @@ def test_run_labels_are_unique_and_need_a_history(workdir, scenario, run):
     assert len(set(labels)) == 3
     with pytest.raises(HistoryError):
         h.record(Report(groups=[], traces=[]), label=labels[0])
+
+
+def test_history_chart_has_sensible_y_ticks(workdir, scenario, run):
+    import re
+
+    from npusan.analyzer.history_report import y_ticks
+
+    assert y_ticks(0) == [0, 1]
+    assert y_ticks(2) == [0, 1, 2]
+    assert y_ticks(3) == [0, 1, 2, 3]
+    assert y_ticks(7) == [0, 2, 4, 6, 8]
+    assert y_ticks(37) == [0, 10, 20, 30, 40]
+    assert y_ticks(1234) == [0, 500, 1000, 1500]
+    _history_runs(workdir, scenario, run, "h.db")  # at most 1 finding of a kind per run
+    run("history", "h.db", "--format", "html", "-o", "h.html")
+    page = (workdir / "h.html").read_text()
+    assert re.findall(r'<text class="ytick"[^>]*>(\d+)</text>', page) == ["0", "1"]
