@@ -117,3 +117,25 @@ def test_load_reads_the_trace_itself(scenario):
         assert types.count(R.KERNEL) == 2 and R.STREAM_CREATED in types
         assert trace.ended_cleanly
         assert len(trace.symbols.streams) == 2
+
+
+def test_unreadable_traces_among_good_ones_are_listed_not_raised(scenario, workdir):
+    (workdir / "night").mkdir()
+    (workdir / "night" / "good.npusan").write_bytes(open(scenario("data_race"), "rb").read())
+    (workdir / "night" / "bad.npusan").write_bytes(R.MAGIC + b"\x05garbage")
+    report = npusan.analyze(workdir / "night")
+    assert [f.kind.value for f in report.findings] == ["data-race"]
+    assert [str(where).endswith("bad.npusan") for where, _ in report.errors] == [True]
+    assert json.loads(report.to_json())["errors"][0]["trace"].endswith("bad.npusan")
+    with pytest.raises(TraceFormatError, match="bad.npusan"):
+        npusan.analyze(workdir / "night" / "bad.npusan")
+
+
+def test_a_trace_without_kernels_warns_in_the_report(workdir):
+    from npusan.trace_format import TraceWriter
+
+    with TraceWriter(str(workdir / "empty.npusan"), backend="cuda") as w:
+        w.stream_created(5)
+    report = npusan.analyze(workdir / "empty.npusan")
+    assert any("the trace has no kernels" in w for _, w in report.warnings)
+    assert any("no kernels" in w for w in report.to_dict()["traces"][0]["warnings"])

@@ -168,6 +168,12 @@ class Report:
         """``(trace path, message)`` for each thing a trace made us warn about."""
         return [(t.path, w) for t in self.traces for w in t.warnings]
 
+    @property
+    def errors(self) -> list:
+        """``(trace or argument, reason)`` for each trace that could not be analyzed and each
+        argument that named no trace (the JSON report's ``errors``); the report covers the rest."""
+        return list(self._report.errors)
+
     def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)
 
@@ -224,8 +230,10 @@ def analyze(
     ``min_count``, ``source_root``, ``map_path`` (``["OLD=NEW", ...]``) and ``jobs`` as the
     CLI's ``--check-leaks``, ``--no-group``, ``--min-count``, ``--source-root``,
     ``--map-path`` and ``--jobs`` (default here: one process).
-    Raises :class:`npusan.trace_format.TraceFormatError` for an unusable trace or a path
-    that names none (the message names it), ``ValueError`` for an unusable option or file.
+    A trace that cannot be analyzed among readable ones is listed in ``Report.errors`` (as
+    the command reports the others and exits 2); when nothing at all can be analyzed,
+    :class:`npusan.trace_format.TraceFormatError` is raised, naming the trace or path.
+    ``ValueError`` is raised for an unusable option or file.
     """
     if not paths:
         raise ValueError("npusan.analyze needs at least one trace path")
@@ -238,8 +246,10 @@ def analyze(
         check_leaks=check_leaks, group=group, min_count=min_count,
     )
     result = pipeline.replay_inputs(paths, options, jobs=jobs)
-    for where, why in result.errors:
-        raise TraceFormatError(f"{where}: {why}")
+    errors = result.errors
+    if errors and all(t.error is not None for t in result.traces):
+        more = f" (and {len(errors) - 1} more unusable)" if len(errors) > 1 else ""
+        raise TraceFormatError(f"{errors[0][0]}: {errors[0][1]}{more}")
     return Report(pipeline.make_report(result, options), options)
 
 

@@ -16,6 +16,7 @@ import click
 
 from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
+from .completion import PATH, finding_kinds, report_formats
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, one_line_errors
 from .output import check_writable, write_output
 from .progress import LazyProgress
@@ -66,10 +67,11 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
 
 
 @click.command()
-@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
-@click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=PATH)
+@click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True, shell_complete=report_formats,
               help="Report format: text, json, sarif, junit, short (one line per finding) or html (one self-contained page).")
-@click.option("-o", "--output", default=None, metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("-o", "--output", default=None, metavar="FILE", type=PATH,
+              help="Write the report to FILE instead of stdout.")
 @click.option("--check-leaks", is_flag=True,
               help="Also check blocks still alive when a trace ends for missing record_stream.")
 @click.option("--no-group", is_flag=True, help="List every occurrence instead of one entry per bug.")
@@ -77,11 +79,11 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
 @click.option("--expand", is_flag=True,
               help="Text report: show every finding of a shared root cause in full, not only the first.")
 @click.option("--no-color", is_flag=True, help="Plain text even on a terminal.")
-@click.option("--suppress", "suppress_file", default=None, metavar="FILE",
+@click.option("--suppress", "suppress_file", default=None, metavar="FILE", type=PATH,
               help="TOML file of findings to silence (see docs/suppressions.md).")
-@click.option("--baseline", "baseline_file", default=None, metavar="FILE",
+@click.option("--baseline", "baseline_file", default=None, metavar="FILE", type=PATH,
               help="JSON report of an earlier run: report only findings that are not in it.")
-@click.option("--fail-on", default=None, metavar="KIND,...",
+@click.option("--fail-on", default=None, metavar="KIND,...", shell_complete=finding_kinds,
               help="Exit 1 only for these kinds (data-race, missing-record-stream, reuse-race).")
 @click.option("--min-count", default=1, type=int, metavar="N", show_default=True,
               help="Report (and fail on) only findings that occurred at least N times.")
@@ -91,12 +93,12 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
               help="Analyze on a Dask cluster (tcp://host:port of its scheduler; needs npusan[cluster]).")
 @click.option("--send-traces", is_flag=True,
               help="With --scheduler: send the trace bytes to the workers instead of letting them open the paths.")
-@click.option("--source-root", default=None, metavar="DIR",
-              help="Project folder: paths in reports and fingerprints are relative to it, and source is quoted only from under it "
+@click.option("--source-root", default=None, metavar="DIR", type=PATH,
+              help="Project folder: source is read only from under it (quoted lines, names checked in fixes), and SARIF/JUnit name files relative to it "
                    "(default: the nearest folder above the working directory with .git or pyproject.toml).")
 @click.option("--map-path", multiple=True, metavar="OLD=NEW",
               help="Read files recorded under OLD from NEW on this machine (repeatable).")
-@click.option("--history", "history_db", default=None, metavar="DB",
+@click.option("--history", "history_db", default=None, metavar="DB", type=PATH,
               help="Record this run in an SQLite history (created if missing); findings are marked new or persisting.")
 @click.option("--run-label", default=None, metavar="LABEL",
               help="Name of this run in --history (default: the date and time); a label already in the history is refused.")
@@ -132,7 +134,6 @@ def analyze(
     from ..analyzer.batch import SchedulerError
     from ..analyzer.history import HistoryError
     from ..analyzer.reporters import get_reporter
-    from ..trace_format.info import no_device_work
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")
@@ -171,11 +172,6 @@ def analyze(
     for t in result.traces:
         for w in t.warnings:
             warn(f"{t.path}: {w}")
-        if t.truncated and not t.warnings:
-            warn(f"{t.path}: the trace ends without an end record; analyzed up to its last complete record")
-        empty = no_device_work(t.kernels, t.header) if t.error is None else None
-        if empty:
-            warn(f"{t.path}: {empty}")
     errors = result.errors
     if errors and all(t.error is not None for t in result.traces):
         # Nothing could be analyzed: no report, one line per problem.

@@ -282,16 +282,22 @@ def number_unnumbered_streams(findings: list) -> None:
 def trace_rows(report) -> list[dict]:
     """Per trace: path, rank, kernels, distinct findings by kind, status; as reports list them.
 
-    Status: ``unreadable``, ``findings``, ``truncated`` (no findings, cut) or ``clean``.
+    Status: ``unreadable``, ``findings``, ``left-out`` (findings, each left out by the
+    suppressions, the baseline or ``--min-count``: counted in ``left_out``), ``truncated``
+    (no findings, cut) or ``clean``.
     """
     by_trace: list = [dict.fromkeys((k.value for k in Kind), 0) for _ in report.traces]
+    left_out = [0] * len(report.traces)
+
+    def traces_of(g: Group) -> set:
+        return {t for f in g.findings for t in (f.traces or [f.trace]) if 0 <= t < len(by_trace)}
+
     for g in report.groups:
-        seen = set()
-        for f in g.findings:
-            for t in f.traces or [f.trace]:
-                if 0 <= t < len(by_trace) and t not in seen:
-                    seen.add(t)
-                    by_trace[t][g.kind.value] += 1
+        for t in traces_of(g):
+            by_trace[t][g.kind.value] += 1
+    for g in [*report.suppressed, *report.known, *report.below_min_count]:
+        for t in traces_of(g):
+            left_out[t] += 1
     rows = []
     for i, t in enumerate(report.traces):
         h = t.header if isinstance(t.header, dict) else {}
@@ -301,6 +307,8 @@ def trace_rows(report) -> list[dict]:
             status = "unreadable"
         elif found:
             status = "findings"
+        elif left_out[i]:
+            status = "left-out"
         elif t.truncated:
             status = "truncated"
         else:
@@ -311,6 +319,7 @@ def trace_rows(report) -> list[dict]:
                 "rank": rank if type(rank) is int else None,
                 "kernels": t.kernels,
                 "findings": by_trace[i],
+                "left_out": left_out[i],
                 "status": status,
                 "error": t.error,
             }

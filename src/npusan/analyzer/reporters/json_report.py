@@ -19,7 +19,7 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.4"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.5"
 
 
 def frames_json(stack) -> list:
@@ -157,6 +157,7 @@ def report_json(report: Report, options: ReportOptions) -> dict:
                 "warnings": [str(w) for w in t.warnings],
                 "rank": row["rank"],
                 "findings": row["findings"],
+                "left_out": row["left_out"],
                 "status": row["status"],
                 "error": row["error"],
             }

@@ -11,9 +11,6 @@ import datetime
 import io
 from typing import Optional
 
-from rich.console import Console
-from rich.text import Text
-
 from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
 from ..grouping import Group
@@ -109,6 +106,9 @@ class _Writer:
     def render(self) -> str:
         if not self.options.color:
             return "".join("".join(t for t, _ in line) + "\n" for line in self.lines)
+        from rich.console import Console  # only colored output needs rich (imported here: start-up)
+        from rich.text import Text
+
         buf = io.StringIO()
         console = Console(
             file=buf,
@@ -347,7 +347,8 @@ def _trace_table(w: _Writer, report: Report) -> None:
     head = ["trace", "rank", "kernels", *kinds, "status"]
     cells = [
         [r["trace"], "-" if r["rank"] is None else str(r["rank"]), str(r["kernels"]),
-         *(str(r["findings"][k]) for k in kinds), r["status"]]
+         *(str(r["findings"][k]) for k in kinds),
+         f"left out ({r['left_out']})" if r["status"] == "left-out" else r["status"]]
         for r in rows
     ]
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head))]
@@ -358,7 +359,8 @@ def _trace_table(w: _Writer, report: Report) -> None:
 
     w.line((fmt(head), "bold"))
     for r, c in zip(rows, cells):
-        style = {"unreadable": "bold red", "findings": "red", "truncated": "yellow"}.get(r["status"], "green")
+        style = {"unreadable": "bold red", "findings": "red", "truncated": "yellow", "left-out": "dim"}.get(
+            r["status"], "green")
         w.line((fmt(c), style))
 
 
