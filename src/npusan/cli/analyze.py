@@ -101,7 +101,7 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
 @click.option("--history", "history_db", default=None, metavar="DB", type=PATH,
               help="Record this run in an SQLite history (created if missing); findings are marked new or persisting.")
 @click.option("--run-label", default=None, metavar="LABEL",
-              help="Name of this run in --history (default: the date and time).")
+              help="Name of this run in --history (default: the date and time); a label already in the history is refused.")
 @one_line_errors
 def analyze(
     traces: tuple,
@@ -132,6 +132,7 @@ def analyze(
     """
     from ..analyzer import pipeline
     from ..analyzer.batch import SchedulerError
+    from ..analyzer.history import HistoryError
     from ..analyzer.reporters import get_reporter
 
     if fmt not in FORMATS:
@@ -150,10 +151,14 @@ def analyze(
     except ValueError as e:
         raise UsageProblem(str(e)) from None
 
+    if run_label is not None and history_db is None:
+        raise UsageProblem("--run-label only applies with --history")
+    if run_label is not None and not run_label.strip():
+        raise UsageProblem("--run-label must not be empty")
     traces, repeated = distinct_inputs(list(traces))
     for again, first in repeated:
         warn(f"{again} is the same file as {first}: analyzed once")
-    history = open_history(history_db)
+    history = open_history(history_db, run_label)
 
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
@@ -178,7 +183,10 @@ def analyze(
 
     report = pipeline.make_report(result, options, history=history.previous() if history is not None else None)
     if history is not None:
-        history.record(report, label=run_label)
+        try:
+            history.record(report, label=run_label)
+        except HistoryError as e:  # the label was taken by a run that finished meanwhile
+            raise UsageProblem(str(e)) from None
     if options.suppressions is not None:
         for entry in options.suppressions.unused():
             warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
@@ -202,13 +210,22 @@ def analyze(
     sys.exit(EXIT_FINDINGS if failing else EXIT_CLEAN)
 
 
-def open_history(path: Optional[str]):
-    """The ``--history`` database (created when missing), or None; problems are usage problems."""
+def open_history(path: Optional[str], label: Optional[str] = None):
+    """The ``--history`` database (created when missing), or None; problems are usage problems.
+
+    A ``--run-label`` already in the history is refused here, before any trace is read.
+    """
     if path is None:
         return None
     from ..analyzer.history import History, HistoryError
 
     try:
-        return History.open(path)
+        history = History.open(path)
     except HistoryError as e:
         raise UsageProblem(str(e)) from None
+    if label is not None and history.has_label(label):
+        history.close()
+        raise UsageProblem(
+            f"history {path}: a run labelled '{label}' is already recorded (labels name runs; choose another)"
+        )
+    return history

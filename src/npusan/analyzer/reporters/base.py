@@ -62,6 +62,11 @@ class Report:
     compared_with: Optional[Baseline] = None
     #: Findings of ``compared_with`` that are gone now.
     fixed: list = field(default_factory=list)  # list[KnownFinding]
+    #: Findings of ``compared_with`` not seen now, but seen there only in traces that are
+    #: unreadable now: not fixed, just not checked (see :func:`split_unchecked`).
+    unchecked: list = field(default_factory=list)  # list[KnownFinding]
+    #: fingerprint -> the traces an unchecked finding was last seen in.
+    unchecked_traces: dict = field(default_factory=dict)
     #: ``(trace or argument, reason)`` for inputs that could not be analyzed.
     errors: list = field(default_factory=list)
     _causes: Optional[list] = field(default=None, repr=False)
@@ -105,6 +110,42 @@ class Report:
     @property
     def truncated(self) -> bool:
         return any(t.truncated for t in self.traces)
+
+    @property
+    def unreadable_traces(self) -> list:
+        """Paths of the traces that could not be analyzed."""
+        return [str(t.path) for t in self.traces if t.error is not None]
+
+    def comparison(self) -> Optional[dict]:
+        """Counts against ``compared_with`` (None when nothing was compared), over distinct
+        fingerprints of this run whether shown or not: ``new``, ``persisting``, ``fixed``,
+        ``unchecked``, and of the new and persisting ones, those a baseline hid
+        (``hidden_by_baseline``) or ``--min-count`` left out (``below_min_count``); and
+        ``unreadable_traces``: when not 0, a finding only those traces held cannot be
+        checked (with a history: listed as unchecked; with a baseline: it reads as fixed)."""
+        compared = self.compared_with
+        if compared is None:
+            return None
+        status: dict = {}
+        hidden: dict = {}
+        for where, groups in (("shown", self.groups), ("hidden_by_baseline", self.known),
+                              ("below_min_count", self.below_min_count)):
+            for g in groups:
+                if g.fingerprint not in status:
+                    status[g.fingerprint] = "persisting" if g.fingerprint in compared else "new"
+                    hidden[g.fingerprint] = where
+        out = {
+            "against": compared.path,
+            "new": sum(1 for s in status.values() if s == "new"),
+            "persisting": sum(1 for s in status.values() if s == "persisting"),
+            "fixed": len(self.fixed),
+            "unchecked": len(self.unchecked),
+            "unreadable_traces": len(self.unreadable_traces),
+        }
+        for where in ("hidden_by_baseline", "below_min_count"):
+            out[where] = {s: sum(1 for fp, st in status.items() if st == s and hidden[fp] == where)
+                          for s in ("new", "persisting")}
+        return out
 
 
 def build_report(
@@ -159,11 +200,60 @@ def build_report(
     compared = history if history is not None else baseline
     if compared is not None:
         report.compared_with = compared
-        report.fixed = compared.gone(present)
+        report.fixed, report.unchecked, report.unchecked_traces = split_unchecked(
+            compared.gone(present), compared.traces,
+            [str(t.path) for t in result.traces], report.unreadable_traces,
+        )
         for g in report.groups:
             g.status = "persisting" if g.fingerprint in compared else "new"
     result.suppressed = len(report.suppressed)
     return report
+
+
+def split_unchecked(gone: list, seen_in: dict, traces: list, unreadable: list) -> tuple:
+    """``(fixed, unchecked, {fingerprint: traces})`` of the compared run's ``gone`` findings.
+
+    A gone finding is *unchecked*, not fixed, when every trace it was seen in (``seen_in``:
+    fingerprint -> paths, from a history) is unreadable in this run. A trace of that run
+    is matched to this run's trace (``traces``) with the same path or, when none has it (a
+    folder per night), with the longest common tail of path components (at least the file
+    name); when several match equally well, it is unreadable if any of them is, so that a
+    finding is never called fixed for a trace that could not be read. A finding without
+    known traces (a JSON baseline) is fixed.
+    """
+    if not unreadable or not gone:
+        return list(gone), [], {}
+    bad = set(unreadable)
+    parts = {t: _components(t) for t in traces}
+
+    def unread(prev: str) -> bool:
+        if prev in parts:
+            return prev in bad
+        mine = _components(prev)
+        best, tied = 0, []
+        for t, theirs in parts.items():
+            n = 0
+            while n < min(len(mine), len(theirs)) and mine[-1 - n] == theirs[-1 - n]:
+                n += 1
+            if n and n > best:
+                best, tied = n, [t]
+            elif n and n == best:
+                tied.append(t)
+        return any(t in bad for t in tied)
+
+    fixed, unchecked, where = [], [], {}
+    for k in gone:
+        prev = list(dict.fromkeys(seen_in.get(k.fingerprint, ())))
+        if prev and all(unread(t) for t in prev):
+            unchecked.append(k)
+            where[k.fingerprint] = prev
+        else:
+            fixed.append(k)
+    return fixed, unchecked, where
+
+
+def _components(path: str) -> list:
+    return [c for c in path.replace("\\", "/").split("/") if c not in ("", ".")]
 
 
 def number_unnumbered_streams(findings: list) -> None:

@@ -178,6 +178,29 @@ REPORT_SCHEMA = {
             },
         },
         "fixed": {"type": ["array", "null"], "items": {"$ref": "#/$defs/known"}},
+        "unchecked": {
+            "type": ["array", "null"],
+            "items": {
+                "allOf": [{"$ref": "#/$defs/known"}],
+                "required": ["traces"],
+                "properties": {"traces": {"type": "array", "items": {"type": "string"}}},
+            },
+        },
+        "comparison": {
+            "type": ["object", "null"],
+            "required": ["against", "new", "persisting", "fixed", "unchecked", "unreadable_traces",
+                         "hidden_by_baseline", "below_min_count"],
+            "properties": {
+                "against": {"type": "string"},
+                "new": {"type": "integer", "minimum": 0},
+                "persisting": {"type": "integer", "minimum": 0},
+                "fixed": {"type": "integer", "minimum": 0},
+                "unchecked": {"type": "integer", "minimum": 0},
+                "unreadable_traces": {"type": "integer", "minimum": 0},
+                "hidden_by_baseline": {"$ref": "#/$defs/statuses"},
+                "below_min_count": {"$ref": "#/$defs/statuses"},
+            },
+        },
         "baseline": {
             "type": ["object", "null"],
             "required": ["path", "known", "gone"],
@@ -214,6 +237,14 @@ REPORT_SCHEMA = {
         "stream": _stream,
         "access": _access,
         "occurrence": _occurrence,
+        "statuses": {
+            "type": "object",
+            "required": ["new", "persisting"],
+            "properties": {
+                "new": {"type": "integer", "minimum": 0},
+                "persisting": {"type": "integer", "minimum": 0},
+            },
+        },
         "known": {
             "type": "object",
             "required": ["fingerprint", "kind", "title"],

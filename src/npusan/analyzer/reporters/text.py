@@ -300,16 +300,12 @@ def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
         )
         for k in report.gone:
             w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
+        if report.gone and report.unreadable_traces and report.compared_with is report.baseline:
+            w.line(f"{_plural(len(report.unreadable_traces), 'trace')} unreadable: the gone list may include "
+                   "findings that only those traces held", indent=2)
     compared = report.compared_with
     if compared is not None and compared is not report.baseline:
-        new = sum(1 for g in report.groups if g.status == "new")
-        w.line(
-            f"compared with {compared.path}: {new} new, {len(report.groups) - new} persisting, "
-            f"{len(report.fixed)} fixed" + (":" if report.fixed else ""),
-            indent=1,
-        )
-        for k in report.fixed:
-            w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
+        _comparison_lines(w, report)
     for where, why in report.errors:
         w.line(("unreadable: ", "bold red"), f"{where}: {why}", indent=1)
     for i, t in enumerate(report.traces):
@@ -317,6 +313,31 @@ def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
             _trace_lines(w, t)
     if report.check_leaks:
         w.line(("blocks still alive at the end were checked (--check-leaks)", "dim"), indent=1)
+
+
+def _comparison_lines(w: _Writer, report: Report) -> None:
+    """Against a history's previous run: new, persisting (shown or not), fixed, unchecked."""
+    c = report.comparison()
+    hidden = [f"{n} {status} {why}"
+              for key, why in (("hidden_by_baseline", "in the baseline"), ("below_min_count", "below --min-count"))
+              for status, n in c[key].items() if n]
+    w.line(
+        f"compared with {c['against']}: {c['new']} new, {c['persisting']} persisting"
+        + (f" (not shown: {', '.join(hidden)})" if hidden else "")
+        + f", {len(report.fixed)} fixed"
+        + (f", {len(report.unchecked)} unchecked" if report.unchecked else "")
+        + (":" if report.fixed or report.unchecked else ""),
+        indent=1,
+    )
+    for k in report.fixed:
+        w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
+    for k in report.unchecked:
+        where = ", ".join(report.unchecked_traces.get(k.fingerprint, ()))
+        w.line(("? ", "yellow"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"),
+               f" unchecked: last seen only in {where}, unreadable now", indent=2)
+    if c["unreadable_traces"]:
+        w.line(f"{_plural(c['unreadable_traces'], 'trace')} unreadable: the fixed list may be incomplete "
+               "(findings last seen only in unreadable traces are listed as unchecked, not fixed)", indent=2)
 
 
 def _trace_table(w: _Writer, report: Report) -> None:
