@@ -67,3 +67,17 @@ def test_the_html_page_shows_history_status():
     report = build_report(make_result([make_finding()]))
     report.groups[0].status = "new"
     assert '<span class="status">[new]</span>' in render("html", report)
+
+
+def test_html_shows_what_the_text_report_says_about_the_run():
+    result = broken_run()
+    first = build_report(make_result([make_finding()], paths=("good.bin",)))
+    base = Baseline("base.json", {"f" * 32: KnownFinding("f" * 32, "data-race", "an old race"),
+                                  **{g.fingerprint: KnownFinding(g.fingerprint, g.kind.value, "t") for g in first.groups}})
+    report = build_report(result, baseline=base)
+    page = render("html", report)
+    text = render("text", report)
+    assert "baseline base.json: 1 known finding still present (not shown), 1 gone since the baseline:" in text
+    assert "baseline base.json: 1 known finding still present (not shown), 1 gone since the baseline:" in page
+    assert "an old race" in page and "the gone list may include findings that only those traces held" in page
+    assert '<strong class="bad">unreadable:</strong> bad.bin: the trace header is not a map' in page

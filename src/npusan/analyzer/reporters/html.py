@@ -22,6 +22,7 @@ from ..sources import Folded, SourceCache, display_path, fold
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 from .json_report import jsonable
+from .run_notes import run_notes
 
 
 def e(text) -> str:
@@ -48,7 +49,7 @@ pre.fix{background:#eaf6ec;border-left:3px solid #1e7d32}
 table{border-collapse:collapse}td,th{padding:2px 10px 2px 0;vertical-align:top;text-align:left}
 .stack{font-family:ui-monospace,monospace;font-size:12.5px}
 .stack .src{color:#114;font-weight:600;padding-left:3em;white-space:pre}
-.status{font-weight:bold;color:#8a5a00}.tag{display:inline-block;border-radius:3px;padding:0 6px;font-size:12px;background:#fde7e5;color:#b3261e}
+.status{font-weight:bold;color:#8a5a00}ul.run{margin:4px 0 8px;padding-left:20px}.tag{display:inline-block;border-radius:3px;padding:0 6px;font-size:12px;background:#fde7e5;color:#b3261e}
 nav ol{margin:4px 0 0 0}svg{background:#fbfcfd;border:1px solid #e3e6ea;border-radius:4px}
 """
 
@@ -90,6 +91,7 @@ class HtmlReporter(Reporter):
             "<header>",
             f'<h1>npusan report <span class="dim">({e(__version__)})</span></h1>',
             _summary(report),
+            _run_notes(report, options),
         ]
         if report.causes:  # a clean report has nothing to list
             out.append('<nav><strong>Root causes</strong><ol id="toc-list"></ol></nav>')
@@ -115,6 +117,21 @@ def _summary(report: Report) -> str:
         f'<p class="summary bad" id="summary">{n} finding{"s" if n != 1 else ""} ({e(kinds)}; '
         f'{report.occurrences} occurrences) from {causes} root cause{"s" if causes != 1 else ""}.</p>'
     )
+
+
+def _run_notes(report: Report, options: ReportOptions) -> str:
+    """What was left out, the comparison with history or baseline, unreadable inputs."""
+    lines = []
+    for note in run_notes(report, options):
+        label = f'<strong class="bad">{e(note.label)}:</strong> ' if note.label else ""
+        items = "".join(
+            f'<li><span class="{"good" if i.marker == "-" else "status"}">{e(i.marker)}</span> '
+            f'[{e(i.kind)}] {e(i.title)} <code class="dim">{e(i.fingerprint[:16])}</code>'
+            f'{" " + e(i.remark) if i.remark else ""}</li>'
+            for i in note.items)
+        caveat = f'<p class="status">{e(note.caveat)}</p>' if note.caveat else ""
+        lines.append(f"<li>{label}{e(note.text)}{'<ul>' + items + '</ul>' if items else ''}{caveat}</li>")
+    return f'<ul class="run" id="run">{"".join(lines)}</ul>' if lines else ""
 
 
 def _cause(report: Report, c: RootCause, numbers: dict, sources: SourceCache, near: dict) -> str:

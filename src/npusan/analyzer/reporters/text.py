@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import io
-from typing import Optional
 
 from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
@@ -18,6 +17,7 @@ from ..rootcause import RootCause
 from ..sources import Folded, SourceCache, display_path, fold, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
+from .run_notes import run_notes
 
 INDENT = "  "
 LABEL_WIDTH = 10  # "allocated:" fits
@@ -255,89 +255,37 @@ def _seen(report: Report, g: Group) -> str:
     return text
 
 
-def _plural(n: int, word: str, plural: Optional[str] = None) -> str:
-    return f"{n} {word if n == 1 else (plural or word + 's')}"
-
-
 def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
-    n_traces = _plural(len(report.traces), "trace")
+    n_traces = D.count(len(report.traces), "trace")
     if not report.groups:
         w.line(("npusan: no stream-synchronization problems found", "bold green"), f" in {n_traces}")
     else:
         counts = report.counts_by_kind()
         kinds = ", ".join(
-            _plural(c[0], D.KIND_TITLES[Kind(k)], D.KIND_PLURALS[Kind(k)])
+            D.count(c[0], D.KIND_TITLES[Kind(k)], D.KIND_PLURALS[Kind(k)])
             for k, c in counts.items()
             if c[0]
         )
         if report.grouped:
-            head = _plural(len(report.groups), "finding")
-            tail = f" ({kinds}; {_plural(report.occurrences, 'occurrence')}) in {n_traces}"
+            head = D.count(len(report.groups), "finding")
+            tail = f" ({kinds}; {D.count(report.occurrences, 'occurrence')}) in {n_traces}"
         else:
             distinct = len({g.fingerprint for g in report.groups})
-            head = _plural(len(report.groups), "occurrence")
-            tail = f" ({kinds}) of {_plural(distinct, 'finding')} in {n_traces}"
+            head = D.count(len(report.groups), "occurrence")
+            tail = f" ({kinds}) of {D.count(distinct, 'finding')} in {n_traces}"
         w.line(("npusan: ", "bold"), (head, "bold red"), tail)
-    if report.suppressions is not None:
-        occ = sum(g.count for g in report.suppressed)
-        w.line(
-            f"suppressed: {_plural(len(report.suppressed), 'finding')} "
-            f"({_plural(occ, 'occurrence')}) by {report.suppressions.path}",
-            indent=1,
-        )
-    if report.below_min_count:
-        w.line(
-            f"not shown: {_plural(len(report.below_min_count), 'finding')} seen fewer than "
-            f"--min-count {options.min_count} times",
-            indent=1,
-        )
-    if report.baseline is not None:
-        w.line(
-            f"baseline {report.baseline.path}: {_plural(len(report.known), 'known finding')} "
-            f"still present (not shown), {len(report.gone)} gone since the baseline"
-            + (":" if report.gone else ""),
-            indent=1,
-        )
-        for k in report.gone:
-            w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
-        if report.gone and report.unreadable_traces and report.compared_with is report.baseline:
-            w.line(f"{_plural(len(report.unreadable_traces), 'trace')} unreadable: the gone list may include "
-                   "findings that only those traces held", indent=2)
-    compared = report.compared_with
-    if compared is not None and compared is not report.baseline:
-        _comparison_lines(w, report)
-    for where, why in report.errors:
-        w.line(("unreadable: ", "bold red"), f"{where}: {why}", indent=1)
+    for note in run_notes(report, options):
+        w.line(*([(note.label + ": ", "bold red")] if note.label else []), note.text, indent=1)
+        for item in note.items:
+            w.line((item.marker + " ", "green" if item.marker == "-" else "yellow"), f"[{item.kind}] {item.title} ",
+                   (f"({item.fingerprint[:16]})", "dim"), *([" " + item.remark] if item.remark else []), indent=2)
+        if note.caveat:
+            w.line(note.caveat, indent=2)
     for i, t in enumerate(report.traces):
         if t.error is None:
             _trace_lines(w, t)
     if report.check_leaks:
         w.line(("blocks still alive at the end were checked (--check-leaks)", "dim"), indent=1)
-
-
-def _comparison_lines(w: _Writer, report: Report) -> None:
-    """Against a history's previous run: new, persisting (shown or not), fixed, unchecked."""
-    c = report.comparison()
-    hidden = [f"{n} {status} {why}"
-              for key, why in (("hidden_by_baseline", "in the baseline"), ("below_min_count", "below --min-count"))
-              for status, n in c[key].items() if n]
-    w.line(
-        f"compared with {c['against']}: {c['new']} new, {c['persisting']} persisting"
-        + (f" (not shown: {', '.join(hidden)})" if hidden else "")
-        + f", {len(report.fixed)} fixed"
-        + (f", {len(report.unchecked)} unchecked" if report.unchecked else "")
-        + (":" if report.fixed or report.unchecked else ""),
-        indent=1,
-    )
-    for k in report.fixed:
-        w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
-    for k in report.unchecked:
-        where = ", ".join(report.unchecked_traces.get(k.fingerprint, ()))
-        w.line(("? ", "yellow"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"),
-               f" unchecked: last seen only in {where}, unreadable now", indent=2)
-    if c["unreadable_traces"]:
-        w.line(f"{_plural(c['unreadable_traces'], 'trace')} unreadable: the fixed list may be incomplete "
-               "(findings last seen only in unreadable traces are listed as unchecked, not fixed)", indent=2)
 
 
 def _trace_table(w: _Writer, report: Report) -> None:
@@ -368,13 +316,13 @@ def _trace_lines(w: _Writer, t) -> None:
     h = t.header if isinstance(t.header, dict) else {}
     bits = [str(h.get("backend") or "unknown backend")]
     if isinstance(h.get("device_count"), int):
-        bits.append(_plural(h["device_count"], "device"))
+        bits.append(D.count(h["device_count"], "device"))
     if h.get("torch"):
         bits.append(f"torch {h['torch']}")
     if h.get("rank") is not None:
         bits.append(f"rank {h['rank']}")
-    bits.append(_plural(t.events, "event"))
-    bits.append(_plural(t.kernels, "kernel"))
+    bits.append(D.count(t.events, "event"))
+    bits.append(D.count(t.kernels, "kernel"))
     if t.truncated:
         state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow")
     elif getattr(t, "end_reason", None):
