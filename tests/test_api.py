@@ -139,3 +139,17 @@ def test_a_trace_without_kernels_warns_in_the_report(workdir):
     report = npusan.analyze(workdir / "empty.npusan")
     assert any("the trace has no kernels" in w for _, w in report.warnings)
     assert any("no kernels" in w for w in report.to_dict()["traces"][0]["warnings"])
+
+
+def test_history_from_the_api(scenario, workdir):
+    db = workdir / "nightly.db"
+    first = npusan.analyze(scenario("data_race"), history=db, run_label="night1")
+    assert [f.to_dict()["status"] for f in first.findings] == ["new"]
+    second = npusan.analyze(scenario("data_race"), history=db, run_label="night2")
+    assert [f.to_dict()["status"] for f in second.findings] == ["persisting"]
+    clean = npusan.analyze(scenario("correct"), history=db)
+    assert [k["kind"] for k in clean.to_dict()["fixed"]] == ["data-race"]
+    with pytest.raises(ValueError, match="already recorded"):
+        npusan.analyze(scenario("correct"), history=db, run_label="night1")
+    with pytest.raises(ValueError, match="run_label only applies with history"):
+        npusan.analyze(scenario("correct"), run_label="x")

@@ -221,6 +221,8 @@ def analyze(
     source_root: Optional[PathLike] = None,
     map_path: Sequence[str] = (),
     jobs: int = 1,
+    history: Optional[PathLike] = None,
+    run_label: Optional[str] = None,
 ) -> Report:
     """Analyze traces as ``npusan analyze`` does and return the :class:`Report`.
 
@@ -229,7 +231,9 @@ def analyze(
     of an earlier run, whose findings are left out; ``check_leaks``, ``group``,
     ``min_count``, ``source_root``, ``map_path`` (``["OLD=NEW", ...]``) and ``jobs`` as the
     CLI's ``--check-leaks``, ``--no-group``, ``--min-count``, ``--source-root``,
-    ``--map-path`` and ``--jobs`` (default here: one process).
+    ``--map-path`` and ``--jobs`` (default here: one process). ``history`` (an SQLite file,
+    created when missing) and ``run_label`` as ``--history`` and ``--run-label``: the run is
+    recorded there and findings get their status (new, persisting) against its previous run.
     A trace that cannot be analyzed among readable ones is listed in ``Report.errors`` (as
     the command reports the others and exits 2); when nothing at all can be analyzed,
     :class:`npusan.trace_format.TraceFormatError` is raised, naming the trace or path.
@@ -241,16 +245,26 @@ def analyze(
         map_path = [map_path]
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer of at least 1 (got {jobs!r})")
+    if run_label is not None and history is None:
+        raise ValueError("run_label only applies with history")
     options = pipeline.AnalysisOptions.from_files(
         suppress=suppress, baseline=baseline, source_root=source_root, map_path=map_path,
         check_leaks=check_leaks, group=group, min_count=min_count,
     )
-    result = pipeline.replay_inputs(paths, options, jobs=jobs)
-    errors = result.errors
-    if errors and all(t.error is not None for t in result.traces):
-        more = f" (and {len(errors) - 1} more unusable)" if len(errors) > 1 else ""
-        raise TraceFormatError(f"{errors[0][0]}: {errors[0][1]}{more}")
-    return Report(pipeline.make_report(result, options), options)
+    db = pipeline.open_history(history, run_label) if history is not None else None
+    try:
+        result = pipeline.replay_inputs(paths, options, jobs=jobs)
+        errors = result.errors
+        if errors and all(t.error is not None for t in result.traces):
+            more = f" (and {len(errors) - 1} more unusable)" if len(errors) > 1 else ""
+            raise TraceFormatError(f"{errors[0][0]}: {errors[0][1]}{more}")
+        report = pipeline.make_report(result, options, history=db.previous() if db is not None else None)
+        if db is not None:
+            db.record(report, label=run_label)
+    finally:
+        if db is not None:
+            db.close()
+    return Report(report, options)
 
 
 def load(path: PathLike) -> TraceReader:

@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS unchecked (
 """
 
 
-class HistoryError(Exception):
+class HistoryError(ValueError):
     """The history database cannot be used; one sentence for the user."""
 
 

@@ -106,6 +106,25 @@ def make_report(result: AnalysisResult, options: AnalysisOptions, *, history: Op
     )
 
 
+def open_history(path: PathLike, label: Optional[str] = None):
+    """The history database at ``path`` (created when missing) that this run is recorded in.
+
+    ``label`` names the run (default: the date and time); an empty label, or one a run in
+    the history already has, is refused here, before any trace is read (labels name runs).
+    Raises :class:`~.history.HistoryError` (one line for the user).
+    """
+    from .history import History, HistoryError
+
+    if label is not None and not label.strip():
+        raise HistoryError("the run label must not be empty")
+    history = History.open(os.fspath(path))
+    if label is not None and history.has_label(label):
+        history.close()
+        raise HistoryError(f"history {os.fspath(path)}: a run labelled '{label}' is already recorded "
+                           "(labels name runs; choose another)")
+    return history
+
+
 def render_options(
     options: AnalysisOptions, *, full_stacks: bool = False, expand: bool = False, color: bool = False,
     width: int = 100,

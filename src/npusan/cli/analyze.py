@@ -153,12 +153,13 @@ def analyze(
 
     if run_label is not None and history_db is None:
         raise UsageProblem("--run-label only applies with --history")
-    if run_label is not None and not run_label.strip():
-        raise UsageProblem("--run-label must not be empty")
     traces, repeated = distinct_inputs(list(traces))
     for again, first in repeated:
         warn(f"{again} is the same file as {first}: analyzed once")
-    history = open_history(history_db, run_label)
+    try:
+        history = pipeline.open_history(history_db, run_label) if history_db is not None else None
+    except HistoryError as e:
+        raise UsageProblem(str(e).replace("the run label", "--run-label")) from None
 
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
@@ -208,24 +209,3 @@ def analyze(
     if errors:
         sys.exit(EXIT_UNUSABLE)
     sys.exit(EXIT_FINDINGS if failing else EXIT_CLEAN)
-
-
-def open_history(path: Optional[str], label: Optional[str] = None):
-    """The ``--history`` database (created when missing), or None; problems are usage problems.
-
-    A ``--run-label`` already in the history is refused here, before any trace is read.
-    """
-    if path is None:
-        return None
-    from ..analyzer.history import History, HistoryError
-
-    try:
-        history = History.open(path)
-    except HistoryError as e:
-        raise UsageProblem(str(e)) from None
-    if label is not None and history.has_label(label):
-        history.close()
-        raise UsageProblem(
-            f"history {path}: a run labelled '{label}' is already recorded (labels name runs; choose another)"
-        )
-    return history
