@@ -10,6 +10,8 @@ from npusan.analyzer.findings import Frame
 from npusan.analyzer.reporters.describe import fix, wait_fix
 from npusan.analyzer.sources import SourceCache
 
+from tests.recorder.conftest import analyze, run_record
+
 from .test_safe_fixes import SIM, line, missing_rs, program, race_at
 
 
@@ -178,3 +180,61 @@ def test_locate_takes_the_nearest_copy_of_the_recorded_line_and_never_guesses_be
     p.write_text("a\nb\n")
     assert cache().locate(fr) is None
     assert cache().locate(replace(fr, text=None)) == 5  # nothing recorded: nothing to check
+
+
+STAGE = """
+import torch
+from npusan import sim
+
+
+def stage(side, outs):
+    tmp = torch.ones(64)
+    side.wait_stream(sim.current_stream())
+    with sim.stream(side):
+        outs.append(tmp * 2)
+
+
+def main():
+    side = sim.Stream()
+    outs = []
+    stage(side, outs)
+    sim.synchronize()
+    print(float(outs[0].sum()))
+
+
+main()
+"""
+
+
+def _paste_at_end_of(code: str, function: str, stmt: str) -> str:
+    """``stmt`` as the last line of ``function``'s body (at its first body line's indent)."""
+    lines = code.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith(f"def {function}("))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()), len(lines))
+    while not lines[end - 1].strip():
+        end -= 1
+    body = lines[start + 1]
+    indent = body[: len(body) - len(body.lstrip())]
+    lines.insert(end, indent + stmt)
+    return "\n".join(lines) + "\n"
+
+
+def test_a_free_when_a_callee_returns_waits_inside_the_callee(tmp_path):
+    """Recorded: ``tmp`` of stage() is used on ``side`` and freed when stage() returns to
+    main()'s line 15. The wait goes at the end of stage(), not before the call line (where
+    the use has not happened yet); pasted there, the program records clean."""
+    proc, trace = run_record(tmp_path, STAGE)
+    assert proc.returncode == 0, proc.stderr
+    [f] = analyze(trace)
+    assert f.kind.value == "missing-record-stream"
+    src = SourceCache([str(tmp_path)])
+    call = f"{tmp_path / 'prog.py'}:{line(str(tmp_path / 'prog.py'), '    stage(side, outs)')}"
+    for lines in (fix(f, SIM, src), wait_fix(f, SIM, src)):
+        text = "\n".join(lines)
+        assert f"before stage() returns (the free at {call} is of its local variables" in text
+        assert f"before the free at {call}" not in text
+        assert "sim.default_stream(0).wait_stream(side)" in text
+    proc, fixed = run_record(tmp_path, _paste_at_end_of(STAGE, "stage", "sim.default_stream(0).wait_stream(side)"),
+                             trace=tmp_path / "fixed.npusan")
+    assert proc.returncode == 0, proc.stderr
+    assert analyze(fixed) == []

@@ -513,30 +513,30 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
 def free_site(f: Finding, header: dict, sources: Optional[SourceCache], streams) -> tuple:
     """Where a wait before ``f``'s free goes, with the names there, and those words.
 
-    Before the free's line, unless a stream has no name there and the free is of a
-    function's local variables, made when it returned to that line (the use's stack goes
-    on into a call the free's stack does not: ``main()`` at module level, which created
-    the streams and used the tensor): then at the end of that function, where they do.
+    Before the free's line, unless the free is of a function's local variables, made when
+    it returned to that line: the free's innermost user frame is the call line and the
+    use's stack goes on into that call (``stage(side, outs)`` in ``main()``, which used
+    ``tmp`` and freed it by returning; or ``main()`` at module level). Right before the
+    call line, the use has not happened yet, so the wait goes at the end of the called
+    function, under its names (placeholders when its source cannot be read). When that
+    function is a library's, right after the call line: the earliest line the program
+    can change (npusan still reports that free, which came first, but nothing else runs
+    on the allocating stream before the wait).
     """
     site = user_site(f.access.stack)
     label = f"before the free at {frame_label(site)}"
-    names = Names(header, sources, site)
-    for s in streams:
-        names.stream(s)
-    if not names.placeholders or names.scope is None:
-        return Names(header, sources, site), label
     free, use = list(f.access.stack), list(f.previous.stack)
-    if len(use) > len(free) and use[: len(free)] == free and free and free[-1] is site:
-        callee = use[len(free)]  # the frame of the function called at the free's line
-        if internal_category(callee) is None:
-            inner = Names(header, sources, callee)
-            for s in streams:
-                inner.stream(s)
-            if inner.scope is not None and not inner.placeholders:
-                return Names(header, sources, callee), (
-                    f"before {callee.function}() returns (the free at {frame_label(site)} is of its "
-                    f"local variables: at the end of it, and before each of its returns)")
-    return Names(header, sources, site), label
+    if not (len(use) > len(free) and use[: len(free)] == free and free and free[-1] is site):
+        return Names(header, sources, site), label
+    callee = use[len(free)]  # the frame of the function called at the free's line
+    if internal_category(callee) is None:
+        return Names(header, sources, callee), (
+            f"before {callee.function}() returns (the free at {frame_label(site)} is of its "
+            f"local variables: at the end of it, and before each of its returns)")
+    return Names(header, sources, site), (
+        f"right after line {_line(site)} of {_file(site)} (the free is of the local variables of "
+        f"{callee.function}(), called there, when it returns: before that line, the use has not happened yet; "
+        "npusan still reports the free, but nothing else runs on the allocating stream before the wait)")
 
 
 def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> Names:
