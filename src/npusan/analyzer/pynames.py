@@ -217,6 +217,29 @@ class ScopeIndex:
                 return True
         return False
 
+    def stream_block_at(self, filename: str, lineno: int) -> Optional[ast.AST]:
+        """The innermost ``with`` statement around line ``lineno`` (not on its header line,
+        and not outside the def the line is in) one of whose items calls ``...stream(...)``
+        (``with torch.cuda.stream(s):``), or None."""
+        tree = self._tree(filename)
+        if tree is None or not isinstance(lineno, int):
+            return None
+        best = None
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.With, ast.AsyncWith)) or not node.body:
+                continue
+            if not (node.body[0].lineno <= lineno <= (node.end_lineno or node.lineno)):
+                continue
+            if not any(_calls_stream(item.context_expr) for item in node.items):
+                continue
+            if best is None or node.lineno > best.lineno:
+                best = node
+        if best is not None:  # a def between the block and the line: the block is not around it
+            for node in ast.walk(best):
+                if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
+                    return None
+        return best
+
     def statement_at(self, filename: str, lineno: int) -> Optional[ast.stmt]:
         """The innermost simple statement (not a def, class, if, loop or with) that line
         ``lineno`` of ``filename`` is part of, or None."""
@@ -237,6 +260,13 @@ class ScopeIndex:
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
              ast.While, ast.With, ast.AsyncWith, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ()) \
             + ((ast.Match,) if hasattr(ast, "Match") else ())
+
+
+def _calls_stream(expr: ast.AST) -> bool:
+    if not isinstance(expr, ast.Call):
+        return False
+    f = expr.func
+    return (isinstance(f, ast.Attribute) and f.attr == "stream") or (isinstance(f, ast.Name) and f.id == "stream")
 
 
 def ends_here(stmt: Optional[ast.stmt]) -> bool:

@@ -29,7 +29,8 @@ def test_record_stream_goes_before_a_return_line(tmp_path):
     f = missing_rs(path, "return out.sum()", "return out.sum()", "out = x * 2")
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     at = line(path, "return out.sum()")
-    assert lines[0].endswith(f"right before line {at} (it returns, so a line after it would not run) add")
+    assert lines[0].endswith(f"right before line {at} (it returns, so a line after it would not run), inside the "
+                             "`with sim.stream(side):` block (after it, the current stream is another one) add")
     assert lines[1].strip().startswith("out.record_stream(sim.current_stream())")
 
 
@@ -147,7 +148,7 @@ def test_fix_follows_the_recorded_line_when_the_file_was_edited(tmp_path):
     assert now == before + 2
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     text = "\n".join(lines)
-    assert f"right after line {now} add" in lines[0]
+    assert f"right after line {now}, inside the `with sim.stream(side):` block" in lines[0]
     assert lines[1].strip().startswith("out.record_stream(sim.current_stream())")
     assert f"changed since the trace was recorded: its line {before} `y = out.sum()` is line {now} now" in text
 
@@ -238,3 +239,73 @@ def test_a_free_when_a_callee_returns_waits_inside_the_callee(tmp_path):
                              trace=tmp_path / "fixed.npusan")
     assert proc.returncode == 0, proc.stderr
     assert analyze(fixed) == []
+
+
+IN_BLOCK = """
+import torch
+from npusan import sim
+
+
+def main():
+    side = sim.Stream()
+    streams = [side]
+    tmp = torch.ones(64)
+    side.wait_stream(sim.current_stream())
+    with sim.stream(STREAM):
+        out = tmp * 2
+    del tmp
+    sim.current_stream().wait_stream(side)
+    print(float(out.sum()))
+
+
+main()
+"""
+
+
+def _after_the_block(code: str, stmt: str) -> str:
+    """``stmt`` pasted after the ``with`` block, at the ``with``'s indentation (a natural
+    reading of "right after line N")."""
+    lines = code.splitlines()
+    at = next(i for i, l in enumerate(lines) if "out = tmp * 2" in l)
+    lines.insert(at + 1, "    " + stmt)
+    return "\n".join(lines) + "\n"
+
+
+def test_record_stream_names_the_using_stream_so_it_is_right_at_any_indentation(tmp_path):
+    code = IN_BLOCK.replace("STREAM", "side")
+    proc, trace = run_record(tmp_path, code)
+    assert proc.returncode == 0, proc.stderr
+    [f] = analyze(trace)
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    assert lines[1].strip().startswith("tmp.record_stream(side)    # tmp:")
+    assert "current_stream" not in lines[1]
+    # pasted after the block, where the current stream is the default one: still right
+    proc, fixed = run_record(tmp_path, _after_the_block(code, lines[1].strip()), trace=tmp_path / "fixed.npusan")
+    assert proc.returncode == 0, proc.stderr
+    assert analyze(fixed) == []
+
+
+def test_record_stream_on_the_current_stream_says_inside_which_block(tmp_path):
+    code = IN_BLOCK.replace("STREAM", "streams[0]")
+    proc, trace = run_record(tmp_path, code)
+    assert proc.returncode == 0, proc.stderr
+    [f] = analyze(trace)
+    f = replace(f, previous=replace(f.previous, stream=replace(f.previous.stream, created_stack=())))
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    at = line(str(tmp_path / "prog.py"), "out = tmp * 2")
+    assert lines[0].endswith(f"right after line {at}, inside the `with sim.stream(streams[0]):` block "
+                             "(after it, the current stream is another one) add")
+    assert lines[1].strip().startswith("tmp.record_stream(sim.current_stream())")
+
+
+def test_record_stream_on_the_current_stream_outside_a_with_block(tmp_path):
+    path = program(tmp_path, """
+        from npusan import sim
+        def consume(x):
+            return x * 2
+        """)
+    f = missing_rs(path, "def consume", "return x * 2", "def consume")
+    f = replace(f, previous=replace(f.previous, stream=replace(f.previous.stream, created_stack=())))
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    assert "(it returns, so a line after it would not run), where stream #1 (sim:0) is the current stream" in lines[0]
+    assert ".record_stream(sim.current_stream())" in lines[1]

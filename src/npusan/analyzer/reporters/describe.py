@@ -304,6 +304,30 @@ class Names:
         self._note(f"where {name} is {stream_name(s, self.header)}")
         return name
 
+    def named_stream(self, s: Optional[StreamRef]) -> Optional[str]:
+        """``s`` under a name that means it wherever code at this line goes (its variable,
+        visible here, or ``default_stream(n)``), or None; unlike :meth:`stream`, no
+        placeholder and no note."""
+        if s is None:
+            return None
+        if s.is_default:
+            return self.stream(s)
+        if s in self._streams:
+            return None if self._streams[s] in self.placeholders else self._streams[s]
+        creation = user_site(s.created_stack)
+        return self._visible(assigned_name(creation, self.sources), creation, local_only=False)
+
+    def stream_block(self) -> Optional[str]:
+        """The header of the innermost ``with ...stream(...):`` block this line is in
+        (``with sim.stream(side):``), or None."""
+        if self.scope is None or self.index is None:
+            return None
+        node = self.index.stream_block_at(self.site.filename, self.site.lineno)
+        if node is None:
+            return None
+        text = self.sources.lines(self.site.filename)[node.lineno - 1].strip()
+        return text if text.endswith(":") else None
+
     def tensor(self, stack: Sequence[Frame]) -> str:
         """The variable a tensor allocated with ``stack`` has here, else a placeholder.
 
@@ -462,9 +486,16 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
     else:  # the block describes the new allocation; the tensor is the old one
         what = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
         var = use.tensor(())
+    using = use.named_stream(earlier.stream)
+    where = _after(use)
+    if using is None:  # the stream has no name here: the current one, which it is only in its block
+        using = f"{mod}.current_stream()"
+        block = use.stream_block()
+        where += (f", inside the `{block}` block (after it, the current stream is another one)" if block else
+                  f", where {stream_short(earlier.stream, header)} is the current stream as at line {_line(use.site)}")
     lines = [
-        f"tell the allocator about the use at {frame_label(at_earlier)}; {_after(use)} add",
-        f"    {var}.record_stream({mod}.current_stream())    # {var}: {what}",
+        f"tell the allocator about the use at {frame_label(at_earlier)}; {where} add",
+        f"    {var}.record_stream({using})    # {var}: {what}",
     ]
     if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f):
         free, where = free_site(f, header, sources, (f.block.stream, earlier.stream))
