@@ -156,7 +156,7 @@ def test_fixes_name_work_wait_or_the_right_wait_stream(current_model, legacy_mod
     assert "npusan.sim.current_stream().wait_stream(comm)" in _fix_text(current_model[1], "bug_consumer_not_waiting")
     # torch < 2.8: it ran on the process group's stream and torch waited for it on `comm`.
     legacy = _fix_text(legacy_model[1], "bug_consumer_not_waiting")
-    assert "async_op=False" in legacy and "current_stream().wait_stream(s)" in legacy
+    assert "async_op=False" in legacy and "current_stream().wait_stream(<s>)" in legacy
     # The fix, applied, is the correct program next to it.
     assert "sim.current_stream().wait_stream(comm)" in SOURCE.split("def ok_bucket")[1].split("def ")[0]
 

@@ -37,7 +37,7 @@ def test_label_read_back_and_named_in_reports(tmp_path):
     from npusan.analyzer.reporters.describe import fix, title
 
     assert "after a write on the comm stream of process group 0 (cuda:0)" in title(f, {"backend": "cuda"})
-    assert "work.wait()" in "\n".join(fix(f, {"backend": "cuda"}))
+    assert "<work>.wait()" in "\n".join(fix(f, {"backend": "cuda"}))
 
 
 def test_label_of_an_undefined_stream_is_corrupt():

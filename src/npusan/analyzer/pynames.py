@@ -240,6 +240,149 @@ class ScopeIndex:
                     return None
         return best
 
+    def _function(self, filename: str, function: Optional[int]):
+        """The def starting at line ``function`` (the module for None), or None."""
+        tree = self._tree(filename)
+        if tree is None or function is None:
+            return tree
+        return next((n for n in ast.walk(tree) if isinstance(n, _SCOPES[:2]) and n.lineno == function), None)
+
+    def names_read(self, filename: str, lineno: int) -> frozenset:
+        """The plain names the statement at line ``lineno`` reads (``acc += cur @ w``: acc,
+        cur, w), not those of nested defs or lambdas; empty when unknown."""
+        tree = self._tree(filename)
+        if tree is None or not isinstance(lineno, int):
+            return frozenset()
+        stmt = self.statement_at(filename, lineno)
+        first, last = (stmt.lineno, stmt.end_lineno or stmt.lineno) if stmt is not None else (lineno, lineno)
+        out = set()
+        stack = [stmt] if stmt is not None else list(ast.walk(tree))
+        while stack:
+            node = stack.pop()
+            if stmt is not None and isinstance(node, _SCOPES):
+                continue
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and first <= node.lineno <= last:
+                out.add(node.id)
+            if stmt is not None:
+                stack.extend(ast.iter_child_nodes(node))
+        return frozenset(out)
+
+    def returns_value_of(self, filename: str, lineno: int, name: Optional[str]) -> Optional[bool]:
+        """Whether the function around line ``lineno`` hands the value made there to its
+        caller: that line is a ``return``, or the function returns ``name`` (the variable
+        the line assigns) and never something else. None when the source is unavailable."""
+        tree = self._tree(filename)
+        if tree is None or not isinstance(lineno, int):
+            return None
+        stmt = self.statement_at(filename, lineno)
+        if isinstance(stmt, ast.Return):
+            return True
+        fn = None
+        for node in ast.walk(tree):
+            if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
+                if fn is None or node.lineno > fn.lineno:
+                    fn = node
+        if fn is None or name is None:
+            return False
+        values = [n.value for n in _own_nodes(fn.body) if isinstance(n, ast.Return)]
+        return bool(values) and all(isinstance(v, ast.Name) and v.id == name for v in values)
+
+    def aliases(self, filename: str, function: Optional[int], seeds: dict, producers: frozenset) -> dict:
+        """Names of the scope (the def at line ``function``, the module for None) that may
+        hold a tensor known as ``seeds`` (``{name: line where it is assigned}``), through
+        plain assignments (``cur = nxt``, ``a, b = b, a``): ``{name: only}``, ``only`` saying
+        whether each of its bindings is one of those (a seed's line, an assignment from such
+        a name, or a call of one of ``producers``, the functions that made the tensor)."""
+        fn = self._function(filename, function)
+        if fn is None:
+            return {}
+        body = fn.body
+        pairs = []  # (target name, line range, source: a Name id, a producer call, or None)
+        others = []  # (name, node) bound some other way
+        assigned = set()
+        for node in _own_nodes(body):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for t, v in _pairs(target, node.value):
+                        assigned.add(id(t))
+                        pairs.append((t.id, t.lineno, v))
+        for name, _path, node in _binding_nodes(body):
+            if id(node) not in assigned and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del)):
+                others.append((name, node))  # (``del name`` unbinds: reading it after that fails)
+        found = {n for n in seeds}
+        changed = True
+        while changed:
+            changed = False
+            for target, _line, v in pairs:
+                if target not in found and isinstance(v, ast.Name) and v.id in found:
+                    found.add(target)
+                    changed = True
+        out = {}
+        for name in found:
+            only = not any(n == name for n, _node in others)
+            for target, line, v in pairs:
+                if target != name or not only:
+                    continue
+                if seeds.get(name) == line:
+                    continue
+                if isinstance(v, ast.Name) and v.id in found:
+                    continue
+                if isinstance(v, ast.Call) and _called(v) in producers:
+                    continue
+                only = False
+            out[name] = only
+        return out
+
+    def in_one_loop(self, filename: str, a: int, b: int) -> bool:
+        """Whether lines ``a`` and ``b`` are in the body of one ``for``/``while`` loop of the
+        same function (so one may run again between two runs of the other)."""
+        tree = self._tree(filename)
+        if tree is None:
+            return True
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
+                lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
+                if lo <= a <= hi and lo <= b <= hi:
+                    inner = [n for n in ast.walk(node) if isinstance(n, _SCOPES[:3])
+                             and (n.lineno <= a <= (n.end_lineno or n.lineno)) != (n.lineno <= b <= (n.end_lineno or n.lineno))]
+                    if not inner:
+                        return True
+        return False
+
+    def fixture_name(self, filename: str, lineno: int, name: Optional[str]) -> Optional[str]:
+        """The name a test receives the object made at line ``lineno`` under, when that line is
+        in a ``@pytest.fixture`` function that returns or yields it (``name``: the variable the
+        line assigns): the fixture's ``name=`` or its function's name. Else None."""
+        tree = self._tree(filename)
+        if tree is None or not isinstance(lineno, int):
+            return None
+        fn = None
+        for node in ast.walk(tree):
+            if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
+                if fn is None or node.lineno > fn.lineno:
+                    fn = node
+        if fn is None:
+            return None
+        fixture = None
+        for dec in fn.decorator_list:
+            call = dec if isinstance(dec, ast.Call) else None
+            target = call.func if call is not None else dec
+            if _called_name(target) == "fixture":
+                fixture = fn.name
+                for kw in (call.keywords if call is not None else []):
+                    if kw.arg == "name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                        fixture = kw.value.value
+        if fixture is None:
+            return None
+        stmt = self.statement_at(filename, lineno)
+        if ends_here(stmt) and not isinstance(stmt, ast.Raise):
+            return fixture  # ``return sim.Stream()`` / ``yield sim.Stream()``
+        outs = [n.value for n in _own_nodes(fn.body) if isinstance(n, (ast.Return, ast.Yield))]
+        outs = [v for v in outs if v is not None]
+        if name and outs and all(isinstance(v, ast.Name) and v.id == name for v in outs):
+            return fixture
+        return None
+
     def statement_at(self, filename: str, lineno: int) -> Optional[ast.stmt]:
         """The innermost simple statement (not a def, class, if, loop or with) that line
         ``lineno`` of ``filename`` is part of, or None."""
@@ -260,6 +403,43 @@ class ScopeIndex:
 _COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
              ast.While, ast.With, ast.AsyncWith, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ()) \
             + ((ast.Match,) if hasattr(ast, "Match") else ())
+
+
+def _own_nodes(body: Sequence[ast.AST]):
+    """Every node of a scope's own statements (not descending into nested defs, classes,
+    lambdas)."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, _SCOPES):
+                stack.append(child)
+
+
+def _pairs(target: ast.AST, value: ast.AST):
+    """``(Name target, value expression)`` for a plain assignment, element-wise for
+    ``a, b = c, d``; a target bound to an unknown part gets None."""
+    if isinstance(target, ast.Name):
+        yield target, value
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        same = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) \
+            and not any(isinstance(e, ast.Starred) for e in target.elts + value.elts)
+        for i, t in enumerate(target.elts):
+            t = t.value if isinstance(t, ast.Starred) else t
+            yield from _pairs(t, value.elts[i] if same else None)
+
+
+def _called_name(func: ast.AST) -> Optional[str]:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _called(call: ast.Call) -> Optional[str]:
+    return _called_name(call.func)
 
 
 def _calls_stream(expr: ast.AST) -> bool:

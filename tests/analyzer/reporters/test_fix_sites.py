@@ -4,6 +4,9 @@ recorded source text is on now when the file was edited after recording."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 from npusan.analyzer.findings import Frame
@@ -307,5 +310,126 @@ def test_record_stream_on_the_current_stream_outside_a_with_block(tmp_path):
     f = missing_rs(path, "def consume", "return x * 2", "def consume")
     f = replace(f, previous=replace(f.previous, stream=replace(f.previous.stream, created_stack=())))
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
-    assert "(it returns, so a line after it would not run), where stream #1 (sim:0) is the current stream" in lines[0]
+    assert "(it returns, so a line after it would not run), while stream #1 (sim:0) is the current stream" in lines[0]
     assert ".record_stream(sim.current_stream())" in lines[1]
+
+
+PREFETCH = """
+import torch
+from npusan import sim
+
+
+def load(i, side):
+    with sim.stream(side):
+        x = torch.full((64,), float(i))
+    return x
+
+
+def main():
+    side = sim.Stream()
+    w = torch.ones(64, 64)
+    acc = torch.zeros(64)
+    nxt = load(0, side)
+    for i in range(4):
+        sim.current_stream().wait_stream(side)
+        cur = nxt
+        nxt = load(i + 1, side)
+        acc += cur @ w
+    sim.synchronize()
+    print(float(acc.sum()))
+
+
+main()
+"""
+
+
+def test_a_tensor_made_by_a_helper_in_a_loop_is_called_by_the_name_the_use_line_reads(tmp_path):
+    """Recorded prefetch loop: the tensor is ``x`` in load(), returned as ``nxt``, used as
+    ``cur`` (``cur = nxt``) at ``acc += cur @ w``. ``x`` is no variable of main(), and ``nxt``
+    holds the next tensor by then: the fix says ``cur``, and pasted, records clean."""
+    proc, trace = run_record(tmp_path, PREFETCH)
+    assert proc.returncode == 0, proc.stderr
+    found = analyze(trace)  # one per iteration that freed a prefetched tensor
+    assert found and {f.kind.value for f in found} == {"missing-record-stream"}
+    for f in found:
+        lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+        assert lines[1].strip().startswith("cur.record_stream(sim.default_stream(0))    # cur: the 256 B tensor")
+    code = PREFETCH.splitlines()
+    at = next(i for i, l in enumerate(code) if "acc += cur @ w" in l)
+    code.insert(at + 1, "        " + lines[1].strip().split("    #")[0])
+    proc, fixed = run_record(tmp_path, "\n".join(code) + "\n", trace=tmp_path / "fixed.npusan")
+    assert proc.returncode == 0, proc.stderr
+    assert analyze(fixed) == []
+
+
+def test_a_tensor_whose_helper_returns_something_else_is_a_placeholder(tmp_path):
+    path = program(tmp_path, """
+        from npusan import sim
+        def make(keep):
+            buf = sim_alloc()
+            keep.append(buf)
+            return buf.sum()
+        def use(side, keep):
+            x = make(keep)
+            with sim.stream(side):
+                y = x * 2
+            del x
+        """)
+    f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
+    stack = (Frame(path, line(path, "x = make(keep)"), "use"), Frame(path, line(path, "buf = sim_alloc()"), "make"))
+    lines = fix(replace(f, block=replace(f.block, stack=stack)), SIM, SourceCache([str(tmp_path)]))
+    # make() returns another tensor than the one its line 3 made: ``x`` is not it
+    assert lines[1].strip().startswith("<x>.record_stream(")
+
+
+CONFTEST = """
+import pytest
+from npusan import sim
+
+
+@pytest.fixture
+def side():
+    s = sim.Stream()
+    yield s
+    sim.synchronize()
+"""
+
+FIXTURE_TEST = """
+import torch
+from npusan import sim
+
+
+def test_scale(side):
+    out = torch.empty(64)
+    side.wait_stream(sim.current_stream())
+    with sim.stream(side):
+        out.fill_(2.0)
+    assert float(out.sum()) == 128.0
+"""
+
+
+def test_a_stream_a_fixture_yields_is_called_by_the_fixture_name(tmp_path):
+    """Recorded with the pytest plugin: the stream is ``s`` in the fixture ``side`` of
+    conftest.py; the test takes ``side``, so the fix says ``side``, not a placeholder."""
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "conftest.py").write_text(CONFTEST.lstrip("\n"))
+    (tmp_path / "tests" / "test_prog.py").write_text(FIXTURE_TEST.lstrip("\n"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NPUSAN_", "PYTEST_"))}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--npusan",
+                           "--npusan-backend", "sim", "--npusan-trace-dir", "traces", "tests"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    [trace] = (tmp_path / "traces").glob("*.npusan")
+    [f] = analyze(trace)
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    assert lines[1].strip() == "sim.current_stream().wait_stream(side)", (lines, proc.stdout)
+    assert "where side is stream #1 (sim:0), created at" in "\n".join(lines)
+    # a parameter of another name is not the fixture's stream
+    test = tmp_path / "tests" / "test_prog.py"
+    test.write_text(FIXTURE_TEST.lstrip("\n").replace("(side)", "(side, s1)").replace("def test_scale", "def other"))
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    assert lines[1].strip() == "sim.current_stream().wait_stream(side)"
+    test.write_text(FIXTURE_TEST.lstrip("\n").replace("def test_scale(side):", "def test_scale(other):"))
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    assert lines[1].strip() == "sim.current_stream().wait_stream(<s1>)"
+    assert "where <s1> is stream #1 (sim:0), created at" in "\n".join(lines)

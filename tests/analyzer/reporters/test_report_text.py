@@ -59,7 +59,7 @@ def test_missing_record_stream_fix_names_both_places():
                      earlier_op="aten::mul.Tensor", earlier_type="read")
     out = text([f])
     assert "returned to the allocator, free for reuse on default stream (cuda:0)" in out
-    assert "right after line 11 add" in out
+    assert "right after line 11, while stream #1 (cuda:0) is the current stream (as at line 11) add" in out
     # no source root, so train.py is not read: placeholders that cannot compile, and a note saying why
     assert "<x>.record_stream(torch.cuda.current_stream())" in out
     assert "before the free at train.py:12" in out and "torch.cuda.default_stream(0).wait_stream(<s1>)" in out
@@ -114,7 +114,8 @@ def test_data_race_fix_uses_the_backends_stream_api(backend, mod):
 def test_missing_record_stream_fix_uses_the_backends_stream_api(backend, mod):
     out, fix = fix_lines(backend, make_finding("missing-record-stream", **MISSING_RS))
     assert fix == [
-        "fix:       tell the allocator about the use at train.py:11; right after line 11 add",
+        f"fix:       tell the allocator about the use at train.py:11; right after line 11, while stream #1 "
+        f"({backend}:0) is the current stream (as at line 11) add",
         f"<x>.record_stream({mod}.current_stream())    # <x>: the 4.0 KiB tensor allocated at train.py:17",
         f"or, before the free at train.py:12, make the allocating stream wait for the use: "
         f"`{mod}.default_stream(0).wait_stream(<s1>)`",

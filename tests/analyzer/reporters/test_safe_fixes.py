@@ -106,9 +106,10 @@ def test_stream_variable_not_visible_at_the_fix_line_becomes_a_fresh_placeholder
         """)
     f = race_at(path, "return out.sum()", "out.fill_(1)", "side = sim.Stream()")
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
-    # ``side`` is not a variable in consume(); ``s1`` is (a parameter), so the placeholder is s1_2
-    assert lines[1].strip() == "sim.current_stream().wait_stream(s1_2)"
-    assert "where s1_2 is stream #1 (sim:0), created at" in "\n".join(lines)
+    # ``side`` is not a variable in consume(), and ``s1`` (a parameter) is another object: the
+    # placeholder is visibly one, whatever the program's names
+    assert lines[1].strip() == "sim.current_stream().wait_stream(<s1>)"
+    assert "where <s1> is stream #1 (sim:0), created at" in "\n".join(lines)
     # the event variant needs both lines in one function: not offered here
     assert not any("record_event" in x for x in lines)
 
@@ -131,9 +132,9 @@ def test_placeholder_tensor_never_collides_with_a_variable(tmp_path):
     path = program(tmp_path, HELPER_MADE)
     f = missing_rs(path, "del x", "y = x * 2", "buf = sim_alloc()")
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
-    # the allocation line calls it ``buf``, but that variable lives in make(); at the use both
-    # ``x`` and ``y`` are variables, so the placeholder is one that nothing there binds
-    assert lines[1].strip().startswith("x_2.record_stream(sim.current_stream())    # x_2: the 4.0 KiB tensor")
+    # the allocation line calls it ``buf``, but that variable lives in make(); the stack does not
+    # say which of use()'s variables holds it (``x`` is one), so the placeholder is visibly one
+    assert lines[1].strip().startswith("<x>.record_stream(sim.current_stream())    # <x>: the 4.0 KiB tensor")
     assert "buf" not in lines[1]
 
 
@@ -151,7 +152,7 @@ def test_tensor_allocated_in_the_same_function_is_called_by_its_variable(tmp_pat
     f = replace(f, previous=replace(f.previous, stream=side))
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip().startswith("tmp.record_stream(sim.current_stream())")
-    assert "sim.default_stream(0).wait_stream(s1)" in lines[2]
+    assert "sim.default_stream(0).wait_stream(<s1>)" in lines[2]
 
 
 def test_self_attributes_are_used_within_the_same_class(tmp_path):
@@ -241,7 +242,7 @@ def test_root_cause_fix_before_a_free_names_the_allocating_stream(tmp_path):
                      later=(path, line(path, "del tmp"), "step"), earlier=(path, 1, "x"))
     lines = wait_fix(f, SIM, SourceCache([str(tmp_path)]))
     assert "before the free at" in lines[0]
-    assert lines[1].strip() == "sim.default_stream(0).wait_stream(s1)"
+    assert lines[1].strip() == "sim.default_stream(0).wait_stream(<s1>)"
 
 
 PASTE_PROGRAM = """
@@ -314,13 +315,13 @@ def test_a_stream_name_is_trusted_only_as_a_parameter_or_an_unshadowed_global(tm
     f = race_at(path, "return out.sum()", "out.fill_(1)", "copy = sim.Stream()")
     at = line(path, "copy = out.clone()") + 1
     f = replace(f, access=replace(f.access, stack=(Frame(path, at, "shadowed"),)))
-    assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(s1)"
+    assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(<s1>)"
     f = race_at(path, "return out.sum()", "out.fill_(1)", "side = sim.Stream()")
     at = line(path, "def passed(") + 1
     f = replace(f, access=replace(f.access, stack=(Frame(path, at, "passed"),)))
     assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(side)"
     f = replace(f, access=replace(f.access, stack=(Frame(path, line(path, "return side.sum()"), "unrelated"),)))
-    assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(s1)"
+    assert fix(f, SIM, SourceCache([str(tmp_path)]))[1].strip() == "sim.current_stream().wait_stream(<s1>)"
 
 
 @pytest.mark.parametrize("rebinding", ["s = sim.Stream()  # another stream", 's = "done"', "for s in range(2): pass"])
@@ -335,8 +336,8 @@ def test_a_stream_variable_assigned_again_before_the_fix_line_becomes_a_placehol
         """)
     lines = fix(race_at(path, "y = out.sum()", "out.fill_(1)", "s = sim.Stream()"), SIM, SourceCache([str(tmp_path)]))
     # ``s`` at the fix line is no longer the stream that raced: waiting on it would paste and be wrong
-    assert lines[1].strip() == "sim.current_stream().wait_stream(s1)"
-    assert "where s1 is stream #1 (sim:0), created at" in "\n".join(lines)
+    assert lines[1].strip() == "sim.current_stream().wait_stream(<s1>)"
+    assert "where <s1> is stream #1 (sim:0), created at" in "\n".join(lines)
 
 
 def test_a_stream_variable_assigned_again_after_the_fix_line_is_still_used(tmp_path):
@@ -364,7 +365,8 @@ def test_a_tensor_variable_assigned_again_before_the_use_becomes_a_placeholder(t
             del keep
         """)
     lines = fix(missing_rs(path, "del keep", "y = keep * 2", "tmp = sim_alloc()"), SIM, SourceCache([str(tmp_path)]))
-    assert lines[1].strip().startswith("x.record_stream(sim.current_stream())    # x: the 4.0 KiB tensor")
+    # ``tmp`` is another tensor at the use; ``keep = tmp`` holds it, and the use line reads it
+    assert lines[1].strip().startswith("keep.record_stream(sim.current_stream())    # keep: the 4.0 KiB tensor")
 
 
 def test_a_tensor_made_by_a_helper_is_called_by_the_callers_variable(tmp_path):

@@ -222,10 +222,11 @@ class Names:
 
     Only names the program itself binds there are used: the module under the name its
     imports give it (``from npusan import sim`` -> ``sim``), a stream or tensor under the
-    variable that created it when that variable is visible at the line. Anything else is
-    a placeholder that nothing at the line binds (so a pasted fix fails loudly instead of
-    silently using another object), and :attr:`notes` says what each stands for. Without
-    the source, placeholders are written ``<...>`` and a note says nothing was checked.
+    variable that created it when that variable is visible at the line (or the fixture
+    or the alias that holds it there). Anything else is a placeholder in angle brackets,
+    ``<s1>``, ``<x>`` (visibly not a program name, and a pasted fix fails loudly instead
+    of silently using another object), and :attr:`notes` says what each stands for.
+    Without the source, a note also says nothing was checked.
     """
 
     def __init__(self, header: dict, sources: Optional[SourceCache], site: Optional[Frame]) -> None:
@@ -293,8 +294,7 @@ class Names:
             return f"{self.module()}.default_stream({s.device})"
         if s in self._streams:
             return self._streams[s]
-        creation = user_site(s.created_stack)
-        name = self._visible(assigned_name(creation, self.sources), creation, local_only=False)
+        name = self._stream_variable(s)
         if name is None or name in self._streams.values():
             n = stream_number(s)
             base = f"s{n}" if s.device == 0 else f"s{n}_dev{s.device}"
@@ -314,8 +314,25 @@ class Names:
             return self.stream(s)
         if s in self._streams:
             return None if self._streams[s] in self.placeholders else self._streams[s]
+        return self._stream_variable(s)
+
+    def _stream_variable(self, s: StreamRef) -> Optional[str]:
+        """The variable that holds stream ``s`` at this line: the one its creation line
+        assigns, or, for a stream a ``@pytest.fixture`` creates and returns or yields, the
+        fixture's name when this line's function takes it as a parameter."""
         creation = user_site(s.created_stack)
-        return self._visible(assigned_name(creation, self.sources), creation, local_only=False)
+        variable = assigned_name(creation, self.sources)
+        name = self._visible(variable, creation, local_only=False)
+        if name is not None or self.scope is None or creation is None or self.index is None:
+            return name
+        origin = _relocated(creation, self.sources)
+        if origin is None:
+            return None
+        fixture = self.index.fixture_name(origin.filename, origin.lineno, variable)
+        if fixture is None or fixture not in self.scope.params or self.scope.names.get(fixture) != OTHER:
+            return None
+        rebound = self._rebound(self.scope.function, fixture, self.scope.function, self.site.lineno)
+        return None if rebound else fixture
 
     def stream_block(self) -> Optional[str]:
         """The header of the innermost ``with ...stream(...):`` block this line is in
@@ -331,14 +348,53 @@ class Names:
     def tensor(self, stack: Sequence[Frame]) -> str:
         """The variable a tensor allocated with ``stack`` has here, else a placeholder.
 
-        Tried from the innermost user frame outwards, so that a tensor made by a helper
-        (``x = helpers.produce(100)``) is called by the name the caller gave it.
+        The frames of the allocation stack are followed from the allocation outwards while
+        each function returns what its line made (``x = torch.empty(n); return x``, called
+        as ``nxt = load(i)``). First, a name this line itself reads that holds it through
+        plain assignments in this function (``cur = nxt``; ``acc += cur @ w``: ``cur``);
+        then a variable one of those frames assigns, in this function, still bound to it
+        here (not in a loop with this line unless this line reads it).
         """
         site = user_site(stack)
-        frames = [site] + [fr for fr in reversed(stack) if fr is not site and internal_category(fr) is None]
+        frames = [fr for fr in [site] + [fr for fr in reversed(stack) if fr is not site and internal_category(fr) is None]
+                  if fr is not None]
+        if self.scope is None or self.index is None or not frames:
+            return self._placeholder("x")
+        chain = []
         for fr in frames:
+            chain.append(fr)
+            local = _relocated(fr, self.sources)
+            if local is None or self.index.returns_value_of(local.filename, local.lineno,
+                                                            assigned_name(fr, self.sources)) is False:
+                break  # its function does not hand this tensor to its caller (as far as is known)
+        read = self.index.names_read(self.site.filename, self.site.lineno)
+        seeds: dict = {}
+        producers = set()
+        for i, fr in enumerate(chain):
+            local = _relocated(fr, self.sources)
+            if local is None or local.filename != self.site.filename:
+                continue
+            there = self.index.scope_at(local.filename, local.lineno)
+            if there is None or there.function != self.scope.function:
+                continue
+            name = assigned_name(fr, self.sources)
+            if name is not None and not name.startswith("self."):
+                seeds[name] = local.lineno
+            if i > 0:
+                producers.add(chain[i - 1].function)
+        if seeds:
+            held = self.index.aliases(self.site.filename, self.scope.function, seeds, frozenset(producers))
+            found = sorted(n for n, only in held.items()
+                           if only and n in read and self.scope.names.get(n) == OTHER and n in self.scope.local)
+            if len(found) == 1:
+                return found[0]
+        for fr in chain:
             name = self._visible(assigned_name(fr, self.sources), fr, local_only=True)
-            if name is not None:
+            if name is None:
+                continue
+            local = _relocated(fr, self.sources)
+            if name.startswith("self.") or name in read or not self.index.in_one_loop(
+                    self.site.filename, local.lineno, self.site.lineno):
                 return name
         return self._placeholder("x")
 
@@ -346,7 +402,8 @@ class Names:
         return self.scope.fresh("event") if self.scope is not None else "<event>"
 
     def _placeholder(self, base: str) -> str:
-        return self.scope.fresh(base) if self.scope is not None else f"<{base}>"
+        """``<base>``: visibly not a name of the program (and a syntax error if pasted as is)."""
+        return f"<{base}>"
 
     def _visible(self, name: Optional[str], origin: Optional[Frame], local_only: bool) -> Optional[str]:
         """``name`` (assigned at ``origin``) if at this line it still names that object."""
@@ -442,11 +499,11 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
                 f"make the {later.type} at {frame_label(at_later)} wait for the {coll} at "
                 f"{frame_label(at_earlier)}: it ran with async_op=False, so torch waited for it on the "
                 f"stream that was current at line {_line(at_earlier)}; right before line {_line(at_later)} add",
-                f"    {mod}.current_stream().wait_stream(s)",
-                f"where s is the stream that was current at line {_line(at_earlier)} "
-                f"(the one its `with {mod}.stream(s):` made current)",
+                f"    {mod}.current_stream().wait_stream(<s>)",
+                f"where <s> is the stream that was current at line {_line(at_earlier)} "
+                f"(the one a `with {mod}.stream(...):` around it made current)",
             ]
-        work = assigned_name(at_earlier, sources) or "work"
+        work = assigned_name(at_earlier, sources) or "<work>"
         return [
             f"wait for the {earlier.op} launched at {frame_label(at_earlier)} before the {later.type} "
             f"at {frame_label(at_later)}; right before line {_line(at_later)} add",
@@ -475,7 +532,7 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
     if is_comm(earlier.stream):
         return [
             f"wait for the {earlier.op} launched at {frame_label(at_earlier)} before its tensor is "
-            f"freed: call `work.wait()` (work: what {earlier.op}(..., async_op=True) returned) "
+            f"freed: call `<work>.wait()` (<work>: what {earlier.op}(..., async_op=True) returned) "
             f"before the free at {frame_label(at_later)}",
         ]
     use = Names(header, sources, at_earlier)
@@ -492,7 +549,7 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
         using = f"{mod}.current_stream()"
         block = use.stream_block()
         where += (f", inside the `{block}` block (after it, the current stream is another one)" if block else
-                  f", where {stream_short(earlier.stream, header)} is the current stream as at line {_line(use.site)}")
+                  f", while {stream_short(earlier.stream, header)} is the current stream (as at line {_line(use.site)})")
     lines = [
         f"tell the allocator about the use at {frame_label(at_earlier)}; {where} add",
         f"    {var}.record_stream({using})    # {var}: {what}",
