@@ -120,6 +120,10 @@ class Recorder:
         # (or online), set at start.
         self._kmax = self._qmax
         self._commit = _nothing  # the sink's commit: records reach the file at each drain
+        #: Durable file mode: the sink's ``put`` (pack one record straight into the mapping);
+        #: the dispatch mode then encodes a kernel at once when nothing is queued
+        #: (:meth:`kernel_now`), None otherwise (kernels are queued).
+        self._put = None
         self._kernel_fn = self._kernel
         # Stack key of the op the dispatch mode is handling in this thread, for the
         # allocations its outputs report (same user stack: no second walk).
@@ -184,6 +188,7 @@ class Recorder:
                     sink.autocommit = False  # committed per drain (see the module docstring)
                     self._commit = sink.commit
                     self._kmax = 1
+                    self._put = sink.put  # a kernel with nothing queued: written at once
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -432,21 +437,16 @@ class Recorder:
     def _drain(self) -> None:
         """Encode every queued event, in order (caller holds the lock).
 
-        The kernel path is written out here (it is most of the queue): the stream index
-        cache of this recorder, the encoder's block table read directly for blocks it
-        already knows (anything else goes through its methods).
+        Kernels (most of the queue) go through :meth:`_kernel_record`, which reads the
+        stream index cache of this recorder and the encoder's block table directly.
         """
         q = self._deferred
         if not q:
             return
         pop = q.popleft
         kfn = self._kernel_fn
-        enc = self.enc
-        sink = enc.sink
-        blocks = enc._blocks
-        op_sids = self._op_sids
-        sidxs = self._sidx
-        stack_ids = self._stack_ids
+        krec = self._kernel_record
+        sink = self.enc.sink
         nk = 0
         try:
             while q:
@@ -454,48 +454,97 @@ class Recorder:
                 if fn is not kfn:
                     fn(*args)
                     continue
-                name, device, handle, spans, key = args
-                op = op_sids.get(name)
-                if op is None:
-                    op = op_sids[name] = enc.string(name)
-                sidx = sidxs.get((device, handle))
-                if sidx is None:
-                    sidx = sidxs[(device, handle)] = enc.stream(handle, device)
-                if key is None:
-                    stack = None
-                else:
-                    stack = stack_ids.get(key)
-                    if stack is None:
-                        stack = self._stack(key)
-                rec = [_KERNEL, sidx, op, stack]
-                views = None
-                for base, off, ext, total, w, view in spans:
-                    if view is not None:  # a strided view: its hull, refined in a VIEWS record
-                        if views is None:
-                            views = []
-                        rec.append(enc.storage_access(base, off, ext, total, w, view, views))
-                        continue
-                    entry = blocks.get(base)
-                    if entry is not None:
-                        a = ~entry[0] if w else entry[0]
-                        if entry[1] is None and off + ext > entry[2]:
-                            entry[2] = off + ext  # unknown size: grows as the encoder's do
-                        if off == 0 and ext >= total:
-                            rec.append(a)
-                        else:
-                            rec.append([a, off, ext])
-                    else:
-                        rec.append(enc.storage_access(base, off, ext, total, w))
-                if views:
-                    enc.views(views, rec)
+                rec = krec(*args)
                 nk += 1
                 sink(rec)
         finally:
             if nk:
-                counts = enc.counts
+                counts = self.enc.counts
                 counts[_KERNEL] = counts.get(_KERNEL, 0) + nk
             if self.engine is not None:
                 self.engine.flush()  # online: the drained records are replayed as one batch
+
+    def _kernel_record(self, name: str, device: int, handle: int, spans: list, key) -> list:
+        """The KERNEL record of a queued or direct kernel; definitions it needs (op name,
+        stream, stack, blocks first seen, VIEWS) go to the sink first (caller holds the lock)."""
+        enc = self.enc
+        op = self._op_sids.get(name)
+        if op is None:
+            op = self._op_sids[name] = enc.string(name)
+        sidx = self._sidx.get((device, handle))
+        if sidx is None:
+            sidx = self._sidx[(device, handle)] = enc.stream(handle, device)
+        if key is None:
+            stack = None
+        else:
+            stack = self._stack_ids.get(key)
+            if stack is None:
+                stack = self._stack(key)
+        rec = [_KERNEL, sidx, op, stack]
+        views = None
+        blocks = enc._blocks
+        for base, off, ext, total, w, view in spans:
+            if view is not None:  # a strided view: its hull, refined in a VIEWS record
+                if views is None:
+                    views = []
+                rec.append(enc.storage_access(base, off, ext, total, w, view, views))
+                continue
+            entry = blocks.get(base)
+            if entry is not None:
+                a = ~entry[0] if w else entry[0]
+                if entry[1] is None and off + ext > entry[2]:
+                    entry[2] = off + ext  # unknown size: grows as the encoder's do
+                if off == 0 and ext >= total:
+                    rec.append(a)
+                else:
+                    rec.append([a, off, ext])
+            else:
+                rec.append(enc.storage_access(base, off, ext, total, w))
+        if views:
+            enc.views(views, rec)
+        return rec
+
+    def kernel_now(self, name: str, device: int, handle: int, spans: list, key) -> None:
+        """A kernel from the dispatch mode when the output is durable and nothing is queued:
+        encoded and put into the mapping at once (never raises).
+
+        The same record, at the same place in the trace, as queuing it and draining; it
+        skips the queue and writes the packed record straight into the mapping, which is
+        what the kill-safe recorder pays per op. Queued instead when another thread holds
+        the queue or this thread is already inside the recorder.
+        """
+        q = self._deferred
+        held = self._held_by
+        if (held is not None and held != threading.get_ident()) or not self.active:
+            if self.active:
+                q.append((self._kernel_fn, (name, device, handle, spans, key)))
+            return
+        try:
+            with self._lock:
+                if self._busy or q:  # queued events come first (or this thread is inside)
+                    q.append((self._kernel_fn, (name, device, handle, spans, key)))
+                    if self._busy:
+                        return
+                    self._busy = True
+                    try:
+                        self._drain()
+                        self._commit()
+                    finally:
+                        self._busy = False
+                    return
+                self._busy = True
+                try:
+                    rec = self._kernel_record(name, device, handle, spans, key)
+                    counts = self.enc.counts
+                    counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
+                    self._put(rec)
+                    if q:  # a hook fired while encoding (a free from the garbage collector)
+                        self._drain()
+                        self._commit()
+                finally:
+                    self._busy = False
+        except Exception as e:
+            self._fail(e)
 
     def _stack(self, key) -> Optional[int]:
         if key is None:
