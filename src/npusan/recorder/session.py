@@ -505,13 +505,14 @@ class Recorder:
         return rec
 
     def kernel_now(self, name: str, device: int, handle: int, spans: list, key) -> None:
-        """A kernel from the dispatch mode when the output is durable and nothing is queued:
-        encoded and put into the mapping at once (never raises).
+        """A kernel from the dispatch mode when the output is durable: what is queued is
+        encoded, then the kernel, and all of it is put into the mapping at once (never raises).
 
-        The same record, at the same place in the trace, as queuing it and draining; it
-        skips the queue and writes the packed record straight into the mapping, which is
-        what the kill-safe recorder pays per op. Queued instead when another thread holds
-        the queue or this thread is already inside the recorder.
+        The same records, in the same order, as queuing the kernel and draining; it skips
+        the queue for the kernel and commits with the kernel's own copy into the mapping
+        (nothing buffered: the packed record goes straight in), which is what the kill-safe
+        recorder pays per op. Queued instead when another thread holds the queue or this
+        thread is already inside the recorder.
         """
         q = self._deferred
         held = self._held_by
@@ -521,19 +522,13 @@ class Recorder:
             return
         try:
             with self._lock:
-                if self._busy or q:  # queued events come first (or this thread is inside)
+                if self._busy:  # this thread is inside the encoder: the outer loop gets it
                     q.append((self._kernel_fn, (name, device, handle, spans, key)))
-                    if self._busy:
-                        return
-                    self._busy = True
-                    try:
-                        self._drain()
-                        self._commit()
-                    finally:
-                        self._busy = False
                     return
                 self._busy = True
                 try:
+                    if q:  # queued events (the op's allocations, frees, event hooks) come first
+                        self._drain()
                     rec = self._kernel_record(name, device, handle, spans, key)
                     counts = self.enc.counts
                     counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
