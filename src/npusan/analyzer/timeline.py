@@ -156,6 +156,8 @@ class ExportStats:
     drawn: int = 0  # kernel slices written
     findings: int = 0
     truncated: bool = False
+    #: What the reader warned about (a cut trace, data after the end record...), as analyze shows.
+    warnings: list = field(default_factory=list)
     backend: Optional[str] = None
     limits: ExportLimits = field(default_factory=ExportLimits)  # as applied
 
@@ -376,12 +378,13 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                 if index in by_record:
                     tick += 1
                     yield from markers(by_record.pop(index), tick * TICK)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
-            raise TraceFormatError(f"{reader.where()}: malformed record ({e})") from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+            raise TraceFormatError(f"{reader.where()}: malformed record (a field has the wrong type)") from None
         tick += 1
         yield from markers([m for items in by_seq.values() for m in items] + at_end, tick * TICK)
         stats.kernels = seq
         stats.truncated = reader.truncated
+        stats.warnings = list(reader.warnings)
 
         yield {"name": "process_name", "ph": "M", "pid": PID, "tid": HOST_TID,
                "args": {"name": f"npusan: {os.path.basename(str(path))}"}}

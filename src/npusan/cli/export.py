@@ -103,6 +103,10 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
         raise type(e)(f"{trace}: {e}") from None
     finally:
         progress.close()
+    for w in stats.warnings:  # as `npusan analyze` warns: a cut trace, data after its end...
+        warn(f"{trace}: {w}")
+    if stats.truncated and not stats.warnings:
+        warn(f"{trace}: the trace ends without an end record; exported up to its last complete record")
     if stats.left_out or output is not None:
         warn_or_note = warn if stats.left_out else _note
         warn_or_note(f"{trace}: {stats.describe()}")
