@@ -101,3 +101,46 @@ def test_export_warns_about_a_cut_inside_a_record(tmp_path):
     e = run("export", p, "-o", tmp_path / "t.json")
     assert e.exit_code == 0, e.output
     assert "npusan: warning:" in e.stderr and "the recording was cut" in e.stderr
+
+
+def test_redact_replaces_stream_labels_but_keeps_npusans_own(tmp_path):
+    recs = GOOD + [[R.STREAM_LABEL, 0, "comm", "comm stream of process group 3"],
+                   [R.STREAM_LABEL, 1, "comm", "nccl ring of alice@secret-host:/home/alice"],
+                   [R.STREAM_DEF, 2, 0, 0x99], [R.STREAM_LABEL, 2, "io\x1b[2K", "prefetch for alice"]]
+    p = trace(tmp_path, recs)
+    out = tmp_path / "public.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert "2 stream labels replaced" in r.stderr
+    with TraceReader(str(out)) as reader:
+        for _ in reader.records():
+            pass
+        labels = reader.symbols.stream_labels
+    assert labels == {0: ("comm", "comm stream of process group 3"), 1: ("comm", "comm stream"),
+                      2: ("other", "other stream")}
+    assert b"alice" not in out.read_bytes() and b"secret" not in out.read_bytes()
+    assert run("analyze", out).exit_code == run("analyze", p).exit_code == 1
+
+
+def test_redact_uses_the_source_root_the_header_names(tmp_path):
+    HEADER["source_root"] = "/home/alice/proj"
+    try:
+        recs = [[R.STR, 1, "/home/alice/proj/pkg/train.py"], [R.STR, 2, "main"],
+                [R.STR, 3, "/home/alice/other/tool.py"], [R.FRAME, 0, 1, 3, 2], [R.FRAME, 1, 3, 4, 2],
+                [R.STACK, 0, [0, 1]]] + GOOD
+        p = trace(tmp_path, recs)
+    finally:
+        del HEADER["source_root"]
+    out = tmp_path / "public.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert "source root: /home/alice/proj" in r.stderr
+    with TraceReader(str(out)) as reader:
+        for _ in reader.records():
+            pass
+        strings = reader.symbols.strings
+        assert "source_root" not in reader.header
+    assert strings[1] == "/source-root/pkg/train.py" and strings[3] == "/redacted/tool.py"
+    # --source-root still wins over the header
+    r = run("redact", p, "-o", out, "--force", "--source-root", "/home/alice")
+    assert "source root: /home/alice" in r.stderr and "/home/alice/proj" not in r.stderr
