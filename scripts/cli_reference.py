@@ -32,7 +32,8 @@ Exit status of every command: 0 success (for `analyze`: no findings), 1 findings
 
 ## Shell completion
 
-The `npusan` command completes its subcommands, options and option values in bash, zsh and
+The `npusan` command completes its subcommands, options and option values (report formats,
+`--fail-on` finding kinds, backends, and file names for traces and files) in bash, zsh and
 fish (click's completion, driven by the `_NPUSAN_COMPLETE` variable):
 
 | shell | add to | line |
@@ -62,8 +63,9 @@ def render() -> str:
 
     root = _context(cli, "npusan")
     parts = [INTRO, "## `npusan`\n", "```\n" + _help(cli, "npusan") + "\n```\n"]
-    for name in sorted(cli.commands):
-        cmd = cli.commands[name]
+    commands = cli.all_commands()  # the verbs are imported lazily: load them all here
+    for name in sorted(commands):
+        cmd = commands[name]
         if cmd.hidden:
             continue
         parts += [f"## `npusan {name}`\n", "```\n" + _help(cmd, name, root) + "\n```\n"]

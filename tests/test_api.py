@@ -40,8 +40,6 @@ def test_findings_carry_kind_stacks_counts_and_fingerprints(scenario):
     assert "data race" in race.title and race.block.size == 4096
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: the API's report does not yet pass the command's source "
-                   "settings (source root) to the reporters, so its fixes fall back to placeholders")
 def test_the_report_is_what_the_cli_reports(scenario, run):
     trace = scenario("data_race")
     report = npusan.analyze(trace)
@@ -56,6 +54,31 @@ def test_the_report_is_what_the_cli_reports(scenario, run):
     assert ET.fromstring(report.to_junit()).tag in ("testsuites", "testsuite")
     with pytest.raises(ValueError, match="unknown report format"):
         report.render("yaml")
+
+
+def test_source_root_and_directories_as_the_command_takes_them(scenario, workdir, run, tmp_path_factory,
+                                                              monkeypatch):
+    trace = scenario("data_race")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # no project folder above it
+    (elsewhere / "traces").mkdir()
+    (elsewhere / "traces" / "a.npusan").write_bytes(open(trace, "rb").read())
+    monkeypatch.chdir(elsewhere)
+    rooted = npusan.analyze("traces", source_root=workdir, jobs=2)  # a directory, searched for traces
+    cli = run("analyze", "--format", "json", "--source-root", str(workdir), "-j", "2", "traces")
+    assert rooted.to_json() == cli.stdout
+    fix = "\n".join(rooted.root_causes[0].fix)
+    assert "event = torch.cuda.current_stream().record_event()" in fix  # names checked in train.py
+    bare = npusan.analyze("traces")  # no root: train.py may not be read
+    assert "<event> = torch.cuda.current_stream().record_event()" in "\n".join(bare.root_causes[0].fix)
+    assert bare.to_json() == run("analyze", "--format", "json", "traces").stdout
+    with pytest.raises(TraceFormatError, match="nothing"):
+        npusan.analyze(elsewhere / "nothing*.npusan")
+    with pytest.raises(ValueError, match="not a directory"):
+        npusan.analyze("traces", source_root=elsewhere / "missing")
+    with pytest.raises(ValueError, match="OLD=NEW"):
+        npusan.analyze("traces", map_path=["no-equals-sign"])
+    with pytest.raises(ValueError, match="jobs"):
+        npusan.analyze("traces", jobs=0)
 
 
 def test_options_baseline_suppressions_min_count_and_grouping(scenario, workdir):
@@ -94,3 +117,39 @@ def test_load_reads_the_trace_itself(scenario):
         assert types.count(R.KERNEL) == 2 and R.STREAM_CREATED in types
         assert trace.ended_cleanly
         assert len(trace.symbols.streams) == 2
+
+
+def test_unreadable_traces_among_good_ones_are_listed_not_raised(scenario, workdir):
+    (workdir / "night").mkdir()
+    (workdir / "night" / "good.npusan").write_bytes(open(scenario("data_race"), "rb").read())
+    (workdir / "night" / "bad.npusan").write_bytes(R.MAGIC + b"\x05garbage")
+    report = npusan.analyze(workdir / "night")
+    assert [f.kind.value for f in report.findings] == ["data-race"]
+    assert [str(where).endswith("bad.npusan") for where, _ in report.errors] == [True]
+    assert json.loads(report.to_json())["errors"][0]["trace"].endswith("bad.npusan")
+    with pytest.raises(TraceFormatError, match="bad.npusan"):
+        npusan.analyze(workdir / "night" / "bad.npusan")
+
+
+def test_a_trace_without_kernels_warns_in_the_report(workdir):
+    from npusan.trace_format import TraceWriter
+
+    with TraceWriter(str(workdir / "empty.npusan"), backend="cuda") as w:
+        w.stream_created(5)
+    report = npusan.analyze(workdir / "empty.npusan")
+    assert any("the trace has no kernels" in w for _, w in report.warnings)
+    assert any("no kernels" in w for w in report.to_dict()["traces"][0]["warnings"])
+
+
+def test_history_from_the_api(scenario, workdir):
+    db = workdir / "nightly.db"
+    first = npusan.analyze(scenario("data_race"), history=db, run_label="night1")
+    assert [f.to_dict()["status"] for f in first.findings] == ["new"]
+    second = npusan.analyze(scenario("data_race"), history=db, run_label="night2")
+    assert [f.to_dict()["status"] for f in second.findings] == ["persisting"]
+    clean = npusan.analyze(scenario("correct"), history=db)
+    assert [k["kind"] for k in clean.to_dict()["fixed"]] == ["data-race"]
+    with pytest.raises(ValueError, match="already recorded"):
+        npusan.analyze(scenario("correct"), history=db, run_label="night1")
+    with pytest.raises(ValueError, match="run_label only applies with history"):
+        npusan.analyze(scenario("correct"), run_label="x")

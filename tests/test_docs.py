@@ -34,7 +34,7 @@ def test_cli_reference_covers_every_command():
     from npusan.cli import cli
 
     text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    for name in cli.commands:
+    for name in cli.all_commands():
         assert f"## `npusan {name}`" in text and f"Usage: npusan {name} [OPTIONS]" in text
 
 

@@ -128,3 +128,49 @@ def test_the_pytest_console_script_frame_folds_with_pytest(name):
     folded = fold([script, inner, user])
     assert isinstance(folded[0], Folded) and folded[0].count == 2 and folded[1] == user
     assert internal_category(Frame("/home/u/proj/bin/pytest_helpers.py", 1, "f")) is None
+
+
+FIXTURES = '''import pytest
+import torch
+
+from npusan import sim
+
+
+@pytest.fixture
+def side_buffer():
+    s = sim.Stream()
+    with sim.stream(s):
+        buf = torch.ones(1024)     # written on the side stream by the fixture
+    yield buf                      # handed to the test without a wait
+
+
+@pytest.fixture
+def freed_late():
+    s = sim.Stream()
+    x = torch.ones(1024)
+    s.wait_stream(sim.current_stream())
+    with sim.stream(s):
+        y = x * 2                  # used on the side stream
+    yield y
+    del x                          # freed by the teardown without record_stream
+
+
+def test_uses_fixture(side_buffer):
+    side_buffer.add_(1)            # races with the fixture's write
+
+
+def test_teardown_frees(freed_late):
+    pass
+'''
+
+
+@pytest.mark.timeout(900)
+def test_fixture_setup_and_teardown_are_checked(pytester):
+    pytester.makepyfile(test_fix=FIXTURES)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--npusan", "-rA", timeout=600)
+    result.assert_outcomes(failed=1, passed=1, errors=1)  # the teardown's finding is an error of that test
+    result.stdout.fnmatch_lines(["ERROR test_fix.py::test_teardown_frees*", "FAILED test_fix.py::test_uses_fixture*"])
+    out = result.stdout.str()
+    assert "data race" in out and "missing record_stream" in out
+    # live, the program's own files are read: the fix names the fixture's stream, not a placeholder
+    assert "<s1>" not in out and "was not read" not in out

@@ -100,7 +100,8 @@ def analyze(*paths: Any, **options: Any):
     """Analyze trace files as ``npusan analyze`` does; returns a :class:`npusan.api.Report`.
 
     Keywords: ``check_leaks``, ``group``, ``suppress`` (a suppression file), ``baseline`` (a
-    JSON report of an earlier run), ``min_count``. See :func:`npusan.api.analyze`.
+    JSON report of an earlier run), ``min_count``, ``source_root``, ``map_path``, ``jobs``.
+    See :func:`npusan.api.analyze`.
     """
     from .api import analyze as _analyze
 

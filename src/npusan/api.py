@@ -11,27 +11,27 @@
     open("report.json", "w").write(report.to_json())
 
 Everything here is imported on first use, never by ``import npusan`` (which stays free of
-torch, rich and the analyzer). The analysis itself is
-:func:`npusan.analyzer.pipeline.analyze`, the same function ``npusan analyze`` runs.
+torch, rich and the analyzer). The analysis itself is :mod:`npusan.analyzer.pipeline`, the
+same steps with the same options that ``npusan analyze`` runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from .analyzer import pipeline
 from .analyzer.findings import AccessInfo, BlockInfo, Frame, Kind, TraceSummary
 from .analyzer.grouping import Group
 from .analyzer.reporters import Report as _Report
-from .analyzer.reporters import ReportOptions, format_names, get_reporter
+from .analyzer.reporters import format_names, get_reporter
 from .analyzer.reporters.describe import title as _title
 from .analyzer.reporters.json_report import group_json, root_cause_json
 from .analyzer.rootcause import RootCause as _RootCause
-from .analyzer.sources import SourceCache, user_site
+from .analyzer.sources import user_site
+from .trace_format.errors import TraceFormatError
 from .trace_format.reader import TraceReader
-from .trace_format.sourcelines import find_source_root
 
 __all__ = ["Finding", "Kind", "Report", "RootCause", "analyze", "load"]
 
@@ -46,11 +46,12 @@ class Finding:
     ``stack`` (frames with ``filename``, ``lineno``, ``function``, outermost first).
     """
 
-    __slots__ = ("_group", "_report")
+    __slots__ = ("_group", "_report", "_options")
 
-    def __init__(self, group: Group, report: _Report) -> None:
+    def __init__(self, group: Group, report: _Report, options: pipeline.AnalysisOptions) -> None:
         self._group = group
         self._report = report
+        self._options = options
 
     @property
     def kind(self) -> Kind:
@@ -107,7 +108,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         """This finding as the JSON report writes it (``docs/report-schema.md``)."""
-        return group_json(self._report, self._group, SourceCache())
+        return group_json(self._report, self._group, pipeline.render_options(self._options).source_cache())
 
     def __repr__(self) -> str:
         return f"<npusan.Finding {self.kind.value} x{self.count} {self.fingerprint[:12]}: {self.title}>"
@@ -117,11 +118,12 @@ class RootCause:
     """Findings that one synchronization would fix: the same stream must wait for the same
     other stream, and one wait placed before the first of them orders them all."""
 
-    __slots__ = ("_cause", "_report", "findings")
+    __slots__ = ("_cause", "_report", "_options", "findings")
 
-    def __init__(self, cause: _RootCause, report: _Report, findings: list) -> None:
+    def __init__(self, cause: _RootCause, report: _Report, options: pipeline.AnalysisOptions, findings: list) -> None:
         self._cause = cause
         self._report = report
+        self._options = options
         self.findings: list[Finding] = findings  # the first is where the fix goes
 
     @property
@@ -131,7 +133,7 @@ class RootCause:
 
     def to_dict(self) -> dict:
         """This root cause as the JSON report's ``root_causes`` entry."""
-        return root_cause_json(self._report, self._cause, SourceCache())
+        return root_cause_json(self._report, self._cause, pipeline.render_options(self._options).source_cache())
 
     def __repr__(self) -> str:
         return f"<npusan.RootCause of {len(self.findings)} finding(s)>"
@@ -149,15 +151,15 @@ class Report:
     def __init__(self, report: _Report, options: pipeline.AnalysisOptions = pipeline.AnalysisOptions()) -> None:
         self._report = report
         self._options = options
-        self.findings: list[Finding] = [Finding(g, report) for g in report.groups]
-        self.suppressed: list[Finding] = [Finding(g, report) for g in report.suppressed]
-        self.known: list[Finding] = [Finding(g, report) for g in report.known]
-        self.below_min_count: list[Finding] = [Finding(g, report) for g in report.below_min_count]
+        self.findings: list[Finding] = [Finding(g, report, options) for g in report.groups]
+        self.suppressed: list[Finding] = [Finding(g, report, options) for g in report.suppressed]
+        self.known: list[Finding] = [Finding(g, report, options) for g in report.known]
+        self.below_min_count: list[Finding] = [Finding(g, report, options) for g in report.below_min_count]
         self.traces: list[TraceSummary] = list(report.traces)
         by_group = {id(g): f for g, f in zip(report.groups, self.findings)}
         #: The findings grouped by what one synchronization would fix.
         self.root_causes: list[RootCause] = [
-            RootCause(c, report, [by_group[id(g)] for g in c.groups if id(g) in by_group])
+            RootCause(c, report, options, [by_group[id(g)] for g in c.groups if id(g) in by_group])
             for c in report.causes
         ]
 
@@ -166,6 +168,12 @@ class Report:
         """``(trace path, message)`` for each thing a trace made us warn about."""
         return [(t.path, w) for t in self.traces for w in t.warnings]
 
+    @property
+    def errors(self) -> list:
+        """``(trace or argument, reason)`` for each trace that could not be analyzed and each
+        argument that named no trace (the JSON report's ``errors``); the report covers the rest."""
+        return list(self._report.errors)
+
     def __iter__(self) -> Iterator[Finding]:
         return iter(self.findings)
 
@@ -173,19 +181,14 @@ class Report:
         return len(self.findings)
 
     def render(self, format: str = "text", *, full_stacks: bool = False, expand: bool = False,
-               color: bool = False, width: int = 100, source_root: Optional[PathLike] = None) -> str:
+               color: bool = False, width: int = 100) -> str:
         """The report as ``npusan analyze --format FORMAT`` prints it; the keywords are its
-        ``--full-stacks``, ``--expand``, ``--source-root`` (default: the project folder
-        above the working directory, as the command finds it) and terminal settings."""
+        ``--full-stacks`` and ``--expand`` and terminal settings (source is quoted and files
+        are named as the ``source_root`` and ``map_path`` given to :func:`analyze` say)."""
         if format not in format_names():
             raise ValueError(f"unknown report format {format!r} (expected one of {', '.join(format_names())})")
-        if source_root is None:
-            root = find_source_root(os.getcwd())
-        else:
-            root = os.path.abspath(os.fspath(source_root))
-        options = ReportOptions(group=self._options.group, full_stacks=full_stacks, expand=expand, color=color,
-                                width=width, check_leaks=self._options.check_leaks,
-                                min_count=self._options.min_count, source_root=root)
+        options = pipeline.render_options(self._options, full_stacks=full_stacks, expand=expand, color=color,
+                                          width=width)
         return get_reporter(format).render(self._report, options)
 
     def to_text(self, **kwargs: Any) -> str:
@@ -215,21 +218,53 @@ def analyze(
     suppress: Optional[PathLike] = None,
     baseline: Optional[PathLike] = None,
     min_count: int = 1,
+    source_root: Optional[PathLike] = None,
+    map_path: Sequence[str] = (),
+    jobs: int = 1,
+    history: Optional[PathLike] = None,
+    run_label: Optional[str] = None,
 ) -> Report:
-    """Analyze trace files as ``npusan analyze`` does and return the :class:`Report`.
+    """Analyze traces as ``npusan analyze`` does and return the :class:`Report`.
 
+    ``paths``: trace files, directories (searched for traces) or glob patterns.
     ``suppress``: a suppression file (``docs/suppressions.md``); ``baseline``: a JSON report
-    of an earlier run, whose findings are left out; ``check_leaks``, ``group`` and
-    ``min_count`` as the CLI's ``--check-leaks``, ``--no-group`` and ``--min-count``.
-    Raises :class:`npusan.trace_format.TraceFormatError` for an unusable trace, ``ValueError``
-    for an unusable option or file, ``OSError`` for a file that cannot be read.
+    of an earlier run, whose findings are left out; ``check_leaks``, ``group``,
+    ``min_count``, ``source_root``, ``map_path`` (``["OLD=NEW", ...]``) and ``jobs`` as the
+    CLI's ``--check-leaks``, ``--no-group``, ``--min-count``, ``--source-root``,
+    ``--map-path`` and ``--jobs`` (default here: one process). ``history`` (an SQLite file,
+    created when missing) and ``run_label`` as ``--history`` and ``--run-label``: the run is
+    recorded there and findings get their status (new, persisting) against its previous run.
+    A trace that cannot be analyzed among readable ones is listed in ``Report.errors`` (as
+    the command reports the others and exits 2); when nothing at all can be analyzed,
+    :class:`npusan.trace_format.TraceFormatError` is raised, naming the trace or path.
+    ``ValueError`` is raised for an unusable option or file.
     """
     if not paths:
         raise ValueError("npusan.analyze needs at least one trace path")
+    if isinstance(map_path, str):
+        map_path = [map_path]
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer of at least 1 (got {jobs!r})")
+    if run_label is not None and history is None:
+        raise ValueError("run_label only applies with history")
     options = pipeline.AnalysisOptions.from_files(
-        suppress=suppress, baseline=baseline, check_leaks=check_leaks, group=group, min_count=min_count
+        suppress=suppress, baseline=baseline, source_root=source_root, map_path=map_path,
+        check_leaks=check_leaks, group=group, min_count=min_count,
     )
-    return Report(pipeline.analyze(paths, options), options)
+    db = pipeline.open_history(history, run_label) if history is not None else None
+    try:
+        result = pipeline.replay_inputs(paths, options, jobs=jobs)
+        errors = result.errors
+        if errors and all(t.error is not None for t in result.traces):
+            more = f" (and {len(errors) - 1} more unusable)" if len(errors) > 1 else ""
+            raise TraceFormatError(f"{errors[0][0]}: {errors[0][1]}{more}")
+        report = pipeline.make_report(result, options, history=db.previous() if db is not None else None)
+        if db is not None:
+            db.record(report, label=run_label)
+    finally:
+        if db is not None:
+            db.close()
+    return Report(report, options)
 
 
 def load(path: PathLike) -> TraceReader:

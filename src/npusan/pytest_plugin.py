@@ -4,11 +4,13 @@ Registered through the ``pytest11`` entry point, so installing npusan makes the 
 available; without ``--npusan`` the plugin only adds its options and marker and costs
 nothing (torch is not imported on its behalf).
 
-With ``--npusan`` each test's call runs under a recorder in online mode: the first data
-race, missing ``record_stream`` or reuse race raises :class:`npusan.RaceError` at the op
-that causes it, and the test fails with npusan's report of it (pytest's, pluggy's and
-npusan's own frames folded) instead of a traceback through torch internals. A finding
-still fails the test if the test caught the exception. ``--npusan-trace-dir DIR`` also
+With ``--npusan`` each test runs under a recorder in online mode, from the set-up of its
+fixtures to their teardown (a stream or tensor made by a fixture and misused by the test,
+or freed by the fixture's teardown, is checked like one the test made itself): the first
+data race, missing ``record_stream`` or reuse race raises :class:`npusan.RaceError` at the
+op that causes it, and the test fails (or errors, in set-up or teardown) with npusan's
+report of it (pytest's, pluggy's and npusan's own frames folded) instead of a traceback
+through torch internals. A finding still fails the test if the test caught the exception. ``--npusan-trace-dir DIR`` also
 writes each test's trace to ``DIR`` and keeps it when the test fails. The
 ``no_npusan`` marker runs one test unchecked.
 """
@@ -31,6 +33,8 @@ class _TestState:
     def __init__(self, recorder: Any, trace: Optional[str]) -> None:
         self.recorder = recorder
         self.trace = trace
+        self.reported = 0  # findings already attached to the report of an earlier phase
+        self.failed = False  # a phase (set-up, call, teardown) failed: its trace is kept
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,7 +62,8 @@ def _trace_name(nodeid: str) -> str:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item):
+def pytest_runtest_setup(item: pytest.Item):
+    """Start recording before the test's fixtures are set up (recording lasts to their teardown)."""
     config = item.config
     if not config.getoption("npusan") or item.get_closest_marker(MARKER) is not None:
         yield
@@ -78,29 +83,46 @@ def pytest_runtest_call(item: pytest.Item):
                            metadata={"test": item.nodeid})
     item.stash[_STATE] = _TestState(rec, trace)
     rec.start()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    """Stop recording once the fixtures are torn down; what the last frees showed goes into
+    the teardown's report, not to stderr."""
     try:
         yield
     finally:
-        rec.settle()  # what the test's last frees showed goes into the report, not to stderr
-        rec.stop()
+        state = item.stash.get(_STATE, None)
+        if state is not None:
+            state.recorder.settle()
+            state.recorder.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     state = item.stash.get(_STATE, None)
-    if state is None or call.when != "call":
+    if state is None:
         return
     report = outcome.get_result()
-    found = list(state.recorder.found)
-    if found:
+    found = list(state.recorder.found)[state.reported:]
+    if found and call.when == "teardown" and state.reported:
+        # The first finding raised inside the test, so its program stopped half-way; what the
+        # frees after it show is mostly that bug's aftermath: noted, not a second failure.
+        report.sections.append(("npusan", f"{len(found)} more finding(s) while tearing down: "
+                                          "see the trace (--npusan-trace-dir)"))
+    elif found:
         report.outcome = "failed"
         report.longrepr = _failure_text(found, state, call)
-    if state.trace is not None and os.path.exists(state.trace):
-        if report.failed:
-            report.sections.append(("npusan trace", f"kept: {state.trace}"))
-        else:
-            os.remove(state.trace)
+    state.reported += len(found)
+    state.failed = state.failed or report.failed
+    if call.when != "teardown" or state.trace is None or not os.path.exists(state.trace):
+        return
+    if state.failed:
+        report.sections.append(("npusan trace", f"kept: {state.trace}"))
+    else:
+        os.remove(state.trace)
 
 
 #: How to see folded frames: pytest has no --full-stacks; the kept trace and the CLI do.

@@ -25,3 +25,36 @@ def test_frames_are_identified_by_text_not_line_number():
     # Without text the line number stands in.
     assert frame_identity(Frame("/a/t.py", 10, "f")) != frame_identity(Frame("/a/t.py", 11, "f"))
     assert normalize_text("  a\t=  b  ") == "a = b"
+
+
+def _identity(text, line=10, function="step"):
+    return frame_identity(Frame("/a/proj/t.py", line, function, text=text, root="/a/proj"))
+
+
+def test_comments_and_spacing_between_tokens_do_not_change_a_frame():
+    base = _identity("return x.sum()")
+    assert _identity("return x.sum()                      # the racing read") == base
+    assert _identity("return x.sum( )") == base
+    assert _identity("return  x .sum ()  # formatter was here") == base
+    assert _identity("step(x, side)  # caller") == _identity("step(x,side)")
+    # A line that opens a bracket is still read token by token, comment and all.
+    assert _identity("y = f(a,  # first argument") == _identity("y = f( a ,")
+    assert normalize_text("y = x.sum()  # c") == "y = x . sum ( )"
+
+
+def test_code_changes_still_change_a_frame():
+    base = _identity("return x.sum()")
+    assert _identity("return x.sum() * 2") != base
+    assert _identity("return x.mean()") != base
+    assert _identity("return x.sum(dim=0)") != base
+    # Inside a string literal, spacing and '#' are code.
+    assert _identity('log("a  b")') != _identity('log("a b")')
+    assert _identity('log("a # b")') != _identity('log("a")')
+    assert _identity('f"{a}  b"') != _identity('f"{a} b"')
+
+
+def test_lines_that_do_not_tokenize_fall_back_to_collapsed_whitespace():
+    assert normalize_text('x = """abc  def') == 'x = """abc def'  # an unterminated string
+    assert normalize_text("x = a + \\") == "x = a + \\"
+    assert normalize_text("x = $y  # c") == "x = $y # c"
+    assert _identity('x = """abc') != _identity('x = """abd')

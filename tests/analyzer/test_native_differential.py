@@ -124,15 +124,13 @@ def outcome(data: bytes, cls, check_leaks: bool = True):
     eng = cls(reader.symbols, header=reader.header, check_leaks=check_leaks)
     try:
         replay._replay(eng, reader, 0, None)
-    except native.ViewsMet:  # the core declines strided views: analyze replays them in Python
-        return outcome(data, Engine, check_leaks)
     except RecordError as e:
         return ("error", f"{reader.where()}: {e}")
     except TraceFormatError as e:
         return ("error", str(e))
     return ("ok", [_finding(f) for f in eng.finish()], eng.seq, eng.events, eng.dropped, reader.truncated,
             reader.ended_cleanly, reader.end_stats, list(reader.warnings), reader.events,
-            reader.definition_counts, reader.unknown_types)
+            reader.definition_counts, reader.unknown_types, eng.overlap_budget.gave_up)
 
 
 def check(data: bytes, check_leaks: bool = True):
@@ -238,12 +236,20 @@ def test_trailing_fields_of_a_newer_minor_version_are_ignored(ops, extra):
     assert check(join(header, padded))[1:3] == plain[1:3]
 
 
-def test_traces_of_a_newer_minor_version_replay_through_the_python_engine():
+def test_traces_of_a_newer_minor_version_replay_through_the_python_engine(capsys, monkeypatch):
     from npusan.trace_format.symbols import SymbolTable
 
-    assert isinstance(native.make_engine(SymbolTable(), header={"format": [1, 0]}), native.NativeEngine)
+    monkeypatch.setattr(native, "_newer_warned", False)
+    assert native.NATIVE_FORMAT == (1, 1)
+    for fmt in ([1, 0], [1, 1]):  # strided views (1.1) included
+        assert isinstance(native.make_engine(SymbolTable(), header={"format": fmt}), native.NativeEngine)
+        assert isinstance(native.make_engine(SymbolTable(), file=True, header={"format": fmt}), native.NativeEngine)
+    assert capsys.readouterr().err == ""
     newer = (native.NATIVE_FORMAT[0], native.NATIVE_FORMAT[1] + 1)
     assert type(native.make_engine(SymbolTable(), header={"format": list(newer)})) is Engine
+    assert type(native.make_engine(SymbolTable(), header={"format": list(newer)})) is Engine
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pure-Python engine" in err  # said once, on one line
 
 
 # -- strided views (format 1.1 VIEWS records) ------------------------------------------------
@@ -294,7 +300,6 @@ def views_program(ops) -> bytes:
     return join(header, recs)
 
 
-@pytest.mark.skip(reason="the compiled core's strided-view path is written but not yet enabled or verified against the Python engine")
 @FUZZ
 @given(st.lists(_vop, max_size=50), st.booleans())
 def test_same_findings_with_strided_views(ops, check_leaks):
@@ -302,7 +307,6 @@ def test_same_findings_with_strided_views(ops, check_leaks):
     assert ref[0] == "ok"
 
 
-@pytest.mark.skip(reason="the compiled core's strided-view path is written but not yet enabled or verified against the Python engine")
 @FUZZ
 @given(st.lists(_vop, max_size=20), st.lists(st.tuples(st.integers(0, 1 << 30), st.lists(
     st.one_of(st.integers(-3, 300), st.none(), st.lists(st.integers(-3, 300), max_size=8)), max_size=4)), max_size=3))
@@ -311,3 +315,105 @@ def test_same_errors_with_malformed_views(ops, inserts):
     for where, fields in inserts:
         recs.insert(where % len(recs), [_VIEWS] + fields)
     check(join(header, recs))
+
+
+def _views_entry(a: int, lo: int, run: int, dims) -> list:
+    return [a, lo, run + sum((n - 1) * d for n, d in dims), run] + [x for dim in dims for x in dim]
+
+
+def _views_trace(*pairs, blocks=((0x10000, None),)) -> bytes:
+    """A 1.1 trace: streams 0-2, blocks allocated on stream 0, then ``(stream, views, accesses)``."""
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, b, ptr, size, 0, None] for b, (ptr, size) in enumerate(blocks)]
+    for stream, views, accs in pairs:
+        if views is not None:
+            recs.append([_VIEWS] + views)
+        recs.append([R.KERNEL, stream, 0, None] + accs)
+    recs.append([R.END, {}])
+    return join({"format": [1, 1], "backend": "cuda"}, recs)
+
+
+def test_same_budget_warning_on_costly_views():
+    # The exact comparison of these two would need a long search: both engines give up after
+    # the same budget, answer "overlap" (one report) and count it (analyze's warning).
+    a = _views_entry(-1, 45, 1, ((130, 4412), (73, 2358), (73, 826)))
+    b = _views_entry(-1, 35, 1, ((171, 3917), (77, 2590), (52, 654)))
+    ref = check(_views_trace((1, [a], [a[:3]]), (2, [b], [b[:3]])))
+    assert ref[0] == "ok" and [f[0].value for f in ref[1]].count("data-race") == 1 and ref[-1] == 1
+
+
+def test_same_when_the_whole_trace_budget_runs_out(monkeypatch):
+    # Many costly comparisons: the trace's total budget runs out, then every further test
+    # that needs a search is answered "overlap" at once, in both engines alike.
+    from npusan.analyzer import overlap
+
+    monkeypatch.setattr(overlap, "TOTAL_BUDGET", 5000)
+    a = _views_entry(-1, 45, 1, ((130, 4412), (73, 2358), (73, 826)))
+    b = _views_entry(-1, 35, 1, ((171, 3917), (77, 2590), (52, 654)))
+    pairs = [(1 + i % 2, [a if i % 2 == 0 else b], [(a if i % 2 == 0 else b)[:3]]) for i in range(12)]
+    ref = check(_views_trace(*pairs))
+    assert ref[0] == "ok" and ref[-1] >= 3
+
+
+def test_same_when_views_overflow_a_block():
+    # More strided entries than a block keeps (strided.MAX_VIEWS): the oldest are merged into
+    # the byte-range segments, conservatively; then ranged and whole accesses meet them.
+    pairs = []
+    for i in range(40):
+        e = _views_entry(~0 if i % 3 else 0, (i * 7) % 64, 2 + i % 3, ((4, 16 + i % 5),))
+        pairs.append((i % 3, [e], [e[:3]]))
+        if i % 7 == 0:
+            pairs.append(((i + 1) % 3, None, [[~0 if i % 2 else 0, i, 9]]))
+    pairs.append((2, None, [0]))
+    pairs.append((1, None, [~0]))
+    ref = check(_views_trace(*pairs, blocks=((0x10000, 256),)))
+    assert ref[0] == "ok" and ref[1]
+
+
+BIG = (1 << 64) - 1
+
+
+@pytest.mark.parametrize("views", [
+    [0],  # an entry that is not an array
+    [[0, 0]],  # too short
+    [[0, 0, 0]],  # nbytes 0
+    [[0, -1, 8]],  # a negative offset
+    [[0, BIG, BIG]],  # the largest offset and size
+    [[-(1 << 63), 0, 8, 4, 2, 4]],  # the smallest block field
+    [[0, 0, 8, 0, 2, 4]],  # run 0
+    [[0, 0, 8, 4, 2, 4, 2]],  # an odd number of dims fields
+    [[0, 0, 8, 4, 1, 4]],  # a size below 2
+    [[0, 0, 8, 4, 2, -4]],  # a negative stride
+    [[0, 0, 8, 4, 2, 0]],  # stride 0
+    [[0, 0, 8, 4, 2, 5]],  # dims span 9 bytes, not 8
+    [[0, 0, BIG, 1, BIG, BIG]],  # huge counts and strides: the span check, no overflow
+    [[0, 0, BIG, 1, 2, BIG - 1]],  # valid, 64-bit span
+    [[0, 0, 8, 4] + [2, 1] * 9],  # more than MAX_DIMS dims
+    [[0, 0, 8, 4, [2], 4]],  # a nested size
+    [[0, 0, 8, 4, 2, {"a": 1}]],  # a map as a stride
+    [[0, 0, 8, 4, 2, 4.0]],  # a float
+    [[0, 0, 8, 4, 2, True]],  # a bool is not an int here
+    [[0, 0, 8, 4, 2, 4], [0, 0, 8, 4, 2, 4]],  # the same triple twice
+    [[0, 0, 8, 4, 2, 4], [0, 0, 8]],  # the same triple twice, once as a hull
+    [[0, 0, 8], [~0, 0, 8], [0, 8, 8, 4, 2, 4]],  # fine
+    [[[[[[0]]]]]],  # nested arrays as an entry
+])
+def test_same_errors_on_hostile_views(views):
+    data = _views_trace((1, views, [[0, 0, 8]]), (2, None, [~0]))
+    ref = check(data)
+    assert ref[0] == "error" or ref[0] == "ok"
+
+
+@pytest.mark.parametrize("tail", [
+    b"\x92\x15\xdd\xff\xff\xff\xff",  # a views entry claiming 4G fields
+    b"\xdd\x7f\xff\xff\xff\x15",  # a views record claiming 2G entries
+    b"\x92\x15" + b"\x91" * 2000 + b"\x00",  # a nesting bomb inside a views record
+    b"\x93\x15\x93\x00\x00\x08" + b"\x91" * 1100,  # a second entry nested deeper than msgpack allows
+    b"\x92\x15\x96\x00\x00\x08\x04\x02\xc1",  # a byte msgpack never uses
+    b"\x91\x15",  # fewer fields than a views record needs
+])
+def test_same_error_on_hostile_views_tails(tail):
+    header, recs = split(_views_trace((1, None, [0])))
+    recs.pop()
+    ref = check(join(header, recs) + tail)
+    assert ref[0] == "error" or ref[5]

@@ -12,6 +12,7 @@ from npusan.analyzer.grouping import group_findings
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
 from npusan.analyzer.reporters.schema import REPORT_SCHEMA
 from npusan.analyzer.rootcause import root_causes, wait_point
+from npusan.analyzer.sources import SourceSettings
 from tests.cli.npusan_scenarios import make_finding, make_result
 from tests.recorder.conftest import run_record
 
@@ -69,7 +70,7 @@ def test_every_reported_finding_is_in_exactly_one_root_cause_in_json():
     report = build_report(make_result(findings))
     doc = json.loads(get_reporter("json").render(report, ReportOptions()))
     jsonschema.validate(doc, REPORT_SCHEMA)
-    assert doc["schema_version"] == "1.3"
+    assert doc["schema_version"] == "1.5"
     explained = [fp for c in doc["root_causes"] for fp in c["findings"]]
     assert sorted(explained) == sorted(f["fingerprint"] for f in doc["findings"])
     first, second = doc["root_causes"]
@@ -132,7 +133,7 @@ def test_prefetch_loop_with_one_missing_wait_is_one_root_cause_with_one_fix(tmp_
     report = build_report(result)
     assert len(report.groups) == 3  # three tensors read at three lines
     (cause,) = report.causes
-    roots = ReportOptions(source_roots=(str(tmp_path),))  # the program may be read from there
+    roots = ReportOptions(sources=SourceSettings((str(tmp_path),)))  # the program may be read from there
     text = get_reporter("text").render(report, roots)
     lines = text.splitlines()
     assert lines[0].startswith("root cause #1: the default stream (sim:0) does not wait for stream #1 (sim:0)")
@@ -143,7 +144,7 @@ def test_prefetch_loop_with_one_missing_wait_is_one_root_cause_with_one_fix(tmp_
     assert f"right before line {call} of prog.py (the call that leads to the first access" in lines[2]
     assert lines[3].strip() == "sim.current_stream().wait_stream(copy)"
     assert len([l for l in lines if re.match(r"^error\[", l)]) == 1  # only the first in full
-    expanded = get_reporter("text").render(report, ReportOptions(expand=True, source_roots=(str(tmp_path),)))
+    expanded = get_reporter("text").render(report, ReportOptions(expand=True, sources=SourceSettings((str(tmp_path),))))
     assert len([l for l in expanded.splitlines() if re.match(r"^error\[", l)]) == 3
     assert len(lines) < len(expanded.splitlines()) // 2
 

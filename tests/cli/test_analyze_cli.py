@@ -210,13 +210,17 @@ def test_write_failure_after_analysis_is_one_line(scenario, run):
     one_error_line(run("analyze", scenario("data_race"), "-o", "/dev/full"), "cannot write the report to /dev/full")
 
 
-def test_click_usage_errors_exit_2(run):
-    r = run("analyze")
-    assert r.exit_code == 2
-    r = run("analyze", "x.bin", "--min-count", "many")
-    assert r.exit_code == 2
-    r = run("analyze", "x.bin", "--bogus")
-    assert r.exit_code == 2
+def test_click_usage_errors_are_one_line_and_exit_2(run):
+    one_error_line(run("analyze"), "missing argument 'TRACE...'", "(try 'npusan analyze --help')")
+    one_error_line(run("analyze", "x.bin", "--min-count", "many"), "'--min-count'", "not a valid integer")
+    one_error_line(run("analyze", "x.bin", "--bogus"), "no such option '--bogus'")
+    one_error_line(run("analyze", "x.bin", "--format"), "'--format' requires an argument")
+    one_error_line(run("frobnicate"), "no such command 'frobnicate'", "(try 'npusan --help')")
+    one_error_line(run("--bogus"), "no such option '--bogus'")
+    one_error_line(run("info"), "missing argument 'TRACE...'", "(try 'npusan info --help')")
+    for args in (["--help"], ["analyze", "--help"], ["analyze", "-h"]):
+        r = run(*args)
+        assert r.exit_code == 0 and r.stdout.startswith("Usage: npusan") and r.stderr == ""
 
 
 def test_check_leaks_reports_blocks_never_freed(run, workdir):

@@ -184,3 +184,135 @@ def test_scheduler_options_are_checked_before_analysis(workdir, scenario, run):
     assert r.exit_code == 2 and "tcp://" in r.stderr
     r = run("analyze", "dr.bin", "--send-traces")
     assert r.exit_code == 2 and "--scheduler" in r.stderr
+
+
+def test_empty_and_barely_started_traces_in_a_directory_are_unreadable_not_skipped(workdir, scenario, run):
+    """A rank that crashed before writing anything leaves an empty or cut file: exit 2, listed."""
+    night = _nightly(workdir, scenario)
+    (night / "node1" / "empty.npusan").write_bytes(b"")
+    good = (workdir / "tmp.bin").read_bytes()
+    (night / "node1" / "tiny.zst").write_bytes(zstandard.ZstdCompressor().compress(good)[:10])
+    (night / "node1" / "cut.npusan.gz").write_bytes(gzip.compress(good)[:12])
+    (night / "node1" / "text.npusan").write_text("hello\n")
+    (night / "empty.log.gz").write_bytes(b"")
+    r = run("analyze", str(night), "--format", "json", "--jobs", "1")
+    assert r.exit_code == 2, r.stderr
+    doc = json.loads(r.stdout)
+    errors = {e["trace"].rsplit("/", 1)[-1]: e["error"] for e in doc["errors"]}
+    assert sorted(errors) == ["cut.npusan.gz", "empty.log.gz", "empty.npusan", "text.npusan", "tiny.zst"]
+    assert "empty" in errors["empty.npusan"]
+    assert "zstd stream ends before the trace header" in errors["tiny.zst"]
+    assert "gzip stream ends before the trace header" in errors["cut.npusan.gz"]
+    assert "does not start with the magic" in errors["text.npusan"]
+    assert len(doc["findings"]) == 4  # the good traces are still analyzed; junk.gz and notes.txt are not traces
+    assert "junk.gz" not in r.stdout and "notes.txt" not in r.stdout
+    # Named directly, a cut zstd stream is not called an empty file.
+    r = run("analyze", str(night / "node1" / "tiny.zst"))
+    assert r.exit_code == 2 and "the file is empty" not in r.stderr
+    assert "zstd stream ends before the trace header" in r.stderr
+
+
+def _night(workdir, name, traces):
+    """nights/<name>/ with the given {file name: bytes}: a folder per night, as CI keeps them."""
+    folder = workdir / "nights" / name
+    folder.mkdir(parents=True)
+    for file, data in traces.items():
+        (folder / file).write_bytes(data)
+    return str(folder)
+
+
+def test_a_finding_whose_trace_became_unreadable_is_unchecked_not_fixed(workdir, scenario, run):
+    dr = (workdir / scenario("data_race", "dr.bin")).read_bytes()
+    se = (workdir / scenario("seed_example", "se.bin")).read_bytes()
+    corrupt = se[:40] + b"\xc1" * 32
+    docs = {}
+    for label, traces in [("n1", {"dr.npusan": dr, "se.npusan": se}), ("n2", {"dr.npusan": dr, "se.npusan": se}),
+                          ("n3", {"dr.npusan": dr, "se.npusan": corrupt}), ("n4", {"dr.npusan": dr, "se.npusan": se})]:
+        r = run("analyze", _night(workdir, label, traces), "--history", "h.db", "--run-label", label, "--format", "json")
+        assert r.exit_code == (2 if label == "n3" else 1), r.stderr
+        docs[label] = json.loads(r.stdout)
+    n3 = docs["n3"]
+    assert n3["fixed"] == []
+    assert [(k["kind"], [t.rsplit("/", 2)[-2:] for t in k["traces"]]) for k in n3["unchecked"]] == [
+        ("missing-record-stream", [["n2", "se.npusan"]])]
+    assert n3["comparison"]["unchecked"] == 1 and n3["comparison"]["unreadable_traces"] == 1
+    # The next night it is back: persisting, not new, and the history keeps its first run.
+    assert {f["kind"]: f["status"] for f in docs["n4"]["findings"]} == {
+        "data-race": "persisting", "missing-record-stream": "persisting"}
+    assert docs["n4"]["unchecked"] == [] and docs["n4"]["fixed"] == []
+    hist = json.loads(run("history", "h.db", "--format", "json").stdout)
+    mrs = next(f for f in hist["fingerprints"] if f["kind"] == "missing-record-stream")
+    assert (mrs["first_run"], mrs["last_run"]) == ("n1", "n4")
+    assert [r["unchecked"] for r in hist["runs"]] == [0, 0, 1, 0]
+    # The text report says so, and that the fixed list may be incomplete.
+    r = run("analyze", _night(workdir, "n5", {"dr.npusan": dr, "se.npusan": corrupt}), "--history", "h.db",
+            "--no-color")
+    assert r.exit_code == 2
+    assert "0 new, 1 persisting, 0 fixed, 1 unchecked:" in r.stdout
+    assert "unchecked: last seen only in" in r.stdout and "the fixed list may be incomplete" in r.stdout
+
+
+def test_a_readable_trace_without_the_finding_still_makes_it_fixed(workdir, scenario, run):
+    dr = (workdir / scenario("data_race", "dr.bin")).read_bytes()
+    se = (workdir / scenario("seed_example", "se.bin")).read_bytes()
+    clean = (workdir / scenario("correct", "ok.bin")).read_bytes()
+    run("analyze", _night(workdir, "a", {"dr.npusan": dr, "se.npusan": se}), "--history", "h.db")
+    r = run("analyze", _night(workdir, "b", {"dr.npusan": b"", "se.npusan": clean}), "--history", "h.db",
+            "--format", "json")
+    assert r.exit_code == 2
+    doc = json.loads(r.stdout)
+    assert [k["kind"] for k in doc["fixed"]] == ["missing-record-stream"]
+    assert [k["kind"] for k in doc["unchecked"]] == ["data-race"]
+
+
+def test_history_with_a_baseline_counts_what_the_baseline_hid(workdir, scenario, run):
+    scenario("data_race", "dr.bin")
+    scenario("seed_example", "se.bin")
+    assert run("analyze", "dr.bin", "se.bin", "--history", "h.db", "--format", "json", "-o", "base.json").exit_code == 1
+    r = run("analyze", "dr.bin", "se.bin", "--history", "h.db", "--baseline", "base.json", "--no-color")
+    assert r.exit_code == 0, r.stderr
+    assert "0 new, 2 persisting (not shown: 2 persisting in the baseline), 0 fixed" in r.stdout
+    doc = json.loads(run("analyze", "dr.bin", "--history", "h.db", "--baseline", "base.json", "--format", "json").stdout)
+    c = doc["comparison"]
+    assert (c["new"], c["persisting"], c["fixed"], c["unchecked"]) == (0, 1, 1, 0)
+    assert c["hidden_by_baseline"] == {"new": 0, "persisting": 1}
+
+
+def test_run_labels_are_unique_and_need_a_history(workdir, scenario, run):
+    scenario("data_race", "dr.bin")
+    assert run("analyze", "dr.bin", "--history", "h.db", "--run-label", "mon").exit_code == 1
+    r = run("analyze", "dr.bin", "--history", "h.db", "--run-label", "mon")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "npusan: error: history h.db: a run labelled 'mon' is already recorded (labels name runs; choose another)"]
+    r = run("analyze", "dr.bin", "--run-label", "tue")
+    assert r.exit_code == 2 and r.stderr.strip() == "npusan: error: --run-label only applies with --history"
+    assert run("analyze", "dr.bin", "--history", "h.db", "--run-label", " ").exit_code == 2
+    db = sqlite3.connect(workdir / "h.db")
+    assert [r[0] for r in db.execute("SELECT label FROM runs")] == ["mon"]
+    # Default labels (the date and time) never collide: a second run in the same second gets '#2'.
+    from npusan.analyzer.history import History, HistoryError
+    from npusan.analyzer.reporters.base import Report
+
+    h = History.open(str(workdir / "h2.db"))
+    labels = [h.record(Report(groups=[], traces=[])).label for _ in range(3)]
+    assert len(set(labels)) == 3
+    with pytest.raises(HistoryError):
+        h.record(Report(groups=[], traces=[]), label=labels[0])
+
+
+def test_history_chart_has_sensible_y_ticks(workdir, scenario, run):
+    import re
+
+    from npusan.analyzer.history_report import y_ticks
+
+    assert y_ticks(0) == [0, 1]
+    assert y_ticks(2) == [0, 1, 2]
+    assert y_ticks(3) == [0, 1, 2, 3]
+    assert y_ticks(7) == [0, 2, 4, 6, 8]
+    assert y_ticks(37) == [0, 10, 20, 30, 40]
+    assert y_ticks(1234) == [0, 500, 1000, 1500]
+    _history_runs(workdir, scenario, run, "h.db")  # at most 1 finding of a kind per run
+    run("history", "h.db", "--format", "html", "-o", "h.html")
+    page = (workdir / "h.html").read_text()
+    assert re.findall(r'<text class="ytick"[^>]*>(\d+)</text>', page) == ["0", "1"]

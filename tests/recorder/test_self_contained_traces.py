@@ -108,6 +108,12 @@ def test_fingerprints_survive_lines_inserted_above_and_another_checkout(tmp_path
     # The source is gone (a bug report on another machine): recorded text still decides.
     shutil.rmtree(tmp_path / "checkout-a")
     assert _fingerprints(first)[0] == fa
+    # Cosmetic edits (a formatter run, comments on the racing and the calling line) keep it.
+    cosmetic = (RACE.replace("return x.sum()                      # the racing read", "return x.sum( )  # racy")
+                .replace("step(x, side)\n", "step(x,side)  # the caller\n"))
+    assert cosmetic != RACE
+    tidy, _ = _record_in(tmp_path / "checkout-d", cosmetic, tmp_path, "d")
+    assert _fingerprints(tidy)[0] == fa
     # Editing the racing line itself is another bug.
     edited = RACE.replace("return x.sum()", "return x.sum() * 2")
     third, _ = _record_in(tmp_path / "checkout-c", edited, tmp_path, "c")

@@ -212,13 +212,11 @@ def test_a_10_reader_sees_hulls(tmp_path):
     assert len(json.loads(res.stdout)["findings"]) == 1  # a report exact views avoid (above)
 
 
-def test_the_compiled_core_replays_1_1_files_until_a_views_record():
+def test_the_compiled_core_replays_1_1_traces():
     from npusan.analyzer import native
-    from npusan.analyzer.engine import Engine
     from npusan.trace_format.symbols import SymbolTable
 
     if not native.available():
         pytest.skip("the compiled core is not built")
     header = {"format": [1, 1]}
-    assert isinstance(native.make_engine(SymbolTable(), file=True, header=header), native.NativeEngine)
-    assert type(native.make_engine(SymbolTable(), header=header)) is Engine  # online: no second pass
+    assert isinstance(native.make_engine(SymbolTable(), header=header), native.NativeEngine)  # files and online

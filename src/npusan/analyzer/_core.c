@@ -161,20 +161,28 @@ static inline void av_init(accv_t *v) { v->n = 0; v->cap = 1; v->heap = NULL; }
 static inline void av_clear(accv_t *v) { if (v->cap > 1) free(v->heap); av_init(v); }
 static inline void av_reset(accv_t *v) { v->n = 0; } /* emptied, its storage kept for reuse */
 
-static int av_push(accv_t *v, const acc_t *a) {
-    if (v->n == v->cap) {
-        uint32_t cap = v->cap * 2;
-        acc_t *h = malloc(cap * sizeof(acc_t));
-        if (!h) return -1;
-        memcpy(h, av_items(v), v->n * sizeof(acc_t));
-        if (v->cap > 1) free(v->heap);
-        v->heap = h; v->cap = cap;
-    }
+static int av_grow(accv_t *v) {
+    uint32_t cap = v->cap * 2;
+    acc_t *h = malloc(cap * sizeof(acc_t));
+    if (!h) return -1;
+    memcpy(h, av_items(v), v->n * sizeof(acc_t));
+    if (v->cap > 1) free(v->heap);
+    v->heap = h; v->cap = cap;
+    return 0;
+}
+
+static inline int av_push(accv_t *v, const acc_t *a) {
+    if (v->n == v->cap && av_grow(v)) return -1;
     av_items(v)[v->n++] = *a;
     return 0;
 }
 
 static int av_copy(accv_t *dst, accv_t *src) {
+    if (src->n <= 1) { /* the common case: at most one entry, kept inline */
+        av_init(dst);
+        if (src->n) { dst->one = av_items(src)[0]; dst->n = 1; }
+        return 0;
+    }
     av_init(dst);
     for (uint32_t i = 0; i < src->n; i++)
         if (av_push(dst, &av_items(src)[i])) return -1;
@@ -204,7 +212,8 @@ static int av_latest(accv_t *v, int32_t key, const acc_t *a) {
 
 /* ------------------------------------------------------------------ blocks */
 
-typedef struct { u128 lo, hi; accv_t writes, reads; } seg_t;
+/* a segment's state; its bytes are [ends[k-1] (0 for k == 0), ends[k]) where k is its place */
+typedef struct { accv_t writes, reads; } seg_t;
 
 typedef struct { uint64_t ptr, size; uint8_t size_known; acc_t use; } ghost_t;
 
@@ -212,6 +221,9 @@ typedef struct { uint64_t ptr, size; uint8_t size_known; acc_t use; } ghost_t;
 typedef struct { i128 lo, run; uint8_t nd; i128 n[MAX_DIMS], s[MAX_DIMS]; } shape_t; /* values < 2^64 */
 typedef struct { acc_t acc; shape_t shape; } vent_t; /* a strided access kept beside a block's state */
 typedef struct { i128 a; uint64_t off, nb; uint8_t has_shape; shape_t shape; } pview_t; /* a VIEWS entry */
+
+/* the entries of one VIEWS record and their hash index (slots: entry index or -1) */
+typedef struct { pview_t *v; size_t n, cap; int32_t *tab; size_t tabcap; } pvset_t;
 
 typedef struct {
     uint32_t bid;
@@ -221,8 +233,13 @@ typedef struct {
     uint64_t defn_gen;
     acc_t write;
     accv_t reads;
-    seg_t *segs; uint32_t nseg, segcap; /* segs != NULL: range mode */
-    u128 *ends; /* ends[k] == segs[k].hi, packed: the searches touch a few cache lines, not every segment */
+    /* Range mode (segs != NULL): the k-th segment in byte order is segs[ord[k]] and ends at
+     * ends[k]. The states sit in a dense pool in no order, so that splitting and merging
+     * move only the packed ends and ord arrays (ord lives in the same allocation, after
+     * segcap ends): a search touches a few cache lines, not every segment. */
+    seg_t *segs; uint32_t nseg, segcap;
+    u128 *ends;
+    uint16_t *ord;
     accv_t uses;
     int32_t *recorded; uint32_t nrec, reccap;
     ghost_t *ghosts; uint32_t ng;
@@ -273,7 +290,9 @@ typedef struct {
     snap_t *snaps; size_t nsnaps, snapcap;
     uint32_t *free_snaps; size_t nfree_snaps, free_snapcap;
     /* blocks */
-    map_t blocks;    /* bid -> block_t* (every live block) */
+    map_t blocks;    /* bid -> block_t* (live blocks with ids from DENSE_IDS up) */
+    size_t nlive;    /* live blocks */
+    block_t *spare; size_t nspare; /* freed block structs for reuse (a list through their first bytes) */
     block_t **bdense; uint32_t bdensecap; /* the same for ids below DENSE_IDS, looked up without hashing */
     map_t live_ptr;  /* ptr -> bid */
     map_t defs;      /* bid -> index into bdefs */
@@ -292,8 +311,7 @@ typedef struct {
     ghost_t *gscratch; size_t gscap;
     /* strided views: the VIEWS record for the next kernel, and the overlap tests' budget */
     int64_t views_seq; /* the kernel the pending entries belong to (0: none) */
-    pview_t *pviews; size_t npviews, pvcap;
-    int32_t *pvtab; size_t pvtabcap;
+    pvset_t pv[2]; int pvcur; /* pv[pvcur]: the pending table; the other one: a VIEWS record being read */
     int64_t vbudget_left, vgave_up;
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
@@ -467,7 +485,17 @@ static int skip_rest(const limits_t *L, const uint8_t **pp, const uint8_t *end, 
 }
 
 /* A field at depth `depth`: an int, nil, or anything else (skipped). */
-static int read_field(const limits_t *L, const uint8_t **pp, const uint8_t *end, field_t *f, int depth) {
+static inline int read_field(const limits_t *L, const uint8_t **pp, const uint8_t *end, field_t *f, int depth) {
+    const uint8_t *p = *pp;
+    if (p < end) { /* the common encodings of a field, decoded here; everything else by read_obj */
+        uint8_t b = *p;
+        if (b <= 0x7f) { f->t = F_INT; f->v = b; *pp = p + 1; return MP_OK; }
+        if (b == 0xc0) { f->t = F_NIL; *pp = p + 1; return MP_OK; }
+        if (b >= 0xcc && b <= 0xcf) {
+            int w = 1 << (b - 0xcc);
+            if (end - p > w) { f->t = F_INT; f->v = (i128)be(p + 1, w); *pp = p + 1 + w; return MP_OK; }
+        }
+    }
     obj_t o;
     int r = read_obj(L, pp, end, &o);
     if (r) return r;
@@ -712,25 +740,39 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
 
 /* ------------------------------------------------------------------ blocks */
 
-static void block_free(block_t *b) {
+/* the block's own allocations (not the struct) */
+static void block_clear(block_t *b) {
     av_clear(&b->reads);
     av_clear(&b->uses);
     for (uint32_t i = 0; i < b->nseg; i++) { av_clear(&b->segs[i].writes); av_clear(&b->segs[i].reads); }
     free(b->segs);
-    free(b->ends);
+    free(b->ends); /* and ord */
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
-    free(b);
 }
 
+static void block_free(block_t *b) { block_clear(b); free(b); }
+
+/* Freed block structs kept for the next allocations (a trace allocates and frees all the
+ * time): at most this many, so memory stays bounded by the live blocks plus a constant. */
+#define SPARE_BLOCKS 1024
+
+static void block_release(Core *c, block_t *b) {
+    block_clear(b);
+    if (c->nspare < SPARE_BLOCKS) { *(block_t **)b = c->spare; c->spare = b; c->nspare++; }
+    else free(b);
+}
+
+/* Live blocks: ids below DENSE_IDS are in bdense only, the others in the blocks map only. */
 static void drop_block(Core *c, block_t *b) {
-    map_del(&c->blocks, b->bid);
-    if (b->bid < c->bdensecap) c->bdense[b->bid] = NULL;
+    if (b->bid < DENSE_IDS) c->bdense[b->bid] = NULL;
+    else map_del(&c->blocks, b->bid);
+    c->nlive--;
     uint64_t v;
     if (map_get(&c->live_ptr, b->ptr, &v) && v == b->bid) map_del(&c->live_ptr, b->ptr);
     if (b->from_def) map_put(&c->stale, b->bid, b->defn_gen);
-    block_free(b);
+    block_release(c, b);
 }
 
 static block_t *find_block(Core *c, uint64_t bid) {
@@ -748,23 +790,35 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
         block_t *o = find_block(c, other);
         if (o) drop_block(c, o);
     }
-    block_t *b = calloc(1, sizeof(block_t));
-    if (!b) return NULL;
+    block_t *b = c->spare;
+    if (b) { c->spare = *(block_t **)b; c->nspare--; }
+    else if (!(b = malloc(sizeof(block_t)))) return NULL;
+    /* every field, but not the storage of empty lists (a calloc's memset is a cost per allocation) */
     b->bid = bid; b->ptr = ptr; b->size = size; b->size_known = (uint8_t)size_known;
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
+    b->has_write = 0;
     av_init(&b->reads); av_init(&b->uses);
-    if (map_put(&c->blocks, bid, (uint64_t)(uintptr_t)b) || map_put(&c->live_ptr, ptr, bid)) { block_free(b); return NULL; }
+    b->segs = NULL; b->nseg = b->segcap = 0; b->ends = NULL; b->ord = NULL;
+    b->recorded = NULL; b->nrec = b->reccap = 0;
+    b->ghosts = NULL; b->ng = 0;
+    b->views = NULL; b->nviews = 0;
+    if ((bid >= DENSE_IDS && map_put(&c->blocks, bid, (uint64_t)(uintptr_t)b)) || map_put(&c->live_ptr, ptr, bid)) {
+        if (bid >= DENSE_IDS) map_del(&c->blocks, bid);
+        block_free(b);
+        return NULL;
+    }
     if (bid < DENSE_IDS) {
         if (bid >= c->bdensecap) {
             uint32_t cap = c->bdensecap ? c->bdensecap : 64;
             while (cap <= bid) cap *= 2;
             block_t **d = realloc(c->bdense, cap * sizeof(block_t *));
-            if (!d) { map_del(&c->blocks, bid); block_free(b); return NULL; }
+            if (!d) { map_del(&c->live_ptr, ptr); block_free(b); return NULL; }
             for (uint32_t k = c->bdensecap; k < cap; k++) d[k] = NULL;
             c->bdense = d; c->bdensecap = cap;
         }
         c->bdense[bid] = b;
     }
+    c->nlive++;
     return b;
 }
 
@@ -1008,40 +1062,53 @@ static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     return 0;
 }
 
+#define SEG(b, k) (&(b)->segs[(b)->ord[k]])
+static inline u128 seg_lo(const block_t *b, uint32_t k) { return k ? b->ends[k - 1] : 0; }
+
 /* Room for one more segment; done before taking pointers into segs (realloc moves them). */
 static int seg_reserve(Core *c, block_t *b) {
     if (b->nseg < b->segcap) return 0;
     uint32_t cap = b->segcap ? b->segcap * 2 : 4;
+    if (cap > 65535) return oom(c); /* ord holds 16-bit slots (segments are capped far below) */
     seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
     if (!s) return oom(c);
     b->segs = s;
-    u128 *e = realloc(b->ends, cap * sizeof(u128));
+    u128 *e = realloc(b->ends, cap * sizeof(u128) + cap * sizeof(uint16_t));
     if (!e) return oom(c);
-    b->ends = e; b->segcap = cap;
+    uint16_t *ord = (uint16_t *)(e + cap);
+    memmove(ord, (uint16_t *)(e + b->segcap), b->nseg * sizeof(uint16_t));
+    b->ends = e; b->ord = ord; b->segcap = cap;
     return 0;
 }
 
-static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->segs[k].hi = hi; b->ends[k] = hi; }
+static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->ends[k] = hi; }
 
-/* Insert a segment with copies of `writes` and `reads` (room was reserved: seg_reserve). */
-static int seg_insert(Core *c, block_t *b, uint32_t at, u128 lo, u128 hi, accv_t *writes, accv_t *reads) {
+/* Insert a segment ending at hi, with copies of `writes` and `reads` (room was reserved:
+ * seg_reserve); it starts where the segment before it ends. */
+static int seg_insert(Core *c, block_t *b, uint32_t at, u128 hi, accv_t *writes, accv_t *reads) {
     accv_t w, r;
     av_init(&w); av_init(&r);
     if ((writes && av_copy(&w, writes)) || (reads && av_copy(&r, reads))) { av_clear(&w); av_clear(&r); return oom(c); }
-    memmove(&b->segs[at + 1], &b->segs[at], (b->nseg - at) * sizeof(seg_t));
-    seg_t *s = &b->segs[at];
+    uint32_t slot = b->nseg; /* the pool is dense: slots 0 .. nseg-1 are in use */
+    b->segs[slot].writes = w; b->segs[slot].reads = r;
     memmove(&b->ends[at + 1], &b->ends[at], (b->nseg - at) * sizeof(u128));
-    s->lo = lo; s->hi = hi; b->ends[at] = hi;
-    s->writes = w; s->reads = r;
+    memmove(&b->ord[at + 1], &b->ord[at], (b->nseg - at) * sizeof(uint16_t));
+    b->ends[at] = hi;
+    b->ord[at] = (uint16_t)slot;
     b->nseg++;
     return 0;
 }
 
 static void seg_remove(block_t *b, uint32_t at) {
-    av_clear(&b->segs[at].writes); av_clear(&b->segs[at].reads);
-    memmove(&b->segs[at], &b->segs[at + 1], (b->nseg - at - 1) * sizeof(seg_t));
+    uint16_t slot = b->ord[at], last = (uint16_t)(b->nseg - 1);
+    av_clear(&b->segs[slot].writes); av_clear(&b->segs[slot].reads);
     memmove(&b->ends[at], &b->ends[at + 1], (b->nseg - at - 1) * sizeof(u128));
+    memmove(&b->ord[at], &b->ord[at + 1], (b->nseg - at - 1) * sizeof(uint16_t));
     b->nseg--;
+    if (slot != last) { /* keep the pool dense: the last slot moves into the freed one */
+        b->segs[slot] = b->segs[last];
+        for (uint32_t k = 0; k < b->nseg; k++) if (b->ord[k] == last) { b->ord[k] = slot; break; }
+    }
 }
 
 /* split(segs, lo, hi) -> [i, j) */
@@ -1053,8 +1120,8 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
         if (b->ends[mid] <= lo) i = mid + 1; else top = mid;
     }
     if (seg_reserve(c, b)) return -1;
-    if (b->segs[i].lo < lo) {
-        if (seg_insert(c, b, i + 1, lo, b->segs[i].hi, &b->segs[i].writes, &b->segs[i].reads)) return -1;
+    if (seg_lo(b, i) < lo) {
+        if (seg_insert(c, b, i + 1, b->ends[i], &SEG(b, i)->writes, &SEG(b, i)->reads)) return -1;
         seg_sethi(b, i, lo);
         i++;
     }
@@ -1065,8 +1132,8 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
         if (b->ends[mid] < hi) j = mid + 1; else top = mid;
     }
     if (seg_reserve(c, b)) return -1;
-    if (b->segs[j].hi > hi) {
-        if (seg_insert(c, b, j + 1, hi, b->segs[j].hi, &b->segs[j].writes, &b->segs[j].reads)) return -1;
+    if (b->ends[j] > hi) {
+        if (seg_insert(c, b, j + 1, b->ends[j], &SEG(b, j)->writes, &SEG(b, j)->reads)) return -1;
         seg_sethi(b, j, hi);
     }
     *pi = i; *pj = j + 1;
@@ -1089,7 +1156,7 @@ static int same_state(seg_t *s, seg_t *t) {
 static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     uint32_t n = i;
     while (n + 1 < j && n + 1 < b->nseg) {
-        if (same_state(&b->segs[n], &b->segs[n + 1])) {
+        if (same_state(SEG(b, n), SEG(b, n + 1))) {
             seg_sethi(b, n, b->ends[n + 1]);
             seg_remove(b, n + 1);
             j--;
@@ -1104,7 +1171,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
             u128 w = b->ends[m + 1] - (m ? b->ends[m - 1] : 0); /* segments are adjacent from 0 */
             if (w < bw) { bw = w; best = m; }
         }
-        seg_t *s = &b->segs[best], *t = &b->segs[best + 1];
+        seg_t *s = SEG(b, best), *t = SEG(b, best + 1);
         accv_t writes, reads;
         av_init(&writes); av_init(&reads);
         acc_t *it = av_items(&s->writes);
@@ -1116,7 +1183,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
             it = av_items(srcs[q]);
             for (uint32_t k = 0; k < srcs[q]->n; k++) if (av_latest(&reads, it[k].stream, &it[k])) return oom(c);
         }
-        seg_sethi(b, best, t->hi);
+        seg_sethi(b, best, b->ends[best + 1]);
         av_clear(&s->writes); av_clear(&s->reads);
         s->writes = writes; s->reads = reads;
         seg_remove(b, best + 1);
@@ -1140,8 +1207,8 @@ static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, con
 /* whole mode -> range mode: one segment with the whole state */
 static int to_segments(Core *c, block_t *b) {
     u128 end = b->size_known && b->size ? (u128)b->size : INF128;
-    if (seg_reserve(c, b) || seg_insert(c, b, 0, 0, end, NULL, &b->reads)) return -1;
-    if (b->has_write && av_push(&b->segs[0].writes, &b->write)) return oom(c);
+    if (seg_reserve(c, b) || seg_insert(c, b, 0, end, NULL, &b->reads)) return -1;
+    if (b->has_write && av_push(&SEG(b, 0)->writes, &b->write)) return oom(c);
     b->has_write = 0;
     av_clear(&b->reads);
     return 0;
@@ -1153,32 +1220,32 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
         lo = acc->off; hi = (u128)acc->off + acc->n;
-        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, end, hi, NULL, NULL))) return -1;
+        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL, NULL))) return -1;
     }
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
     c->nrep = 0;
     if (!acc->write) {
         for (uint32_t k = i; k < j; k++) {
-            seg_t *s = &b->segs[k];
+            seg_t *s = SEG(b, k);
             acc_t *w = av_items(&s->writes);
             for (uint32_t q = 0; q < s->writes.n; q++) if (check_earlier(c, b, S, vec, acc, &w[q])) return -1;
-            if (av_set(&b->segs[k].reads, acc)) return oom(c);
+            if (av_set(&SEG(b, k)->reads, acc)) return oom(c);
         }
     } else {
         for (uint32_t k = i; k < j; k++) {
-            seg_t *s = &b->segs[k];
+            seg_t *s = SEG(b, k);
             accv_t *src = s->reads.n ? &s->reads : &s->writes;
             acc_t *e = av_items(src);
             for (uint32_t q = 0; q < src->n; q++) if (check_earlier(c, b, S, vec, acc, &e[q])) return -1;
-            s = &b->segs[k];
+            s = SEG(b, k);
             av_reset(&s->writes); av_reset(&s->reads);
             if (av_push(&s->writes, acc)) return oom(c);
         }
         if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
             for (uint32_t k = 0; k < b->nseg; k++) { av_clear(&b->segs[k].writes); av_clear(&b->segs[k].reads); }
             free(b->segs); free(b->ends);
-            b->segs = NULL; b->ends = NULL; b->nseg = b->segcap = 0;
+            b->segs = NULL; b->ends = NULL; b->ord = NULL; b->nseg = b->segcap = 0;
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
             return 0;
@@ -1251,11 +1318,11 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
     if (!b->segs && to_segments(c, b)) return -1;
     u128 end = b->ends[b->nseg - 1], lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
-    if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, end, hi, NULL, NULL))) return -1;
+    if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL, NULL))) return -1;
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
     for (uint32_t k = i; k < j; k++) {
-        seg_t *sg = &b->segs[k];
+        seg_t *sg = SEG(b, k);
         if (e->acc.write) {
             acc_t *w = av_items(&sg->writes);
             int newer = 0;
@@ -1283,10 +1350,11 @@ static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, co
     } else {
         u128 lo = (u128)shape->lo, hi = (u128)shape_hi(shape);
         for (uint32_t k = 0; k < b->nseg; k++) {
-            seg_t *sg = &b->segs[k];
-            if (sg->hi <= lo) continue;
-            if (sg->lo >= hi) break;
-            if (voverlaps_range(c, shape, sg->lo, sg->hi) &&
+            seg_t *sg = SEG(b, k);
+            u128 slo = seg_lo(b, k), shi = b->ends[k];
+            if (shi <= lo) continue;
+            if (slo >= hi) break;
+            if (voverlaps_range(c, shape, slo, shi) &&
                 check_piece(c, b, S, vec, acc, &sg->writes, NULL, &sg->reads)) return -1;
         }
     }
@@ -1313,12 +1381,13 @@ static uint64_t pv_hash(i128 a, uint64_t off, uint64_t nb) {
 }
 
 static pview_t *pv_find(Core *c, i128 a, uint64_t off, uint64_t nb) {
-    if (!c->pvtabcap) return NULL;
-    size_t mask = c->pvtabcap - 1, i = pv_hash(a, off, nb) & mask;
+    const pvset_t *ps = &c->pv[c->pvcur];
+    if (!ps->tabcap) return NULL;
+    size_t mask = ps->tabcap - 1, i = pv_hash(a, off, nb) & mask;
     for (;;) {
-        int32_t k = c->pvtab[i];
+        int32_t k = ps->tab[i];
         if (k < 0) return NULL;
-        pview_t *p = &c->pviews[k];
+        pview_t *p = &ps->v[k];
         if (p->a == a && p->off == off && p->nb == nb) return p;
         i = (i + 1) & mask;
     }
@@ -1351,10 +1420,12 @@ static int view_entry(const field_t *f, uint64_t n, pview_t *pv) {
     return 0;
 }
 
-/* a VIEWS record's entries, read at *pp (n of them): the table for the next kernel */
+/* a VIEWS record's entries, read at *pp (n of them) into the spare table; it becomes the
+ * pending one (for the next kernel) only once the whole record is read and valid */
 static int read_views(Core *c, const limits_t *L, const uint8_t **pp, const uint8_t *end, uint64_t n, int *bad) {
     field_t f[4 + 2 * MAX_DIMS];
-    c->npviews = 0;
+    pvset_t *ps = &c->pv[1 - c->pvcur];
+    ps->n = 0;
     *bad = 0;
     for (uint64_t e = 0; e < n; e++) {
         obj_t o;
@@ -1366,39 +1437,42 @@ static int read_views(Core *c, const limits_t *L, const uint8_t **pp, const uint
         if ((r = skip_objs(L, pp, end, o.n - m, 0, 2))) return r;
         if (*bad) continue;
         if (o.n > 4 + 2 * MAX_DIMS) { *bad = 1; continue; }
-        if (c->npviews == c->pvcap) {
-            size_t cap = c->pvcap ? c->pvcap * 2 : 16;
-            pview_t *p = realloc(c->pviews, cap * sizeof(pview_t));
+        if (ps->n == ps->cap) { /* grown as entries arrive, never to a length field's claim */
+            size_t cap = ps->cap ? ps->cap * 2 : 16;
+            pview_t *p = realloc(ps->v, cap * sizeof(pview_t));
             if (!p) return -2;
-            c->pviews = p; c->pvcap = cap;
+            ps->v = p; ps->cap = cap;
         }
-        if (view_entry(f, o.n, &c->pviews[c->npviews])) { *bad = 1; continue; }
-        c->npviews++;
+        if (view_entry(f, o.n, &ps->v[ps->n])) { *bad = 1; continue; }
+        ps->n++;
     }
     return MP_OK;
 }
 
-/* index the entries; a triple given twice makes the record malformed */
+/* index the spare table's entries (a triple given twice makes the record malformed: E_VIEWS);
+ * on success it becomes the pending table */
 static int index_views(Core *c) {
+    pvset_t *ps = &c->pv[1 - c->pvcur];
     size_t cap = 16;
-    while (cap < c->npviews * 2) cap *= 2;
-    if (cap > c->pvtabcap) {
-        int32_t *t = realloc(c->pvtab, cap * sizeof(int32_t));
+    while (cap < ps->n * 2) cap *= 2;
+    if (cap > ps->tabcap) {
+        int32_t *t = realloc(ps->tab, cap * sizeof(int32_t));
         if (!t) return oom(c);
-        c->pvtab = t; c->pvtabcap = cap;
+        ps->tab = t; ps->tabcap = cap;
     }
-    for (size_t i = 0; i < c->pvtabcap; i++) c->pvtab[i] = -1;
-    size_t mask = c->pvtabcap - 1;
-    for (size_t k = 0; k < c->npviews; k++) {
-        pview_t *p = &c->pviews[k];
+    for (size_t i = 0; i < ps->tabcap; i++) ps->tab[i] = -1;
+    size_t mask = ps->tabcap - 1;
+    for (size_t k = 0; k < ps->n; k++) {
+        pview_t *p = &ps->v[k];
         size_t i = pv_hash(p->a, p->off, p->nb) & mask;
-        while (c->pvtab[i] >= 0) {
-            pview_t *q = &c->pviews[c->pvtab[i]];
+        while (ps->tab[i] >= 0) {
+            pview_t *q = &ps->v[ps->tab[i]];
             if (q->a == p->a && q->off == p->off && q->nb == p->nb) return fail(c, E_VIEWS, 0);
             i = (i + 1) & mask;
         }
-        c->pvtab[i] = (int32_t)k;
+        ps->tab[i] = (int32_t)k;
     }
+    c->pvcur = 1 - c->pvcur;
     return 0;
 }
 
@@ -1436,6 +1510,32 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
             if (pv && pv->has_shape) t->shape = &pv->shape;
         }
     int32_t op = id_or_none(c, &f[2]), stack = id_or_none(c, &f[3]);
+    if (nacc > 1 && nacc <= 16) {
+        /* The blocks are independent: load the state of all of them at once (each step's
+         * loads overlap) before the first is used. Only hints: nothing here changes state. */
+        for (uint32_t i = 0; i < nacc; i++)
+            for (size_t off = 0; off < sizeof(block_t); off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
+        for (uint32_t i = 0; i < nacc; i++) {
+            const block_t *b = c->targets[i].b;
+            if (b->segs) { __builtin_prefetch(b->ends); __builtin_prefetch((const char *)b->ends + 64); __builtin_prefetch(b->ord); }
+            else if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
+            if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
+        }
+        for (uint32_t i = 0; i < nacc; i++) {
+            const target_t *t = &c->targets[i];
+            const block_t *b = t->b;
+            if (!b->segs || !t->ranged) continue;
+            uint32_t k = 0, top = b->nseg - 1;
+            while (k < top) {
+                uint32_t mid = (k + top) / 2;
+                if (b->ends[mid] <= (u128)t->off) k = mid + 1; else top = mid;
+            }
+            const seg_t *sg = &b->segs[b->ord[k]];
+            __builtin_prefetch(sg); __builtin_prefetch((const char *)sg + 64);
+            if (k) __builtin_prefetch(&b->segs[b->ord[k - 1]]);
+            if (k + 1 < b->nseg) __builtin_prefetch(&b->segs[b->ord[k + 1]]);
+        }
+    }
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
@@ -1771,11 +1871,13 @@ static int cmp_bid(const void *a, const void *b) {
 static PyObject *Core_check_leaks(Core *c, PyObject *unused) {
     if (c->check_leaks_done) Py_RETURN_NONE;
     c->check_leaks_done = 1;
-    size_t n = c->blocks.n, k = 0;
+    size_t n = c->nlive, k = 0;
     block_t **all = malloc((n ? n : 1) * sizeof(block_t *));
     if (!all) return PyErr_NoMemory();
+    for (uint32_t i = 0; i < c->bdensecap; i++)
+        if (c->bdense[i] && k < n) all[k++] = c->bdense[i];
     for (size_t i = 0; i < c->blocks.cap; i++)
-        if (c->blocks.state[i] == 1) all[k++] = (block_t *)(uintptr_t)c->blocks.vals[i];
+        if (c->blocks.state[i] == 1 && k < n) all[k++] = (block_t *)(uintptr_t)c->blocks.vals[i];
     qsort(all, k, sizeof(block_t *), cmp_bid);
     for (size_t i = 0; i < k; i++) {
         block_t *b = all[i];
@@ -1838,6 +1940,8 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
 static void Core_dealloc(Core *c) {
     for (size_t i = 0; i < c->blocks.cap; i++)
         if (c->blocks.state && c->blocks.state[i] == 1) block_free((block_t *)(uintptr_t)c->blocks.vals[i]);
+    for (uint32_t i = 0; i < c->bdensecap; i++) if (c->bdense[i]) block_free(c->bdense[i]);
+    while (c->spare) { block_t *b = c->spare; c->spare = *(block_t **)b; free(b); }
     map_free(&c->blocks); map_free(&c->live_ptr); map_free(&c->defs); map_free(&c->stale);
     map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap);
     for (uint32_t s = 0; s < c->nslots; s++) free(c->cur[s]);
@@ -1846,7 +1950,7 @@ static void Core_dealloc(Core *c) {
     free(c->snaps); free(c->free_snaps); free(c->bdefs);
     for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
-    free(c->targets); free(c->afields); free(c->reported); free(c->pviews); free(c->pvtab);
+    free(c->targets); free(c->afields); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
     free(c->bdense); free(c->sdense);
     if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
     Py_TYPE(c)->tp_free((PyObject *)c);

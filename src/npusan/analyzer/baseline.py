@@ -31,6 +31,9 @@ class KnownFinding:
 class Baseline:
     path: str
     known: dict = field(default_factory=dict)  # fingerprint -> KnownFinding, in file order
+    #: fingerprint -> the traces (paths as reported) it was seen in; a history's previous
+    #: run knows them, a JSON baseline does not (empty).
+    traces: dict = field(default_factory=dict)
 
     def __contains__(self, fingerprint: str) -> bool:
         return fingerprint in self.known

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import io
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
 from ..trace_format.compression import decompressed
 from ..trace_format.errors import TraceFormatError
+from ..trace_format.info import no_device_work
 from ..trace_format.inputs import find_traces
 from .findings import AnalysisResult, TraceSummary
 from .sources import SourceSettings, attach_local_sources
@@ -58,6 +58,11 @@ def analyze_one(source, index: int, check_leaks: bool = False, name: Optional[st
     except (TraceFormatError, OSError, MemoryError, RecursionError) as e:
         return [], TraceSummary(path=name, header={}, error=_reason(e, source, name))
     summary.path = name
+    if summary.truncated and not summary.warnings:
+        summary.warnings.append("the trace ends without an end record; analyzed up to its last complete record")
+    empty = no_device_work(summary.kernels, summary.header)
+    if empty:  # a clean result would say nothing: every report and the API carry the warning
+        summary.warnings.append(empty)
     return found, summary
 
 
@@ -111,9 +116,26 @@ def analyze_paths(paths: Sequence[str], options: BatchOptions, progress: Optiona
     jobs = max(1, min(options.jobs, len(paths)))
     if jobs == 1:
         return [analyze_one(p, i, options.check_leaks, report=progress) for i, p in enumerate(paths)]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_start_method()) as pool:
+    from concurrent.futures import ProcessPoolExecutor  # imported here: a serial run needs no pool
+
+    from .native import engine_class
+
+    engine_class()  # says here, once, when the compiled core is not available (the workers do not)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_start_method(), initializer=_engine_noted) as pool:
         futures = [pool.submit(analyze_one, p, i, options.check_leaks) for i, p in enumerate(paths)]
         return [f.result() for f in futures]
+
+
+def _engine_noted() -> None:
+    """A worker's start: the parent already said which engine runs (``engine_class``'s note
+    on stderr when the compiled core is not available), so the worker's own note is dropped."""
+    import contextlib
+    import io
+
+    from .native import engine_class
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        engine_class()
 
 
 def _start_method():

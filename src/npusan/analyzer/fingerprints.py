@@ -10,27 +10,87 @@ pointers and stream handles. So a frame is identified by
   given); library files by their path inside ``site-packages`` or the Python library;
   anything else by its base name;
 * its function;
-* the **normalized text of its source line** (whitespace runs collapsed), not its number.
-  Only when no text is known (an old trace, a file that cannot be read) does the line
-  number stand in.
+* the **normalized text of its source line**, not its number: the line's Python tokens
+  without comments, one space between tokens (so ``x.sum()  # racy`` and ``x.sum( )`` read
+  as ``x . sum ( )``; a string literal keeps its text). A line that does not tokenize on its
+  own (an unterminated string, a stray character) falls back to its text with whitespace
+  runs collapsed; a line that opens a bracket is tokenized up to its end. Only when no
+  text is known (an old trace, a file that cannot be read) does the line number stand in.
 
-Editing the racing line itself changes the text, and so the fingerprint: it is a new bug
-(or a fixed one) as far as history is concerned.
+So a formatter run or a comment changes no fingerprint, while editing the racing line's
+code changes the text, and so the fingerprint: it is a new bug (or a fixed one) as far as
+history is concerned.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import re
+import tokenize
 from typing import Optional
 
 #: Library locations: the part after the match is the same on every machine.
 _LIBRARY = re.compile(r"^.*/(?:site-packages|dist-packages|lib/python\d+(?:\.\d+)?)/")
 
 
+#: Tokens that are layout or commentary, not code.
+_SKIP = frozenset({tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                   tokenize.ENDMARKER})
+_FSTRING_START = getattr(tokenize, "FSTRING_START", None)  # Python 3.12+: f-strings in parts
+_FSTRING_END = getattr(tokenize, "FSTRING_END", None)
+
+
 def normalize_text(text: str) -> str:
-    """A source line as fingerprints compare it: whitespace runs collapsed, ends stripped."""
-    return " ".join(text.split())
+    """A source line as fingerprints compare it (see the module docstring): its code tokens
+    joined by one space, comments dropped; whitespace runs collapsed when it does not tokenize."""
+    tokens = _code_tokens(text.strip())
+    if tokens is None:
+        return " ".join(text.split())
+    return " ".join(tokens)
+
+
+def _code_tokens(line: str):
+    """The code tokens of one line, or None when the line cannot be tokenized on its own.
+
+    An f-string is one token whatever the Python version (3.12 splits it into parts), so a
+    fingerprint does not depend on the analyzing interpreter. A line cut inside a bracket
+    (``f(a,  # first``) yields its tokens when they cover the whole line.
+    """
+    if not line or "\n" in line:
+        return None if line else []
+    out: list = []
+    end = 0  # column just past the last token or comment seen
+    depth = 0  # f-string nesting (3.12+)
+    fstart = 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(line + "\n").readline):
+            if tok.type == tokenize.ERRORTOKEN:
+                return None
+            if tok.start[0] != 1:  # the single line only
+                break
+            if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER):
+                continue
+            end = max(end, tok.end[1])
+            if tok.type == _FSTRING_START:
+                if depth == 0:
+                    fstart = tok.start[1]
+                depth += 1
+                continue
+            if tok.type == _FSTRING_END:
+                depth -= 1
+                if depth == 0:
+                    out.append(line[fstart:tok.end[1]])
+                continue
+            if depth or tok.type in _SKIP:
+                continue
+            out.append(tok.string)
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        # Raised at the end of the line: a bracket left open (fine when every character
+        # was a token), or an unterminated string (not fine: part of the line is unread).
+        if depth or end < len(line):
+            return None
+    return out
 
 
 def stable_path(filename: str, root: Optional[str]) -> str:

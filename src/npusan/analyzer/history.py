@@ -6,6 +6,12 @@ fingerprint, kind, title and occurrences per trace. The previous run of the data
 what "new", "persisting" and "fixed" are measured against; ``npusan history DB`` shows
 the runs and, per fingerprint, when it was first and last seen.
 
+A finding of the previous run that was seen only in traces that are unreadable in this
+run is neither seen nor fixed: the report lists it as *unchecked*, and the run records it
+(table ``unchecked``, with the traces it was last seen in) so that the next run compares
+against it as if it had been seen: it persists, or is fixed, or stays unchecked, but does
+not come back as "new" after a night with a corrupt trace.
+
 The database holds data derived from traces (titles, paths): it is read back only as
 values, never as code, and every reporter escapes what it shows.
 """
@@ -54,10 +60,17 @@ CREATE TABLE IF NOT EXISTS traces (
     kernels INTEGER NOT NULL,
     status TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS unchecked (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    fingerprint TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    title TEXT NOT NULL,
+    trace TEXT NOT NULL
+);
 """
 
 
-class HistoryError(Exception):
+class HistoryError(ValueError):
     """The history database cannot be used; one sentence for the user."""
 
 
@@ -69,6 +82,7 @@ class Run:
     traces: int
     errors: int
     by_kind: dict = field(default_factory=dict)  # kind -> number of distinct findings
+    unchecked: int = 0  # findings of the run before, not checked (their traces unreadable)
 
 
 @dataclass
@@ -135,15 +149,40 @@ class History:
             "SELECT fingerprint, kind, title FROM findings WHERE run = ? ORDER BY rowid", (last.id,)
         ):
             out.known[fp] = KnownFinding(fp, kind, title)
+        for fp, trace in self.db.execute(
+            "SELECT fingerprint, trace FROM trace_findings WHERE run = ? ORDER BY rowid", (last.id,)
+        ):
+            out.traces.setdefault(fp, []).append(trace)
+        # Carried over: what the last run could not check still counts as last seen.
+        for fp, kind, title, trace in self.db.execute(
+            "SELECT fingerprint, kind, title, trace FROM unchecked WHERE run = ? ORDER BY rowid", (last.id,)
+        ):
+            out.known.setdefault(fp, KnownFinding(fp, kind, title))
+            out.traces.setdefault(fp, []).append(trace)
         return out
 
+    def has_label(self, label: str) -> bool:
+        """Whether a run of this history is already called ``label``."""
+        return self.db.execute("SELECT 1 FROM runs WHERE label = ? LIMIT 1", (label,)).fetchone() is not None
+
     def record(self, report, label: Optional[str] = None) -> Run:
-        """Record one analyzed run (a :class:`~npusan.analyzer.reporters.base.Report`)."""
+        """Record one analyzed run (a :class:`~npusan.analyzer.reporters.base.Report`).
+
+        Labels name runs in ``npusan history``: a ``label`` already used is refused
+        (:class:`HistoryError`); the default label (the date and time) gets ``#2``, ``#3``
+        appended when two runs start within one second.
+        """
         from .reporters import describe as D
 
         created = time.time()
+        if label and self.has_label(label):
+            raise HistoryError(f"history {self.path}: a run labelled '{label}' is already recorded")
         if not label:
-            label = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+            base = label = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+            n = 1
+            while self.has_label(label):
+                n += 1
+                label = f"{base} #{n}"
         groups = list(report.groups) + list(report.known) + list(report.below_min_count)
         errors = len(report.errors)
         with self.db:
@@ -170,6 +209,11 @@ class History:
                 [(run, tr, fp, c) for (tr, fp), c in per_trace.items()],
             )
             self.db.executemany(
+                "INSERT INTO unchecked VALUES (?, ?, ?, ?, ?)",
+                [(run, k.fingerprint, k.kind, k.title, tr)
+                 for k in getattr(report, "unchecked", ()) for tr in report.unchecked_traces.get(k.fingerprint, ())],
+            )
+            self.db.executemany(
                 "INSERT INTO traces VALUES (?, ?, ?, ?, ?)",
                 [(run, row["trace"], row["rank"], row["kernels"], row["status"]) for row in trace_rows(report)],
             )
@@ -187,6 +231,9 @@ class History:
                 "SELECT kind, COUNT(*) FROM findings WHERE run = ? GROUP BY kind", (rid,)
             ):
                 r.by_kind[kind] = n
+            r.unchecked = self.db.execute(
+                "SELECT COUNT(DISTINCT fingerprint) FROM unchecked WHERE run = ?", (rid,)
+            ).fetchone()[0]
             out.append(r)
         return out
 

@@ -34,6 +34,7 @@ def history_doc(history: History) -> dict:
                 "traces": r.traces,
                 "unreadable": r.errors,
                 "findings": sum(r.by_kind.values()),
+                "unchecked": r.unchecked,
                 "by_kind": {k.value: r.by_kind.get(k.value, 0) for k in Kind},
             }
             for r in runs
@@ -68,9 +69,9 @@ def render_text(history: History) -> str:
     doc = history_doc(history)
     kinds = [k.value for k in Kind]
     out = [f"history {_clean(doc['database'])}: {len(doc['runs'])} runs, {len(doc['fingerprints'])} distinct findings", ""]
-    head = ["run", "created", "traces", "unreadable", *kinds]
+    head = ["run", "created", "traces", "unreadable", *kinds, "unchecked"]
     rows = [[_clean(r["label"]), r["created"], str(r["traces"]), str(r["unreadable"]),
-             *(str(r["by_kind"][k]) for k in kinds)] for r in doc["runs"]]
+             *(str(r["by_kind"][k]) for k in kinds), str(r["unchecked"])] for r in doc["runs"]]
     out += _table(head, rows)
     if doc["fingerprints"]:
         out.append("")
@@ -125,11 +126,25 @@ def render_html(history: History) -> str:
     return "\n".join(parts) + "\n"
 
 
+def y_ticks(highest: int, most: int = 6) -> list:
+    """Integer y-axis ticks from 0 covering ``highest``: steps of 1, 2 or 5 times a power of
+    ten, at most ``most`` ticks (``[0, 1]`` for an empty chart)."""
+    highest = max(1, int(highest))
+    step = 1
+    while True:
+        for m in (1, 2, 5):
+            s = step * m
+            if -(-highest // s) + 1 <= most:
+                return list(range(0, -(-highest // s) * s + 1, s))
+        step *= 10
+
+
 def _chart(doc: dict, kinds: list) -> str:
     """An inline SVG line chart: distinct findings of each kind per run."""
     runs = doc["runs"]
     width, height, pad = 640, 240, 40
-    top = max([1] + [r["by_kind"][k] for r in runs for k in kinds])
+    ticks = y_ticks(max([0] + [r["by_kind"][k] for r in runs for k in kinds]))
+    top = ticks[-1]
     n = max(1, len(runs) - 1)
 
     def x(i: int) -> float:
@@ -141,9 +156,12 @@ def _chart(doc: dict, kinds: list) -> str:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
            f'aria-label="findings per kind across runs">',
            f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#888"/>',
-           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#888"/>',
-           f'<text x="{pad - 6}" y="{y(top) + 4:.1f}" text-anchor="end" font-size="11">{top}</text>',
-           f'<text x="{pad - 6}" y="{height - pad + 4}" text-anchor="end" font-size="11">0</text>']
+           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#888"/>']
+    for v in ticks:
+        if v:
+            out.append(f'<line class="grid" x1="{pad}" y1="{y(v):.1f}" x2="{width - pad}" y2="{y(v):.1f}" stroke="#eee"/>')
+        out.append(f'<line x1="{pad - 4}" y1="{y(v):.1f}" x2="{pad}" y2="{y(v):.1f}" stroke="#888"/>')
+        out.append(f'<text class="ytick" x="{pad - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{v}</text>')
     for i, r in enumerate(runs):
         out.append(f'<text x="{x(i):.1f}" y="{height - pad + 16}" text-anchor="middle" font-size="11">'
                    f"{html.escape(_clean(r['label'])[:24])}</text>")

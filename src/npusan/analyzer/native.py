@@ -29,6 +29,7 @@ from ..trace_format import reader as _reader
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.symbols import SymbolTable
 from . import engine as E
+from . import overlap, strided
 from .engine import Access, Engine, RecordError
 from .findings import Finding, Kind
 
@@ -47,11 +48,11 @@ CHUNK = 1 << 18
 
 _NEED, _SLOW, _BAD, _ERROR = 0, 1, 2, 3
 (_E_STREAM_UNDEFINED, _E_TOO_MANY_STREAMS, _E_EVENT, _E_DEVICE, _E_BID_RANGE, _E_MALFORMED_BLOCK,
- _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED) = range(1, 10)
+ _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED, _E_VIEWS) = range(1, 11)
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
-_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1))
+_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1)) | {R.VIEWS}
 
 _warned = False
 
@@ -76,28 +77,30 @@ def engine_class() -> type:
     return Engine
 
 
-#: The newest trace format version whose every record the compiled core replays; a trace
-#: declaring a newer minor version is replayed by the Python engine (same findings, slower).
-#: FRAME's 1.1 source text and root are definitions, which the reader defines for both
-#: engines (the core hands every definition to Python), so they need no core support.
-NATIVE_FORMAT = (1, 0)
-#: A trace *file* of this version is replayed by the compiled core until its first VIEWS
-#: record (strided views, format 1.1), which the core does not replay yet: it raises
-#: :class:`ViewsMet` there, and the caller replays the file again with the Python engine.
-NATIVE_FILE_FORMAT = (1, 1)
+#: The newest trace format version whose every record the compiled core replays (strided
+#: views, the VIEWS records of format 1.1, included); a trace declaring a newer minor
+#: version is replayed by the Python engine (same findings, slower), which says so once on
+#: stderr. FRAME's 1.1 source text and root are definitions, which the reader defines for
+#: both engines (the core hands every definition to Python), so they need no core support.
+NATIVE_FORMAT = (1, 1)
 
-
-class ViewsMet(Exception):
-    """The compiled core met a VIEWS record: replay this trace with the Python engine."""
+_newer_warned = False
 
 
 def make_engine(symbols: SymbolTable, *, file: bool = False, **kwargs):
     """An engine for one trace: ``engine_class()``, unless the trace's format is newer
-    than the compiled core knows (see :data:`NATIVE_FORMAT`; ``file``: the caller replays a
-    file it can replay again on :class:`ViewsMet`, see :data:`NATIVE_FILE_FORMAT`)."""
+    than the compiled core knows (see :data:`NATIVE_FORMAT`). ``file`` is accepted for
+    callers of earlier versions and changes nothing."""
+    global _newer_warned
     cls = engine_class()
-    if cls is NativeEngine and _format(kwargs.get("header")) > (NATIVE_FILE_FORMAT if file else NATIVE_FORMAT):
+    fmt = _format(kwargs.get("header"))
+    if cls is NativeEngine and fmt > NATIVE_FORMAT:
         cls = Engine
+        if not _newer_warned:
+            _newer_warned = True
+            sys.stderr.write(f"npusan: note: the trace is format {fmt[0]}.{fmt[1]}, newer than the compiled "
+                             f"replay core knows ({NATIVE_FORMAT[0]}.{NATIVE_FORMAT[1]}); replaying it with "
+                             "the pure-Python engine, which is much slower.\n")
     return cls(symbols, **kwargs)
 
 
@@ -136,7 +139,20 @@ def problem(code: int, rec: list, field: int) -> str:
         return E.access_shape(v)
     if code == _E_ACCESS_MALFORMED:
         return E.access_malformed(v)
+    if code == _E_VIEWS:  # the core only says "malformed": the Python parser names the reason
+        try:
+            strided.parse_views(rec)
+        except ValueError as e:
+            return str(e)
+        return "a malformed views record"  # pragma: no cover - the core and the parser agree
     return f"error {code}"  # pragma: no cover - every code is named above
+
+
+class _GaveUp:
+    __slots__ = ("gave_up",)
+
+    def __init__(self, gave_up: int) -> None:
+        self.gave_up = gave_up
 
 
 class _CreatedStacks:
@@ -175,7 +191,8 @@ class NativeEngine:
         self._core = _core.Core(E.MAX_SEGMENTS, E.MAX_STREAMS, E.MAX_FINDINGS, E.MAX_OCCURRENCES, E.MAX_ADDRESSES,
                                 E.MAX_GHOSTS, E.MAX_BLOCK_GHOSTS, E.MAX_ID, _reader.MAX_STR_LEN,
                                 _reader.MAX_BIN_LEN, _reader.MAX_ARRAY_LEN, _reader.MAX_MAP_LEN,
-                                _reader.MAX_EXT_LEN, E.FREE_OP, E.LEAK_OP, False, 16, 0)
+                                _reader.MAX_EXT_LEN, E.FREE_OP, E.LEAK_OP, True, strided.MAX_VIEWS,
+                                overlap.TOTAL_BUDGET)
         self._default_streams = E._parse_default_streams(self.header.get("default_streams"))
         self.created_stack = _CreatedStacks(self._core)
         self._built: list = []  # Finding objects, by the core's finding index
@@ -200,6 +217,12 @@ class NativeEngine:
     @property
     def dropped(self) -> int:
         return self._core.counters()[3]
+
+    @property
+    def overlap_budget(self) -> "_GaveUp":
+        """As the Python engine's: ``gave_up`` counts the strided-view comparisons that ran
+        out of search budget and were answered "overlap" (replay.py warns about them)."""
+        return _GaveUp(self._core.counters()[5])
 
     # ------------------------------------------------------------------ definitions
 
@@ -318,77 +341,84 @@ class NativeEngine:
             progress(reader.position)
 
     def _replay_chunks(self, reader, progress, records0: int, state: dict) -> None:
+        # ``state`` ("start": file offset of buf[0], "pos": the position in buf, "py": records
+        # handled here) is what replay_file reads back: kept in locals, written at every exit.
         core = self._core
+        replay, counters = core.replay, core.counters
+        announce = self._announce if self.on_finding is not None else None
+        check, define, defined = reader._check, reader._define, self._defined
+        raw_sync = reader.raw_sync
+        unpackb = msgpack.unpackb
+        definitions = R.DEFINITIONS
         buf = b""
         start = state["start"]  # the file offset of buf[0]
-        pos = 0
+        pos = py = 0
         eof = want_more = False
-        while True:
-            state["start"], state["pos"] = start, pos
-            if want_more or pos >= len(buf):
-                want_more = False
-                chunk = b"" if eof else reader.read_raw(CHUNK)
-                if chunk:
-                    if len(buf) - pos >= _reader.MAX_RECORD_BYTES:
-                        reader.raw_sync(records0 + state["py"] + core.counters()[2], start + pos)
-                        reader._corrupt(msgpack.exceptions.BufferFull(), start + pos)
-                    buf = buf[pos:] + chunk
-                    start += pos
-                    pos = 0
-                    state["start"], state["pos"] = start, pos
-                    if progress is not None:
-                        progress(start)
-                else:
-                    eof = True
-            st = core.replay(buf, pos, len(buf))
-            if self.on_finding is not None:
-                self._announce()
-            status, pos = st[0], st[1]
-            state["pos"] = pos
-            n = records0 + state["py"] + core.counters()[2]  # records before the one at pos
-            if status == _NEED or status == _BAD:
-                e = _msgpack_error(buf[pos:pos + _reader.MAX_RECORD_BYTES]) if status == _BAD else None
-                if e is not None:
-                    reader.raw_sync(n, start + pos)
+        try:
+            while True:
+                if want_more or pos >= len(buf):
+                    want_more = False
+                    chunk = b"" if eof else reader.read_raw(CHUNK)
+                    if chunk:
+                        if len(buf) - pos >= _reader.MAX_RECORD_BYTES:
+                            raw_sync(records0 + py + counters()[2], start + pos)
+                            reader._corrupt(msgpack.exceptions.BufferFull(), start + pos)
+                        buf = buf[pos:] + chunk
+                        start += pos
+                        pos = 0
+                        if progress is not None:
+                            progress(start)
+                    else:
+                        eof = True
+                st = replay(buf, pos, len(buf))
+                if announce is not None:
+                    announce()
+                status, pos = st[0], st[1]
+                n = records0 + py + counters()[2]  # records before the one at pos
+                if status == _NEED or status == _BAD:
+                    e = _msgpack_error(buf[pos:pos + _reader.MAX_RECORD_BYTES]) if status == _BAD else None
+                    if e is not None:
+                        raw_sync(n, start + pos)
+                        reader._corrupt(e, start + pos)
+                    if not eof:
+                        want_more = True
+                        continue
+                    raw_sync(n, start + pos)
+                    reader._ran_out(start + pos, buf[pos:])
+                    return
+                length = st[2]
+                try:
+                    rec = unpackb(buf[pos:pos + length], **_UNPACK)
+                except Exception as e:  # noqa: BLE001 - msgpack refuses what the core read
+                    raw_sync(n, start + pos)
                     reader._corrupt(e, start + pos)
-                if not eof:
-                    want_more = True
-                    continue
-                reader.raw_sync(n, start + pos)
-                reader._ran_out(start + pos, buf[pos:])
-                return
-            length = st[2]
-            try:
-                rec = msgpack.unpackb(buf[pos:pos + length], **_UNPACK)
-            except Exception as e:  # noqa: BLE001 - msgpack refuses what the core read
-                reader.raw_sync(n, start + pos)
-                reader._corrupt(e, start + pos)
-            if status == _ERROR:
-                if self._resend(st[3], rec, st[4]):
-                    continue
-                reader.raw_sync(n + 1, start + pos + length, rec)
-                raise RecordError(E.describe(rec, self.seq, problem(st[3], rec, st[4])))
-            state["py"] += 1
-            pos += length
-            state["pos"] = pos
-            reader.raw_sync(n + 1, start + pos, rec)
-            if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length):
-                reader.raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
-                reader._ran_out(start + pos - length, b"")
-                return
-            t = reader._check(rec)
-            if t in R.DEFINITIONS:
-                reader._define(rec)
-                self._defined(rec)
-            elif t == R.END:
-                reader._end(rec, buf[pos:pos + 1] or reader.read_raw(1))
-                reader._done = True
-                return
-            elif t == R.NOTE:
-                self._notes += 1
-            elif t == R.VIEWS:
-                raise ViewsMet()
-            # else: a record of an unknown type, skipped (the reader warned once)
+                if status == _ERROR:
+                    if self._resend(st[3], rec, st[4]):
+                        continue
+                    raw_sync(n + 1, start + pos + length, rec)
+                    raise RecordError(E.describe(rec, self.seq, problem(st[3], rec, st[4])))
+                py += 1
+                pos += length
+                raw_sync(n + 1, start + pos, rec)
+                if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length):
+                    raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
+                    reader._ran_out(start + pos - length, b"")
+                    return
+                t = check(rec)
+                if t in definitions:
+                    define(rec)
+                    defined(rec)
+                elif t == R.END:
+                    reader._end(rec, buf[pos:pos + 1] or reader.read_raw(1))
+                    reader._done = True
+                    return
+                elif t == R.NOTE:
+                    self._notes += 1
+                elif t == R.VIEWS:  # pragma: no cover - the core replays every VIEWS record the reader passes
+                    raise RecordError(E.describe(rec, self.seq, "a views record the compiled core did not replay"))
+                # else: a record of an unknown type, skipped (the reader warned once)
+        finally:
+            state["start"], state["pos"], state["py"] = start, pos, py
 
     # ------------------------------------------------------------------ findings
 

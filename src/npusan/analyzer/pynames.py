@@ -217,6 +217,37 @@ class ScopeIndex:
                 return True
         return False
 
+    def statement_at(self, filename: str, lineno: int) -> Optional[ast.stmt]:
+        """The innermost simple statement (not a def, class, if, loop or with) that line
+        ``lineno`` of ``filename`` is part of, or None."""
+        tree = self._tree(filename)
+        if tree is None or not isinstance(lineno, int):
+            return None
+        best = None
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.stmt) or isinstance(node, _COMPOUND):
+                continue
+            if node.lineno <= lineno <= (node.end_lineno or node.lineno):
+                if best is None or node.lineno >= best.lineno:
+                    best = node
+        return best
+
+
+#: Statements with a body of statements: a line in one is in one of its simple statements.
+_COMPOUND = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.AsyncFor,
+             ast.While, ast.With, ast.AsyncWith, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ()) \
+            + ((ast.Match,) if hasattr(ast, "Match") else ())
+
+
+def ends_here(stmt: Optional[ast.stmt]) -> bool:
+    """Whether nothing after ``stmt`` runs once it ran (``return``, ``raise``), or not
+    surely (``yield``: the generator may never be resumed)."""
+    if isinstance(stmt, (ast.Return, ast.Raise)):
+        return True
+    value = getattr(stmt, "value", None)
+    return isinstance(value, (ast.Yield, ast.YieldFrom))
+
+
 def _enclosing_def(body: Sequence[ast.AST], lineno: int):
     for node in body:
         if isinstance(node, _SCOPES[:3]):
@@ -229,4 +260,4 @@ def _enclosing_def(body: Sequence[ast.AST], lineno: int):
     return None
 
 
-__all__ = ["OTHER", "Scope", "ScopeIndex"]
+__all__ = ["OTHER", "Scope", "ScopeIndex", "ends_here"]

@@ -21,7 +21,7 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
-from .native import NativeEngine, ViewsMet, make_engine
+from .native import NativeEngine, make_engine
 from .findings import AnalysisResult, TraceSummary, attach_recorded_sources, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
@@ -57,22 +57,10 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
     Returns ``(findings, TraceSummary)``: plain, picklable data, so that traces can be
     analyzed in other processes or on other machines and merged. ``report`` is a progress
     callback ``(index, bytes_done, bytes_total)``. Unusable input raises
-    :class:`TraceFormatError` naming the file.
-
-    A path (which can be read again) of format 1.1 is replayed by the compiled core until
-    its first VIEWS record, then again from the start by the Python engine; a file object
-    of format 1.1 is replayed by the Python engine (see ``native.make_engine``).
+    :class:`TraceFormatError` naming the file. Which engine replays it: see
+    ``native.make_engine`` (the compiled core, VIEWS records of format 1.1 included).
     """
     name = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else getattr(path, "name", str(path))
-    reopenable = isinstance(path, (str, bytes, os.PathLike))
-    try:
-        return _analyze_one(path, name, index, check_leaks, report, reopenable)
-    except ViewsMet:  # strided views: the compiled core does not replay them yet
-        return _analyze_one(path, name, index, check_leaks, report, False)
-
-
-def _analyze_one(path, name: str, i: int, check_leaks: bool, report, native_file: bool) -> tuple:
-    """``(findings, TraceSummary)`` of one trace (``native_file``: see ``make_engine``)."""
     try:
         reader = TraceReader(path)
     except OSError as e:
@@ -80,10 +68,9 @@ def _analyze_one(path, name: str, i: int, check_leaks: bool, report, native_file
     except TraceFormatError as e:
         raise type(e)(f"{name}: {e}") from None
     with reader:
-        engine = make_engine(reader.symbols, file=native_file, header=reader.header, check_leaks=check_leaks,
-                             trace_index=i)
+        engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=index)
         try:
-            _replay(engine, reader, i, report)
+            _replay(engine, reader, index, report)
         except RecordError as e:
             raise RecordError(f"{name}: {reader.where()}: {e}") from None
         except TraceFormatError as e:
@@ -103,7 +90,7 @@ def _analyze_one(path, name: str, i: int, check_leaks: bool, report, native_file
                 f"{engine.dropped} occurrences of further distinct findings were not kept "
                 "(too many distinct findings in one trace)"
             )
-        budget = getattr(engine, "overlap_budget", None)  # the Python engine's (strided views)
+        budget = getattr(engine, "overlap_budget", None)  # strided views (both engines)
         if budget is not None and budget.gave_up:
             warnings.append(
                 f"{budget.gave_up} comparisons of strided views were too costly to "

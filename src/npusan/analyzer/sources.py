@@ -129,6 +129,15 @@ class SourceCache:
                 return real
         return None
 
+    def why_unreadable(self, filename: str) -> tuple:
+        """``(why, what to do)``: why ``filename`` is not read, in words that follow its name."""
+        if not self._real_roots:
+            return "was not read (no source root is set)", "--source-root DIR lets npusan read it"
+        if os.path.isfile(self.settings.mapped(filename)) and self.allowed_path(filename) is None:
+            return "is outside the source root", "--source-root DIR lets npusan read it"
+        return ("was not found under the source root",
+                "--map-path OLD=NEW says where files recorded under OLD lie here")
+
     def _load(self, filename: str) -> Optional[list[str]]:
         if filename in self._files:
             return self._files[filename]
@@ -148,11 +157,44 @@ class SourceCache:
             return None
         return _cut(lines[lineno - 1].strip())
 
+    def locate(self, fr: Frame) -> Optional[int]:
+        """Where ``fr``'s line is in the local file now, or None.
+
+        ``fr.lineno`` when the local line there reads as the text the trace recorded for it
+        (whitespace runs collapsed), or when the trace recorded none; if the file was edited
+        after recording, the line with that text nearest to ``fr.lineno`` (None when none
+        has it or two are equally near). None too when the file cannot be read.
+        """
+        lines = self._load(fr.filename)
+        if lines is None or not isinstance(fr.lineno, int):
+            return None
+        if not fr.text:
+            return fr.lineno
+        want = _normalized(fr.text)
+        cut = want.endswith("…")  # recorded text of a very long line, cut
+
+        def same(line: str) -> bool:
+            have = _normalized(line)
+            return have == want or (cut and have.startswith(want[:-1]))
+
+        if 1 <= fr.lineno <= len(lines) and same(lines[fr.lineno - 1]):
+            return fr.lineno
+        hits = [i for i, line in enumerate(lines, 1) if same(line)]
+        if not hits:
+            return None
+        best = min(abs(i - fr.lineno) for i in hits)
+        nearest = [i for i in hits if abs(i - fr.lineno) == best]
+        return nearest[0] if len(nearest) == 1 else None
+
     def frame_line(self, fr: Frame) -> Optional[str]:
         """The line of ``fr``: the text the trace recorded, else an allowed local file's line."""
         if fr.text:
             return _cut(fr.text.strip())
         return self.line(fr.filename, fr.lineno)
+
+
+def _normalized(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _cut(text: str) -> Optional[str]:

@@ -16,6 +16,7 @@ import click
 
 from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
+from .completion import PATH, finding_kinds, report_formats
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, one_line_errors
 from .output import check_writable, write_output
 from .progress import LazyProgress
@@ -55,53 +56,22 @@ class _Progress(LazyProgress):
         self.update("analyze", f"[bold]analyzing[/] {name}", done, total)
 
 
-def batch_options(
-    *,
-    check_leaks: bool,
-    jobs: Optional[int],
-    scheduler: Optional[str],
-    send_traces: bool,
-    source_root: Optional[str],
-    map_path: Sequence[str],
-):
-    """``BatchOptions`` from the command line; a bad value is a :class:`UsageProblem`."""
-    from ..analyzer.batch import BatchOptions
-    from ..analyzer.sources import SourceSettings
-
+def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces: bool) -> None:
+    """Refuse ``--jobs``/``--scheduler``/``--send-traces`` values that cannot work (a :class:`UsageProblem`)."""
     if jobs is not None and jobs < 1:
         raise UsageProblem(f"--jobs must be at least 1 (got {jobs})")
     if send_traces and not scheduler:
         raise UsageProblem("--send-traces only applies with --scheduler")
     if scheduler is not None and "://" not in scheduler:
         raise UsageProblem(f"--scheduler expects an address such as tcp://host:8786, got '{scheduler}'")
-    try:
-        sources = SourceSettings.from_options(source_root, map_path)
-    except ValueError as e:
-        raise UsageProblem(str(e)) from None
-    return BatchOptions(
-        check_leaks=check_leaks,
-        jobs=jobs if jobs is not None else (os.cpu_count() or 1),
-        scheduler=scheduler,
-        send_bytes=send_traces,
-        sources=sources,
-    )
-
-
-def run_analysis(inputs: Sequence[str], options, progress=None):
-    """The analyzer's batch pipeline (import kept lazy); a scheduler problem is a usage problem."""
-    from ..analyzer.batch import SchedulerError, analyze_inputs
-
-    try:
-        return analyze_inputs(list(inputs), options, progress=progress)
-    except SchedulerError as e:
-        raise UsageProblem(str(e)) from None
 
 
 @click.command()
-@click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
-@click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True,
+@click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=PATH)
+@click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True, shell_complete=report_formats,
               help="Report format: text, json, sarif, junit, short (one line per finding) or html (one self-contained page).")
-@click.option("-o", "--output", default=None, metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("-o", "--output", default=None, metavar="FILE", type=PATH,
+              help="Write the report to FILE instead of stdout.")
 @click.option("--check-leaks", is_flag=True,
               help="Also check blocks still alive when a trace ends for missing record_stream.")
 @click.option("--no-group", is_flag=True, help="List every occurrence instead of one entry per bug.")
@@ -109,11 +79,11 @@ def run_analysis(inputs: Sequence[str], options, progress=None):
 @click.option("--expand", is_flag=True,
               help="Text report: show every finding of a shared root cause in full, not only the first.")
 @click.option("--no-color", is_flag=True, help="Plain text even on a terminal.")
-@click.option("--suppress", "suppress_file", default=None, metavar="FILE",
+@click.option("--suppress", "suppress_file", default=None, metavar="FILE", type=PATH,
               help="TOML file of findings to silence (see docs/suppressions.md).")
-@click.option("--baseline", "baseline_file", default=None, metavar="FILE",
+@click.option("--baseline", "baseline_file", default=None, metavar="FILE", type=PATH,
               help="JSON report of an earlier run: report only findings that are not in it.")
-@click.option("--fail-on", default=None, metavar="KIND,...",
+@click.option("--fail-on", default=None, metavar="KIND,...", shell_complete=finding_kinds,
               help="Exit 1 only for these kinds (data-race, missing-record-stream, reuse-race).")
 @click.option("--min-count", default=1, type=int, metavar="N", show_default=True,
               help="Report (and fail on) only findings that occurred at least N times.")
@@ -123,15 +93,15 @@ def run_analysis(inputs: Sequence[str], options, progress=None):
               help="Analyze on a Dask cluster (tcp://host:port of its scheduler; needs npusan[cluster]).")
 @click.option("--send-traces", is_flag=True,
               help="With --scheduler: send the trace bytes to the workers instead of letting them open the paths.")
-@click.option("--source-root", default=None, metavar="DIR",
-              help="Project folder: paths in reports and fingerprints are relative to it, and source is quoted only from under it "
+@click.option("--source-root", default=None, metavar="DIR", type=PATH,
+              help="Project folder: source is read only from under it (quoted lines, names checked in fixes), and SARIF/JUnit name files relative to it "
                    "(default: the nearest folder above the working directory with .git or pyproject.toml).")
 @click.option("--map-path", multiple=True, metavar="OLD=NEW",
               help="Read files recorded under OLD from NEW on this machine (repeatable).")
-@click.option("--history", "history_db", default=None, metavar="DB",
+@click.option("--history", "history_db", default=None, metavar="DB", type=PATH,
               help="Record this run in an SQLite history (created if missing); findings are marked new or persisting.")
 @click.option("--run-label", default=None, metavar="LABEL",
-              help="Name of this run in --history (default: the date and time).")
+              help="Name of this run in --history (default: the date and time); a label already in the history is refused.")
 @one_line_errors
 def analyze(
     traces: tuple,
@@ -160,10 +130,10 @@ def analyze(
     or a glob pattern. Exit status: 0 no findings, 1 findings, 2 unusable input or usage
     error (also when any trace could not be read; the others are still reported).
     """
-    from ..analyzer.baseline import BaselineError, load_baseline
-    from ..analyzer.reporters import ReportOptions, build_report, get_reporter
-    from ..analyzer.suppressions import SuppressionError, load_suppressions
-    from ..trace_format.info import no_device_work
+    from ..analyzer import pipeline
+    from ..analyzer.batch import SchedulerError
+    from ..analyzer.history import HistoryError
+    from ..analyzer.reporters import get_reporter
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")
@@ -172,35 +142,37 @@ def analyze(
     fail_kinds = parse_kinds(fail_on)
     if output is not None:
         check_writable(output)
-    try:
-        suppressions = load_suppressions(suppress_file) if suppress_file else None
-        baseline = load_baseline(baseline_file) if baseline_file else None
-    except (SuppressionError, BaselineError) as e:
+    check_run_options(jobs, scheduler, send_traces)
+    try:  # the suppression and baseline files, --source-root and --map-path
+        options = pipeline.AnalysisOptions.from_files(
+            suppress=suppress_file, baseline=baseline_file, source_root=source_root, map_path=map_path,
+            check_leaks=check_leaks, group=not no_group, min_count=min_count,
+        )
+    except ValueError as e:
         raise UsageProblem(str(e)) from None
 
+    if run_label is not None and history_db is None:
+        raise UsageProblem("--run-label only applies with --history")
     traces, repeated = distinct_inputs(list(traces))
     for again, first in repeated:
         warn(f"{again} is the same file as {first}: analyzed once")
-    options = batch_options(
-        check_leaks=check_leaks, jobs=jobs, scheduler=scheduler, send_traces=send_traces,
-        source_root=source_root, map_path=map_path,
-    )
-    history = open_history(history_db)
+    try:
+        history = pipeline.open_history(history_db, run_label) if history_db is not None else None
+    except HistoryError as e:
+        raise UsageProblem(str(e).replace("the run label", "--run-label")) from None
 
     progress = _Progress(traces, enabled=sys.stderr.isatty())
     try:
-        result = run_analysis(traces, options, progress=progress)
+        result = pipeline.replay_inputs(traces, options, jobs=jobs if jobs is not None else (os.cpu_count() or 1),
+                                        scheduler=scheduler, send_bytes=send_traces, progress=progress)
+    except SchedulerError as e:
+        raise UsageProblem(str(e)) from None
     finally:
         progress.close()
 
     for t in result.traces:
         for w in t.warnings:
             warn(f"{t.path}: {w}")
-        if t.truncated and not t.warnings:
-            warn(f"{t.path}: the trace ends without an end record; analyzed up to its last complete record")
-        empty = no_device_work(t.kernels, t.header) if t.error is None else None
-        if empty:
-            warn(f"{t.path}: {empty}")
     errors = result.errors
     if errors and all(t.error is not None for t in result.traces):
         # Nothing could be analyzed: no report, one line per problem.
@@ -210,20 +182,15 @@ def analyze(
     for where, why in errors:
         click.echo(f"npusan: error: {clean(str(where))}: {clean(str(why))} (the other traces are reported)", err=True)
 
-    report = build_report(
-        result,
-        group=not no_group,
-        suppressions=suppressions,
-        baseline=baseline,
-        min_count=min_count,
-        check_leaks=check_leaks,
-        history=history.previous() if history is not None else None,
-    )
+    report = pipeline.make_report(result, options, history=history.previous() if history is not None else None)
     if history is not None:
-        history.record(report, label=run_label)
-    if suppressions is not None:
-        for entry in suppressions.unused():
-            warn(f"suppression file {suppressions.path}: {entry.describe()} matched no finding")
+        try:
+            history.record(report, label=run_label)
+        except HistoryError as e:  # the label was taken by a run that finished meanwhile
+            raise UsageProblem(str(e)) from None
+    if options.suppressions is not None:
+        for entry in options.suppressions.unused():
+            warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
 
     color = (
         fmt == "text"
@@ -232,17 +199,9 @@ def analyze(
         and "NO_COLOR" not in os.environ
         and sys.stdout.isatty()
     )
-    render_options = ReportOptions(
-        group=not no_group,
-        full_stacks=full_stacks,
-        expand=expand,
-        color=color,
+    render_options = pipeline.render_options(
+        options, full_stacks=full_stacks, expand=expand, color=color,
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
-        check_leaks=check_leaks,
-        min_count=min_count,
-        source_roots=options.sources.roots,
-        path_maps=options.sources.maps,
-        source_root=options.sources.report_root,
     )
     write_output(output, get_reporter(fmt).render(report, render_options))
 
@@ -250,15 +209,3 @@ def analyze(
     if errors:
         sys.exit(EXIT_UNUSABLE)
     sys.exit(EXIT_FINDINGS if failing else EXIT_CLEAN)
-
-
-def open_history(path: Optional[str]):
-    """The ``--history`` database (created when missing), or None; problems are usage problems."""
-    if path is None:
-        return None
-    from ..analyzer.history import History, HistoryError
-
-    try:
-        return History.open(path)
-    except HistoryError as e:
-        raise UsageProblem(str(e)) from None

@@ -45,3 +45,43 @@ def one_line_errors(fn: F) -> F:
             fail("out of memory while reading the input")
 
     return wrapper  # type: ignore[return-value]
+
+
+class OneLineUsageError(click.UsageError):
+    """A click usage error (unknown option, missing argument, bad value...) shown as the
+    project's one line, ``npusan: error: ... (try 'npusan analyze --help')``, exit 2,
+    instead of click's usage line, hint line and ``Error:`` line."""
+
+    def show(self, file=None) -> None:
+        hint = f" (try '{self.ctx.command_path} --help')" if self.ctx is not None else ""
+        click.echo(f"npusan: error: {clean(_sentence(self.format_message()))}{hint}", err=True)
+
+
+class OneLineClickError(click.ClickException):
+    """Any other click error, as one ``npusan: error: ...`` line with its exit status."""
+
+    def show(self, file=None) -> None:
+        click.echo(f"npusan: error: {clean(_sentence(self.format_message()))}", err=True)
+
+
+def _sentence(message: str) -> str:
+    """``"No such option '--bogus'."`` -> ``"no such option '--bogus'"`` (the project's style)."""
+    message = " ".join(message.split()).rstrip(".")
+    if len(message) > 1 and message[0].isupper() and message[1].islower():
+        message = message[0].lower() + message[1:]
+    return message
+
+
+#: ``npusan`` alone prints the help (click >= 8.2 raises this usage error to do it).
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def as_one_line(error: click.ClickException) -> click.ClickException:
+    """``error`` as the one-line kind above (``--help`` for a bare group is left as click shows it)."""
+    if isinstance(error, (OneLineUsageError, OneLineClickError, _NO_ARGS_IS_HELP)):
+        return error
+    if isinstance(error, click.UsageError):
+        return OneLineUsageError(error.format_message(), ctx=error.ctx)
+    one = OneLineClickError(error.format_message())
+    one.exit_code = error.exit_code
+    return one

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from typing import BinaryIO, Iterator, Optional
 
@@ -54,6 +53,8 @@ def atomic_output(path: str, what: str = "the report") -> Iterator[BinaryIO]:
             with open(target, "wb") as f:
                 yield f
             return
+        import secrets
+
         parent, name = os.path.split(target)
         tmp = os.path.join(parent, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         # O_EXCL: never follow a planted link; 0o666 lets the umask decide, as open() would.

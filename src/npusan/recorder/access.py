@@ -66,6 +66,9 @@ class OpInfo(NamedTuple):
     collective: Any = None
     #: ``_c10d_functional::wait_tensor``: the wait of a functional collective.
     wait_tensor: bool = False
+    #: ``aten::_local_scalar_dense`` (``t.item()``, ``float(t)``, ``bool(t)``): the host
+    #: reads a device value, which synchronizes the current stream (no memory event).
+    host_read: bool = False
 
 
 def _is_tensorish(t) -> Tuple[bool, bool]:
@@ -90,6 +93,8 @@ def classify(func: Any) -> OpInfo:
         return OpInfo(name, False, (), (), False, False, collective=spec)
     if schema.name == WAIT_TENSOR:
         return OpInfo(name, True, (), (), False, False, wait_tensor=True)
+    if schema.name == "aten::_local_scalar_dense":
+        return OpInfo(name, True, (), (), False, False, host_read=True)
     metadata_inputs = base.startswith("new_") or base.endswith("_like")
     slots: List[Slot] = []
     any_write = False

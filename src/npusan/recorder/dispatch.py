@@ -64,6 +64,10 @@ class RecordingMode(TorchDispatchMode):
             if info.view:
                 if info.wait_tensor and rec.collectives is not None:
                     rec.collectives.tensor_waited(args[0] if args else None)
+                elif info.host_read:
+                    be = rec.backend
+                    if be.host_read_modeled and args and be.is_device_tensor(args[0]):
+                        be.host_read()
             elif info.record_stream:
                 # NPU reports record_stream from its allocator hook (every path, not only
                 # the aten op): recording the op as well would log each call twice.

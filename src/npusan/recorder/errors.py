@@ -56,7 +56,9 @@ def format_finding(f: Any, header: Optional[dict] = None, folded_hint: Optional[
 
         f = _with_own_source(f)
         report = build_report(AnalysisResult(findings=[f], traces=[TraceSummary("<live>", dict(header or {}))]))
-        options = ReportOptions() if folded_hint is None else ReportOptions(folded_hint=folded_hint)
+        options = ReportOptions(sources=_own_folders(f))
+        if folded_hint is not None:
+            options.folded_hint = folded_hint
         text = group_text(report, report.groups[0], options).rstrip("\n")
         # Live, there is no "(1/1)" numbering and no trace to count occurrences in.
         lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("seen:")]
@@ -81,6 +83,23 @@ def _with_own_source(f: Any) -> Any:
     f = dataclasses.replace(f)
     map_frames([f], lambda fr: fr if fr.text else dataclasses.replace(fr, text=lines.lookup(fr.filename, fr.lineno)[0]))
     return f
+
+
+def _own_folders(f: Any):
+    """Source settings that let the fix read the program's own files (the folders of the
+    finding's frames that exist here): live, no untrusted trace names them, so the names in
+    a fix are checked against the real code instead of left as placeholders."""
+    import os
+
+    from ..analyzer.sources import SourceSettings, user_site
+
+    folders = []
+    for stack in (f.access.stack, f.previous.stack, f.block.stack):
+        site = user_site(stack)
+        path = os.path.abspath(site.filename) if site is not None else None  # relative: to this process's cwd
+        if path is not None and os.path.isfile(path):
+            folders.append(os.path.dirname(path))
+    return SourceSettings(tuple(dict.fromkeys(folders)))
 
 
 def _plain(f: Any) -> str:

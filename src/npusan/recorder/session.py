@@ -697,8 +697,27 @@ class Recorder:
             if fp not in self._reported:
                 self._reported.add(fp)
                 new.append(f)
+        self._number_streams(new)
         self.found.extend(new)
         return new
+
+    def _number_streams(self, findings: list) -> None:
+        """Number the findings' streams as ``npusan analyze`` numbers them: from the stream
+        table (non-default streams per device, in the order the trace first named them), so
+        that "stream #2" is the same stream in every message of this run and in the report
+        of its trace. (A report built from one finding alone would count only the streams
+        that finding names.)"""
+        engine = self.engine
+        if engine is None or not findings:
+            return
+        import functools
+
+        from ..analyzer.findings import number_streams, stream_numbers
+        from ..trace_format.header import is_default_stream
+
+        is_default = functools.partial(is_default_stream, engine.header)
+        number_streams(findings, stream_numbers(engine.symbols.streams, is_default), is_default,
+                       engine.symbols.stream_labels)
 
     def settle(self) -> list:
         """Online mode: process every queued event and return the findings not reported

@@ -1,9 +1,20 @@
 """Which files a command line names: files, directories of traces, glob patterns.
 
 A nightly job leaves one trace per rank in dated folders; ``npusan analyze nightly/`` must
-find them all. A directory is searched recursively for *traces*: regular files that start
-with the trace magic bytes, plain or compressed (``.zst``/``.gz`` are recognized by their
-content, and their first bytes decompressed to check the magic), whatever their names.
+find them all. A directory (or a glob pattern) is searched recursively for *traces*:
+
+* regular files that start with the trace magic bytes, plain or compressed (``.zst``/``.gz``
+  are recognized by their content, and their first bytes decompressed to check the
+  magic), whatever their names;
+* files whose names say they are traces (:data:`TRACE_SUFFIXES`: ``*.npusan``,
+  ``*.npusan.gz``, ``*.npusan.zst``, ``*.npusan.zstd``), whatever they hold: a rank that
+  crashed before writing anything leaves an empty or cut file, and a nightly job must
+  hear about it (the reader then says why it is unreadable);
+* files with a compressed-trace ending (``.zst``, ``.zstd``, ``.gz``: what ``npusan record
+  -o`` compresses) whose content ends, or breaks, before the magic could be checked (an
+  empty file, a compressed stream cut in its first frame). A complete compressed file that
+  holds something else is not a trace.
+
 A file named explicitly is always taken, so that a file that is not a trace is reported
 as such instead of silently skipped.
 """
@@ -17,10 +28,13 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from . import records as R
-from .compression import DecompressingReader, sniff
+from .compression import WRITE_SUFFIXES, DecompressingReader, sniff
 from .reader import _read_exactly
 
 _GLOB_CHARS = frozenset("*?[")
+
+#: Name endings that say a file is a trace, whatever its content (see the module docstring).
+TRACE_SUFFIXES = (".npusan", ".npusan.gz", ".npusan.zst", ".npusan.zstd")
 
 
 @dataclass
@@ -65,7 +79,7 @@ def find_traces(arguments: Iterable[str]) -> Inputs:
                 if os.path.isdir(m):
                     for p in _walk(m):
                         take(p)
-                elif is_trace_file(m):
+                elif _is_trace_candidate(m):
                     take(m)
     return out
 
@@ -76,7 +90,7 @@ def _walk(top: str) -> list:
     for root, _dirs, files in os.walk(top):
         for name in files:
             path = os.path.join(root, name)
-            if is_trace_file(path):
+            if _is_trace_candidate(path):
                 found.append(path)
     return sorted(found)
 
@@ -86,16 +100,38 @@ def is_trace_file(path: str) -> bool:
 
     Never blocks: FIFOs, devices and sockets are not traces here.
     """
+    return _content(path) == "trace"
+
+
+def _is_trace_candidate(path: str) -> bool:
+    """Whether a directory search or a pattern takes ``path`` (see the module docstring)."""
+    content = _content(path)
+    if content in ("trace", None):
+        return content == "trace"
+    name = os.path.basename(path).lower()
+    if name.endswith(TRACE_SUFFIXES):
+        return True
+    return content == "unknown" and os.path.splitext(name)[1] in WRITE_SUFFIXES
+
+
+def _content(path: str):
+    """``"trace"`` (starts with the magic), ``"other"`` (does not), ``"unknown"`` (the data,
+    plain or decompressed, ends or breaks before the magic's length), or None (not a
+    regular file, or it cannot be opened)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return False
+            return None
         with open(path, "rb") as f:
             head = f.read(len(R.MAGIC))
             kind = sniff(head)
-            if kind is None:
-                return head == R.MAGIC
-            f.seek(0)
-            reader = DecompressingReader(f, kind)
-            return _read_exactly(reader, len(R.MAGIC)) == R.MAGIC
+            if kind is not None:
+                f.seek(0)
+                reader = DecompressingReader(f, kind)
+                head = _read_exactly(reader, len(R.MAGIC))
     except (OSError, ValueError):
-        return False
+        return None
+    if head == R.MAGIC:
+        return "trace"
+    if len(head) < len(R.MAGIC) and R.MAGIC.startswith(head):
+        return "unknown"
+    return "other"

@@ -128,6 +128,12 @@ class TraceReader:
     def _read_header(self) -> None:
         magic = _read_exactly(self._file, len(R.MAGIC))
         if not magic:
+            kind = getattr(self._file, "kind", None)  # a .zst/.gz read through a DecompressingReader
+            if kind is not None:
+                raise TraceFormatError(
+                    f"the {kind} stream ends before the trace header: it decompresses to nothing "
+                    "(a recording cut before its first frame was complete?)"
+                )
             raise TraceFormatError("the file is empty: not an npusan trace")
         if magic != R.MAGIC:
             if R.MAGIC.startswith(magic):

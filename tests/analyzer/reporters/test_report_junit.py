@@ -5,6 +5,7 @@
 import xml.etree.ElementTree as ET
 
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
+from npusan.analyzer.sources import SourceSettings
 from tests.cli.npusan_scenarios import make_finding, make_result
 
 
@@ -58,7 +59,7 @@ def test_control_characters_cannot_break_the_xml():
 def test_files_are_relative_to_the_source_root(tmp_path):
     root = tmp_path / "checkout"
     f = make_finding(later=(str(root / "pkg" / "train.py"), 21, "f"))
-    options = ReportOptions(source_root=str(root))
+    options = ReportOptions(sources=SourceSettings(report_root=str(root)))
     tree = ET.fromstring(get_reporter("junit").render(build_report(make_result([f])), options))
     (case,) = tree.iter("testcase")
     assert case.get("file") == "pkg/train.py" and case.get("name").startswith("data-race at pkg/train.py:21 [")

@@ -7,6 +7,7 @@ import jsonschema
 import pytest
 
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
+from npusan.analyzer.sources import SourceSettings
 from npusan.analyzer.reporters.sarif import FINGERPRINT_KEY, artifact_location, artifact_uri
 from tests.cli.npusan_scenarios import make_finding, make_result
 
@@ -100,7 +101,7 @@ def test_locations_are_relative_to_the_source_root(tmp_path):
     inside = str(root / "pkg" / "train.py")
     f = make_finding(later=(inside, 21, "f"), earlier=("/elsewhere/lib.py", 19, "g"))
     report = build_report(make_result([f]))
-    doc = json.loads(get_reporter("sarif").render(report, ReportOptions(source_root=str(root))))
+    doc = json.loads(get_reporter("sarif").render(report, ReportOptions(sources=SourceSettings(report_root=str(root)))))
     jsonschema.validate(doc, SCHEMA)
     (run,) = doc["runs"]
     assert run["originalUriBaseIds"] == {"SRCROOT": {"uri": root.as_uri() + "/"}}

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
+from npusan.analyzer.sources import SourceSettings
 from npusan.analyzer.suppressions import parse_suppressions
 from tests.cli.npusan_scenarios import SOURCE, TORCH_TENSOR, make_finding, make_result
 
@@ -45,7 +46,7 @@ def test_full_stacks_shows_internal_frames():
 def test_source_lines_are_quoted_when_the_file_exists(tmp_path, monkeypatch):
     f = make_finding(later=(str(SOURCE), 21, "data_race"))
     assert " | " not in text([f])  # outside every source root: never read
-    out = text([f], ReportOptions(source_roots=(str(SOURCE.parent),)))
+    out = text([f], ReportOptions(sources=SourceSettings((str(SOURCE.parent),))))
     assert "21 | y = x.sum()" in out
     monkeypatch.chdir(tmp_path)  # train.py (relative) does not exist here: simply not quoted
     out = text([make_finding()])
@@ -59,11 +60,12 @@ def test_missing_record_stream_fix_names_both_places():
     out = text([f])
     assert "returned to the allocator, free for reuse on default stream (cuda:0)" in out
     assert "right after line 11 add" in out
-    # train.py is not readable here: placeholders that cannot compile, and a note saying so
+    # no source root, so train.py is not read: placeholders that cannot compile, and a note saying why
     assert "<x>.record_stream(torch.cuda.current_stream())" in out
     assert "before the free at train.py:12" in out and "torch.cuda.default_stream(0).wait_stream(<s1>)" in out
     assert "where <s1> is stream #1 (cuda:0), created at train.py:18" in out
-    assert "not readable here, so the names in this fix are not checked" in out
+    assert ("(train.py was not read (no source root is set), so the names in this fix are not checked against it: "
+            "--source-root DIR lets npusan read it)") in out
     assert "once in a.bin, after kernel 2" in out
 
 
@@ -98,7 +100,8 @@ def test_data_race_fix_uses_the_backends_stream_api(backend, mod):
         f"{mod}.current_stream().wait_stream(<s1>)",
         f"or, with an event: after line 29 add `<event> = {mod}.current_stream().record_event()`, "
         f"and before line 30 add `{mod}.current_stream().wait_event(<event>)`",
-        "(train.py is not readable here, so the names in this fix are not checked against it)",
+        "(train.py was not read (no source root is set), so the names in this fix are not checked against it: "
+        "--source-root DIR lets npusan read it)",
         f"where <s1> is stream #1 ({backend}:0), created at train.py:18",
     ]
     assert not any(f"{m}." in out for m in ("torch.cuda", "torch.npu", "npusan.sim") if m != mod)
@@ -115,7 +118,8 @@ def test_missing_record_stream_fix_uses_the_backends_stream_api(backend, mod):
         f"<x>.record_stream({mod}.current_stream())    # <x>: the 4.0 KiB tensor allocated at train.py:17",
         f"or, before the free at train.py:12, make the allocating stream wait for the use: "
         f"`{mod}.default_stream(0).wait_stream(<s1>)`",
-        "(train.py is not readable here, so the names in this fix are not checked against it)",
+        "(train.py was not read (no source root is set), so the names in this fix are not checked against it: "
+        "--source-root DIR lets npusan read it)",
         f"where <s1> is stream #1 ({backend}:0), created at train.py:18",
     ]
 
@@ -124,7 +128,7 @@ def test_a_default_stream_in_the_fix_is_named_by_its_api_and_needs_no_note():
     _, fix = fix_lines("npu", make_finding())  # later read on stream #1, earlier write on the default stream
     assert fix[1] == "torch.npu.current_stream().wait_stream(torch.npu.default_stream(0))"
     assert not any(line.startswith("where ") for line in fix)
-    assert fix[-1].startswith("(train.py is not readable here")
+    assert fix[-1].startswith("(train.py was not read (no source root is set)")
 
 
 def test_streams_of_other_devices_get_distinct_placeholders():

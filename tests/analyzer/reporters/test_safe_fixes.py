@@ -177,7 +177,17 @@ def test_unreadable_source_gives_placeholders_that_cannot_compile(tmp_path):
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "npusan.sim.current_stream().wait_stream(<s1>)"
     assert "`<event> = npusan.sim.current_stream().record_event()`" in lines[2]
-    assert any("is not readable here, so the names in this fix are not checked" in x for x in lines)
+    assert ("(/nonexistent/t.py was not found under the source root, so the names in this fix are not "
+                         "checked against it: --map-path OLD=NEW says where files recorded under OLD lie here)") in lines
+
+
+def test_a_file_outside_the_source_root_is_named_as_such(tmp_path):
+    (tmp_path / "root").mkdir()
+    f = race_at(program(tmp_path, "a = 1\nb = 2\nc = 3\n"), "c = 3", "b = 2", "a = 1")
+    lines = fix(f, SIM, SourceCache([str(tmp_path / "root")]))
+    assert lines[1].strip() == "npusan.sim.current_stream().wait_stream(<s1>)"
+    assert any(x.endswith("prog.py is outside the source root, so the names in this fix are not checked against it: "
+                          "--source-root DIR lets npusan read it)") for x in lines)
 
 
 def test_scope_index_bindings(tmp_path):

@@ -26,19 +26,21 @@ class ReportOptions:
     width: int = 100  # terminal width for the text report (plain text never wraps)
     check_leaks: bool = False
     min_count: int = 1
-    #: Folders local source may be quoted from (--source-root, --map-path targets, detected).
-    source_roots: tuple = ()
-    #: ``(recorded prefix, local prefix)`` pairs from --map-path.
-    path_maps: tuple = ()
     expand: bool = False  # True: every finding of a root cause in full, not only the first
-    #: SARIF and JUnit name files relative to this folder (--source-root, or the detected one).
-    source_root: Optional[str] = None
+    #: Folders local source may be quoted from, --map-path pairs, and the folder SARIF and
+    #: JUnit name files relative to (--source-root, or the one detected); default: none.
+    sources: SourceSettings = field(default_factory=SourceSettings)
     #: What the text report says after a line of folded library frames (how to see them).
     folded_hint: str = " (--full-stacks shows them)"
 
+    @property
+    def source_root(self) -> Optional[str]:
+        """The project folder reports name files relative to, or None."""
+        return self.sources.report_root
+
     def source_cache(self) -> SourceCache:
         """Where reporters quote source from: recorded text, or files under the roots."""
-        return SourceCache(SourceSettings(tuple(self.source_roots), tuple(self.path_maps)))
+        return SourceCache(self.sources)
 
 
 @dataclass
@@ -60,6 +62,11 @@ class Report:
     compared_with: Optional[Baseline] = None
     #: Findings of ``compared_with`` that are gone now.
     fixed: list = field(default_factory=list)  # list[KnownFinding]
+    #: Findings of ``compared_with`` not seen now, but seen there only in traces that are
+    #: unreadable now: not fixed, just not checked (see :func:`split_unchecked`).
+    unchecked: list = field(default_factory=list)  # list[KnownFinding]
+    #: fingerprint -> the traces an unchecked finding was last seen in.
+    unchecked_traces: dict = field(default_factory=dict)
     #: ``(trace or argument, reason)`` for inputs that could not be analyzed.
     errors: list = field(default_factory=list)
     _causes: Optional[list] = field(default=None, repr=False)
@@ -103,6 +110,42 @@ class Report:
     @property
     def truncated(self) -> bool:
         return any(t.truncated for t in self.traces)
+
+    @property
+    def unreadable_traces(self) -> list:
+        """Paths of the traces that could not be analyzed."""
+        return [str(t.path) for t in self.traces if t.error is not None]
+
+    def comparison(self) -> Optional[dict]:
+        """Counts against ``compared_with`` (None when nothing was compared), over distinct
+        fingerprints of this run whether shown or not: ``new``, ``persisting``, ``fixed``,
+        ``unchecked``, and of the new and persisting ones, those a baseline hid
+        (``hidden_by_baseline``) or ``--min-count`` left out (``below_min_count``); and
+        ``unreadable_traces``: when not 0, a finding only those traces held cannot be
+        checked (with a history: listed as unchecked; with a baseline: it reads as fixed)."""
+        compared = self.compared_with
+        if compared is None:
+            return None
+        status: dict = {}
+        hidden: dict = {}
+        for where, groups in (("shown", self.groups), ("hidden_by_baseline", self.known),
+                              ("below_min_count", self.below_min_count)):
+            for g in groups:
+                if g.fingerprint not in status:
+                    status[g.fingerprint] = "persisting" if g.fingerprint in compared else "new"
+                    hidden[g.fingerprint] = where
+        out = {
+            "against": compared.path,
+            "new": sum(1 for s in status.values() if s == "new"),
+            "persisting": sum(1 for s in status.values() if s == "persisting"),
+            "fixed": len(self.fixed),
+            "unchecked": len(self.unchecked),
+            "unreadable_traces": len(self.unreadable_traces),
+        }
+        for where in ("hidden_by_baseline", "below_min_count"):
+            out[where] = {s: sum(1 for fp, st in status.items() if st == s and hidden[fp] == where)
+                          for s in ("new", "persisting")}
+        return out
 
 
 def build_report(
@@ -157,11 +200,60 @@ def build_report(
     compared = history if history is not None else baseline
     if compared is not None:
         report.compared_with = compared
-        report.fixed = compared.gone(present)
+        report.fixed, report.unchecked, report.unchecked_traces = split_unchecked(
+            compared.gone(present), compared.traces,
+            [str(t.path) for t in result.traces], report.unreadable_traces,
+        )
         for g in report.groups:
             g.status = "persisting" if g.fingerprint in compared else "new"
     result.suppressed = len(report.suppressed)
     return report
+
+
+def split_unchecked(gone: list, seen_in: dict, traces: list, unreadable: list) -> tuple:
+    """``(fixed, unchecked, {fingerprint: traces})`` of the compared run's ``gone`` findings.
+
+    A gone finding is *unchecked*, not fixed, when every trace it was seen in (``seen_in``:
+    fingerprint -> paths, from a history) is unreadable in this run. A trace of that run
+    is matched to this run's trace (``traces``) with the same path or, when none has it (a
+    folder per night), with the longest common tail of path components (at least the file
+    name); when several match equally well, it is unreadable if any of them is, so that a
+    finding is never called fixed for a trace that could not be read. A finding without
+    known traces (a JSON baseline) is fixed.
+    """
+    if not unreadable or not gone:
+        return list(gone), [], {}
+    bad = set(unreadable)
+    parts = {t: _components(t) for t in traces}
+
+    def unread(prev: str) -> bool:
+        if prev in parts:
+            return prev in bad
+        mine = _components(prev)
+        best, tied = 0, []
+        for t, theirs in parts.items():
+            n = 0
+            while n < min(len(mine), len(theirs)) and mine[-1 - n] == theirs[-1 - n]:
+                n += 1
+            if n and n > best:
+                best, tied = n, [t]
+            elif n and n == best:
+                tied.append(t)
+        return any(t in bad for t in tied)
+
+    fixed, unchecked, where = [], [], {}
+    for k in gone:
+        prev = list(dict.fromkeys(seen_in.get(k.fingerprint, ())))
+        if prev and all(unread(t) for t in prev):
+            unchecked.append(k)
+            where[k.fingerprint] = prev
+        else:
+            fixed.append(k)
+    return fixed, unchecked, where
+
+
+def _components(path: str) -> list:
+    return [c for c in path.replace("\\", "/").split("/") if c not in ("", ".")]
 
 
 def number_unnumbered_streams(findings: list) -> None:
@@ -190,16 +282,22 @@ def number_unnumbered_streams(findings: list) -> None:
 def trace_rows(report) -> list[dict]:
     """Per trace: path, rank, kernels, distinct findings by kind, status; as reports list them.
 
-    Status: ``unreadable``, ``findings``, ``truncated`` (no findings, cut) or ``clean``.
+    Status: ``unreadable``, ``findings``, ``left-out`` (findings, each left out by the
+    suppressions, the baseline or ``--min-count``: counted in ``left_out``), ``truncated``
+    (no findings, cut) or ``clean``.
     """
     by_trace: list = [dict.fromkeys((k.value for k in Kind), 0) for _ in report.traces]
+    left_out = [0] * len(report.traces)
+
+    def traces_of(g: Group) -> set:
+        return {t for f in g.findings for t in (f.traces or [f.trace]) if 0 <= t < len(by_trace)}
+
     for g in report.groups:
-        seen = set()
-        for f in g.findings:
-            for t in f.traces or [f.trace]:
-                if 0 <= t < len(by_trace) and t not in seen:
-                    seen.add(t)
-                    by_trace[t][g.kind.value] += 1
+        for t in traces_of(g):
+            by_trace[t][g.kind.value] += 1
+    for g in [*report.suppressed, *report.known, *report.below_min_count]:
+        for t in traces_of(g):
+            left_out[t] += 1
     rows = []
     for i, t in enumerate(report.traces):
         h = t.header if isinstance(t.header, dict) else {}
@@ -209,6 +307,8 @@ def trace_rows(report) -> list[dict]:
             status = "unreadable"
         elif found:
             status = "findings"
+        elif left_out[i]:
+            status = "left-out"
         elif t.truncated:
             status = "truncated"
         else:
@@ -219,6 +319,7 @@ def trace_rows(report) -> list[dict]:
                 "rank": rank if type(rank) is int else None,
                 "kernels": t.kernels,
                 "findings": by_trace[i],
+                "left_out": left_out[i],
                 "status": status,
                 "error": t.error,
             }

@@ -6,13 +6,15 @@ thing in the same words.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import keyword
 import re
 import weakref
 from typing import Optional, Sequence
 
 from ..findings import AccessInfo, Finding, Frame, Kind, StreamRef
-from ..pynames import OTHER, Scope, ScopeIndex
+from ..pynames import OTHER, Scope, ScopeIndex, ends_here
 from ..sources import SourceCache, display_path, internal_category, user_site
 
 KIND_TITLES = {
@@ -229,12 +231,27 @@ class Names:
     def __init__(self, header: dict, sources: Optional[SourceCache], site: Optional[Frame]) -> None:
         self.header = header
         self.sources = sources
+        #: The line as the trace names it; :attr:`site` is where that line is in the local
+        #: file now (the same frame unless the file was edited after recording).
+        self.recorded = site
         self.site = site
         self.index = _scope_index(sources)
         self.scope: Optional[Scope] = None
-        if self.index is not None and site is not None:
-            self.scope = self.index.scope_at(site.filename, site.lineno)
         self.notes: list[str] = []
+        self._changed = False  # the local file no longer has the recorded line
+        if self.index is not None and site is not None:
+            local = _relocated(site, sources)
+            if local is None:
+                self._changed = sources.lines(site.filename) is not None
+            else:
+                self.site = local
+                self.scope = self.index.scope_at(local.filename, local.lineno)
+                if local.lineno != site.lineno:
+                    self._note(
+                        f"({_file(site)} changed since the trace was recorded: its line {site.lineno} "
+                        f"`{sources.frame_line(site)}` is line {local.lineno} now, and line numbers "
+                        "in this fix are those of the file as it is now)"
+                    )
         self._streams: dict = {}  # StreamRef -> code
         self.placeholders: set = set()  # the stream codes that are placeholders
         self._module: Optional[str] = None
@@ -251,11 +268,16 @@ class Names:
         expr = self.scope.expression(full) if self.scope is not None else None
         if expr is None:
             expr = full[0]
-            if self.scope is None:
+            if self.scope is None and self._changed:
                 self._note(
-                    f"({_file(self.site)} is not readable here, so the names in this fix "
-                    f"are not checked against it)"
+                    f"({_file(self.site)} changed since the trace was recorded, so the names and line "
+                    f"numbers in this fix are not checked against it: line {self.site.lineno} "
+                    f"`{self.sources.frame_line(self.site)}` is no longer in it; look for that line)"
                 )
+            elif self.scope is None:
+                why, hint = (self.sources.why_unreadable(self.site.filename) if self.sources and self.site
+                             else ("was not read", "--source-root DIR lets npusan read it"))
+                self._note(f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})")
             else:
                 self._note(
                     f"({display_path(self.site.filename)} does not import {full[0]} under a "
@@ -306,6 +328,9 @@ class Names:
         """``name`` (assigned at ``origin``) if at this line it still names that object."""
         if name is None or self.scope is None or origin is None or self.index is None:
             return None
+        origin = _relocated(origin, self.sources)
+        if origin is None:
+            return None  # edited since the trace was recorded: that line is gone
         there = self.index.scope_at(origin.filename, origin.lineno)
         if there is None:
             return None
@@ -331,6 +356,45 @@ class Names:
 
     def _rebound(self, function: Optional[int], name: str, origin: int, site: int) -> bool:
         return self.index.rebound(self.site.filename, function, name, origin, site)
+
+
+def _relocated(fr: Frame, sources: Optional[SourceCache]) -> Optional[Frame]:
+    """``fr`` at its line in the local file now (itself when unchanged), or None when the
+    file cannot be read or no longer has that line (:meth:`SourceCache.locate`)."""
+    if sources is None:
+        return None
+    line = sources.locate(fr)
+    if line is None:
+        return None
+    return fr if line == fr.lineno else dataclasses.replace(fr, lineno=line)
+
+
+def _after(names: "Names") -> str:
+    """Where code goes that must run after the line ``names`` is at: ``right after line N``,
+    after the statement's last line when it spans several, or right before it when nothing
+    after it runs (``return``, ``raise``; ``yield``: maybe never resumed). ``record_stream``
+    may come before the use it declares: it only has to be called before the free."""
+    site = names.site
+    if site is None:
+        return "right after line ?"
+    stmt = None
+    if names.scope is not None and names.index is not None:
+        stmt = names.index.statement_at(site.filename, site.lineno)
+        if ends_here(stmt):
+            what = _ENDS.get(type(stmt), "yields")
+            return f"right before line {stmt.lineno} (it {what}, so a line after it would not run)"
+        if stmt is not None and (stmt.end_lineno or stmt.lineno) > site.lineno:
+            return f"right after line {stmt.end_lineno} (where the statement at line {site.lineno} ends)"
+        return f"right after line {site.lineno}"
+    text = names.sources.frame_line(names.recorded) if names.sources is not None and names.recorded else None
+    m = _ENDING.match(text or "")
+    if m:  # unchecked source, but the recorded line says it
+        return f"right before line {site.lineno} (it {m.group(1)}s, so a line after it would not run)"
+    return f"right after line {site.lineno}"
+
+
+_ENDS = {ast.Return: "returns", ast.Raise: "raises"}
+_ENDING = re.compile(r"(?:\w+\s*=\s*)?(return|raise|yield)\b")
 
 
 def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
@@ -371,16 +435,16 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
         mod = here.module()
         lines = [
             f"make the {later.type} at {frame_label(at_later)} wait for the {earlier.type} "
-            f"at {frame_label(at_earlier)}; right before {_before(here.site, at_later)} add",
+            f"at {frame_label(at_earlier)}; right before {_before(here, at_later)} add",
             f"    {mod}.current_stream().wait_stream({here.stream(earlier.stream)})",
         ]
         there = Names(header, sources, at_earlier)
-        if here.site is at_later and _same_function(here, there):
+        if here.recorded is at_later and _same_function(here, there):
             event = here.event()
             lines.append(
-                f"or, with an event: after line {_line(at_earlier)} add "
+                f"or, with an event: after line {_line(there.site)} add "
                 f"`{event} = {mod}.current_stream().record_event()`, and before line "
-                f"{_line(at_later)} add `{mod}.current_stream().wait_event({event})`"
+                f"{_line(here.site)} add `{mod}.current_stream().wait_event({event})`"
             )
         return lines + here.notes
 
@@ -399,14 +463,13 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
         what = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
         var = use.tensor(())
     lines = [
-        f"tell the allocator about the use at {frame_label(at_earlier)}; right after "
-        f"line {_line(at_earlier)} add",
+        f"tell the allocator about the use at {frame_label(at_earlier)}; {_after(use)} add",
         f"    {var}.record_stream({mod}.current_stream())    # {var}: {what}",
     ]
     if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f):
-        free = Names(header, sources, at_later)
+        free, where = free_site(f, header, sources, (f.block.stream, earlier.stream))
         lines.append(
-            f"or, before the free at {frame_label(at_later)}, make the allocating stream wait "
+            f"or, {where}, make the allocating stream wait "
             f"for the use: `{free.stream(f.block.stream)}.wait_stream({free.stream(earlier.stream)})`"
         )
         return lines + use.notes + [n for n in free.notes if n not in use.notes]
@@ -431,7 +494,7 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
         return fix(f, header, sources)
     if f.access.seq:
         here = wait_site(f, header, sources)
-        first = "the first access that needs it" if here.site is user_site(f.access.stack) else (
+        first = "the first access that needs it" if here.recorded is user_site(f.access.stack) else (
             f"the call that leads to the first access that needs it, at {frame_label(user_site(f.access.stack))}")
         return [
             f"make {stream_short(f.access.stream, header)} wait for "
@@ -439,13 +502,41 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
             f"{_file(here.site)} ({first}) add",
             f"    {here.module()}.current_stream().wait_stream({here.stream(f.previous.stream)})",
         ] + here.notes
-    site = user_site(f.access.stack)
-    here = Names(header, sources, site)
+    here, where = free_site(f, header, sources, (f.access.stream, f.previous.stream))
     return [
         f"make {stream_short(f.access.stream, header)} wait for "
-        f"{stream_short(f.previous.stream, header)} once; before the free at {frame_label(site)} add",
+        f"{stream_short(f.previous.stream, header)} once; {where} add",
         f"    {here.stream(f.access.stream)}.wait_stream({here.stream(f.previous.stream)})",
     ] + here.notes
+
+
+def free_site(f: Finding, header: dict, sources: Optional[SourceCache], streams) -> tuple:
+    """Where a wait before ``f``'s free goes, with the names there, and those words.
+
+    Before the free's line, unless a stream has no name there and the free is of a
+    function's local variables, made when it returned to that line (the use's stack goes
+    on into a call the free's stack does not: ``main()`` at module level, which created
+    the streams and used the tensor): then at the end of that function, where they do.
+    """
+    site = user_site(f.access.stack)
+    label = f"before the free at {frame_label(site)}"
+    names = Names(header, sources, site)
+    for s in streams:
+        names.stream(s)
+    if not names.placeholders or names.scope is None:
+        return Names(header, sources, site), label
+    free, use = list(f.access.stack), list(f.previous.stack)
+    if len(use) > len(free) and use[: len(free)] == free and free and free[-1] is site:
+        callee = use[len(free)]  # the frame of the function called at the free's line
+        if internal_category(callee) is None:
+            inner = Names(header, sources, callee)
+            for s in streams:
+                inner.stream(s)
+            if inner.scope is not None and not inner.placeholders:
+                return Names(header, sources, callee), (
+                    f"before {callee.function}() returns (the free at {frame_label(site)} is of its "
+                    f"local variables: at the end of it, and before each of its returns)")
+    return Names(header, sources, site), label
 
 
 def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> Names:
@@ -475,10 +566,10 @@ def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -
     return Names(header, sources, innermost)
 
 
-def _before(site: Optional[Frame], access: Optional[Frame]) -> str:
-    if site is access or site is None:
-        return f"line {_line(access)}"
-    return f"line {site.lineno} of {_file(site)} (the call that leads to it)"
+def _before(here: Names, access: Optional[Frame]) -> str:
+    if here.recorded is access or here.site is None:
+        return f"line {_line(here.site if here.site is not None else access)}"
+    return f"line {here.site.lineno} of {_file(here.site)} (the call that leads to it)"
 
 
 def _same_function(a: Names, b: Names) -> bool:
@@ -525,7 +616,7 @@ def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optiona
     if len(rc.groups) == 1 and f.kind is not Kind.DATA_RACE:
         return user_site(f.previous.stack)  # record_stream right after the use
     if f.access.seq:
-        return wait_site(f, header, sources).site
+        return wait_site(f, header, sources).recorded
     return user_site(f.access.stack)
 
 

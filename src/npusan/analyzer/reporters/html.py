@@ -22,11 +22,17 @@ from ..sources import Folded, SourceCache, display_path, fold
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
 from .json_report import jsonable
+from .run_notes import run_notes
 
 
 def e(text) -> str:
     """Escaped for HTML, and sanitized first (control and bidi characters from a trace)."""
     return html.escape(clean(str(text), 1 << 16), quote=True)
+
+
+def e_lines(lines) -> str:
+    """Lines (a fix) escaped for a ``<pre>``, each sanitized as :func:`e` does; newlines kept."""
+    return "\n".join(e(line) for line in lines)
 
 
 CSS = """
@@ -43,7 +49,7 @@ pre.fix{background:#eaf6ec;border-left:3px solid #1e7d32}
 table{border-collapse:collapse}td,th{padding:2px 10px 2px 0;vertical-align:top;text-align:left}
 .stack{font-family:ui-monospace,monospace;font-size:12.5px}
 .stack .src{color:#114;font-weight:600;padding-left:3em;white-space:pre}
-.tag{display:inline-block;border-radius:3px;padding:0 6px;font-size:12px;background:#fde7e5;color:#b3261e}
+.status{font-weight:bold;color:#8a5a00}ul.run{margin:4px 0 8px;padding-left:20px}.tag{display:inline-block;border-radius:3px;padding:0 6px;font-size:12px;background:#fde7e5;color:#b3261e}
 nav ol{margin:4px 0 0 0}svg{background:#fbfcfd;border:1px solid #e3e6ea;border-radius:4px}
 """
 
@@ -85,6 +91,7 @@ class HtmlReporter(Reporter):
             "<header>",
             f'<h1>npusan report <span class="dim">({e(__version__)})</span></h1>',
             _summary(report),
+            _run_notes(report, options),
         ]
         if report.causes:  # a clean report has nothing to list
             out.append('<nav><strong>Root causes</strong><ol id="toc-list"></ol></nav>')
@@ -112,13 +119,28 @@ def _summary(report: Report) -> str:
     )
 
 
+def _run_notes(report: Report, options: ReportOptions) -> str:
+    """What was left out, the comparison with history or baseline, unreadable inputs."""
+    lines = []
+    for note in run_notes(report, options):
+        label = f'<strong class="bad">{e(note.label)}:</strong> ' if note.label else ""
+        items = "".join(
+            f'<li><span class="{"good" if i.marker == "-" else "status"}">{e(i.marker)}</span> '
+            f'[{e(i.kind)}] {e(i.title)} <code class="dim">{e(i.fingerprint[:16])}</code>'
+            f'{" " + e(i.remark) if i.remark else ""}</li>'
+            for i in note.items)
+        caveat = f'<p class="status">{e(note.caveat)}</p>' if note.caveat else ""
+        lines.append(f"<li>{label}{e(note.text)}{'<ul>' + items + '</ul>' if items else ''}{caveat}</li>")
+    return f'<ul class="run" id="run">{"".join(lines)}</ul>' if lines else ""
+
+
 def _cause(report: Report, c: RootCause, numbers: dict, sources: SourceCache, near: dict) -> str:
     f = c.anchor
     header = report.header(f.trace)
     title = D.root_cause_title(c, header)
     parts = [f'<section class="cause" id="cause-{c.number}" data-title="{e(title)}">',
              f"<h2>Root cause #{c.number}: {e(title)}</h2>",
-             f'<pre class="fix">{e(chr(10).join(D.root_cause_fix(c, header, sources)))}</pre>']
+             f'<pre class="fix">{e_lines(D.root_cause_fix(c, header, sources))}</pre>']
     if len(c.groups) > 1:
         tensors = "".join(f"<li>{e(D.tensor_label(t))}</li>" for t in D.tensors(c, sources))
         parts.append(f"<p>Tensors:</p><ul>{tensors}</ul>")
@@ -142,15 +164,16 @@ def _finding(report: Report, g: Group, i: int, sources: SourceCache, near: dict,
     if f.block.stream is not None:
         alloc += f" on {D.stream_name(f.block.stream, header)}"
     rows.append(f"<tr><th>allocated</th><td>{e(alloc)}{_stack(f.block.stack, sources)}</td></tr>")
-    fix = "\n".join(D.fix(f, header, sources))
-    rows.append(f'<tr><th>fix</th><td><pre class="fix">{e(fix)}</pre></td></tr>')
+    rows.append(f'<tr><th>fix</th><td><pre class="fix">{e_lines(D.fix(f, header, sources))}</pre></td></tr>')
     seen = f"{g.count} occurrence{'s' if g.count != 1 else ''} in " + ", ".join(
         report.trace_path(t) for t in g.traces)
     rows.append(f"<tr><th>seen</th><td>{e(seen)}; fingerprint <code>{e(g.fingerprint)}</code></td></tr>")
     picture = _timeline(f, near.get(f.trace))
+    status = f'<span class="status">[{e(g.status)}]</span> ' if g.status else ""  # against history or baseline
     return (
         f'<details class="finding" id="finding-{i}"{" open" if open_ else ""}>'
         f'<summary><span class="tag">{e(f.kind.value)}</span> ({i}/{len(report.groups)}) '
+        f"{status}"
         f"{e(D.title(f, header))}</summary>"
         f"{picture}<table>{''.join(rows)}</table></details>"
     )
@@ -282,6 +305,9 @@ def _traces(report: Report) -> str:
                 when = f"{datetime.datetime.fromtimestamp(start, datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
             except (OverflowError, OSError, ValueError):
                 when = ""
+        if t.error is not None:
+            rows.append(f'<div class="trace"><h3>{e(t.path)}</h3><p class="bad">unreadable: {e(t.error)}</p></div>')
+            continue
         state = "TRUNCATED: analyzed up to its last complete record" if t.truncated else "ended cleanly"
         if when:
             meta["start_time"] = when

@@ -19,7 +19,7 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.3"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.5"
 
 
 def frames_json(stack) -> list:
@@ -157,6 +157,7 @@ def report_json(report: Report, options: ReportOptions) -> dict:
                 "warnings": [str(w) for w in t.warnings],
                 "rank": row["rank"],
                 "findings": row["findings"],
+                "left_out": row["left_out"],
                 "status": row["status"],
                 "error": row["error"],
             }
@@ -164,9 +165,16 @@ def report_json(report: Report, options: ReportOptions) -> dict:
         ],
         "errors": [{"trace": str(where), "error": str(why)} for where, why in report.errors],
         "fixed": None,
+        "unchecked": None,
+        "comparison": report.comparison(),
     }
     if report.compared_with is not None:
         doc["fixed"] = [{"fingerprint": k.fingerprint, "kind": k.kind, "title": k.title} for k in report.fixed]
+        doc["unchecked"] = [
+            {"fingerprint": k.fingerprint, "kind": k.kind, "title": k.title,
+             "traces": list(report.unchecked_traces.get(k.fingerprint, ()))}
+            for k in report.unchecked
+        ]
     if report.baseline is not None:
         doc["baseline"] = {
             "path": report.baseline.path,

@@ -47,11 +47,12 @@ class JunitReporter(Reporter):
 
     def _render(self, report: Report, options: ReportOptions) -> str:
         plain = ReportOptions(**{**options.__dict__, "color": False})
-        n = max(1, len(report.groups))
         failures = len(report.groups)
-        root = ET.Element("testsuites", name="npusan", tests=str(n), failures=str(failures), errors="0")
+        errors = len(report.errors)  # unreadable traces and arguments that named none: one error case each
+        n = max(1, failures + errors)
+        root = ET.Element("testsuites", name="npusan", tests=str(n), failures=str(failures), errors=str(errors))
         suite = ET.SubElement(
-            root, "testsuite", name="npusan", tests=str(n), failures=str(failures), errors="0", skipped="0"
+            root, "testsuite", name="npusan", tests=str(n), failures=str(failures), errors=str(errors), skipped="0"
         )
         props = ET.SubElement(suite, "properties")
         for t in report.traces:
@@ -61,7 +62,10 @@ class JunitReporter(Reporter):
         ET.SubElement(props, "property", name="suppressed", value=str(len(report.suppressed)))
         if options.source_root is not None:
             ET.SubElement(props, "property", name="source_root", value=_x(options.source_root))
-        if not report.groups:
+        for where, why in report.errors:
+            case = ET.SubElement(suite, "testcase", classname="npusan.unreadable", name=_x(f"analyze {where}"))
+            ET.SubElement(case, "error", type="unreadable", message=_x(f"{where}: could not be analyzed: {why}"))
+        if not report.groups and not report.errors:
             ET.SubElement(
                 suite, "testcase", classname="npusan", name="no stream-synchronization findings"
             )

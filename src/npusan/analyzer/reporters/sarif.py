@@ -182,8 +182,12 @@ def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optio
         },
         "invocations": [
             {
-                "executionSuccessful": True,
+                # False when a trace (or an argument) could not be analyzed: the run is incomplete.
+                "executionSuccessful": not report.errors,
                 "toolExecutionNotifications": [
+                    {"level": "error", "message": {"text": f"{where}: could not be analyzed: {why}"}}
+                    for where, why in report.errors
+                ] + [
                     {"level": "warning", "message": {"text": f"{t.path}: {w}"}}
                     for t in report.traces
                     for w in t.warnings

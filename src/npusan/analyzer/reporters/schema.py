@@ -178,6 +178,29 @@ REPORT_SCHEMA = {
             },
         },
         "fixed": {"type": ["array", "null"], "items": {"$ref": "#/$defs/known"}},
+        "unchecked": {
+            "type": ["array", "null"],
+            "items": {
+                "allOf": [{"$ref": "#/$defs/known"}],
+                "required": ["traces"],
+                "properties": {"traces": {"type": "array", "items": {"type": "string"}}},
+            },
+        },
+        "comparison": {
+            "type": ["object", "null"],
+            "required": ["against", "new", "persisting", "fixed", "unchecked", "unreadable_traces",
+                         "hidden_by_baseline", "below_min_count"],
+            "properties": {
+                "against": {"type": "string"},
+                "new": {"type": "integer", "minimum": 0},
+                "persisting": {"type": "integer", "minimum": 0},
+                "fixed": {"type": "integer", "minimum": 0},
+                "unchecked": {"type": "integer", "minimum": 0},
+                "unreadable_traces": {"type": "integer", "minimum": 0},
+                "hidden_by_baseline": {"$ref": "#/$defs/statuses"},
+                "below_min_count": {"$ref": "#/$defs/statuses"},
+            },
+        },
         "baseline": {
             "type": ["object", "null"],
             "required": ["path", "known", "gone"],
@@ -201,7 +224,8 @@ REPORT_SCHEMA = {
                     "warnings": {"type": "array", "items": {"type": "string"}},
                     "rank": {"type": ["integer", "null"]},
                     "findings": {"type": "object", "propertyNames": _kind, "additionalProperties": {"type": "integer"}},
-                    "status": {"enum": ["clean", "findings", "truncated", "unreadable"]},
+                    "left_out": {"type": "integer", "minimum": 0},
+                    "status": {"enum": ["clean", "findings", "left-out", "truncated", "unreadable"]},
                     "error": {"type": ["string", "null"]},
                 },
             },
@@ -213,6 +237,14 @@ REPORT_SCHEMA = {
         "stream": _stream,
         "access": _access,
         "occurrence": _occurrence,
+        "statuses": {
+            "type": "object",
+            "required": ["new", "persisting"],
+            "properties": {
+                "new": {"type": "integer", "minimum": 0},
+                "persisting": {"type": "integer", "minimum": 0},
+            },
+        },
         "known": {
             "type": "object",
             "required": ["fingerprint", "kind", "title"],

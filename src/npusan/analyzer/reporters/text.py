@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import datetime
 import io
-from typing import Optional
-
-from rich.console import Console
-from rich.text import Text
 
 from ...trace_format.safe_text import clean
 from ..findings import AccessInfo, Kind
@@ -21,6 +17,7 @@ from ..rootcause import RootCause
 from ..sources import Folded, SourceCache, display_path, fold, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
+from .run_notes import run_notes
 
 INDENT = "  "
 LABEL_WIDTH = 10  # "allocated:" fits
@@ -109,6 +106,9 @@ class _Writer:
     def render(self) -> str:
         if not self.options.color:
             return "".join("".join(t for t, _ in line) + "\n" for line in self.lines)
+        from rich.console import Console  # only colored output needs rich (imported here: start-up)
+        from rich.text import Text
+
         buf = io.StringIO()
         console = Console(
             file=buf,
@@ -255,63 +255,32 @@ def _seen(report: Report, g: Group) -> str:
     return text
 
 
-def _plural(n: int, word: str, plural: Optional[str] = None) -> str:
-    return f"{n} {word if n == 1 else (plural or word + 's')}"
-
-
 def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
-    n_traces = _plural(len(report.traces), "trace")
+    n_traces = D.count(len(report.traces), "trace")
     if not report.groups:
         w.line(("npusan: no stream-synchronization problems found", "bold green"), f" in {n_traces}")
     else:
         counts = report.counts_by_kind()
         kinds = ", ".join(
-            _plural(c[0], D.KIND_TITLES[Kind(k)], D.KIND_PLURALS[Kind(k)])
+            D.count(c[0], D.KIND_TITLES[Kind(k)], D.KIND_PLURALS[Kind(k)])
             for k, c in counts.items()
             if c[0]
         )
         if report.grouped:
-            head = _plural(len(report.groups), "finding")
-            tail = f" ({kinds}; {_plural(report.occurrences, 'occurrence')}) in {n_traces}"
+            head = D.count(len(report.groups), "finding")
+            tail = f" ({kinds}; {D.count(report.occurrences, 'occurrence')}) in {n_traces}"
         else:
             distinct = len({g.fingerprint for g in report.groups})
-            head = _plural(len(report.groups), "occurrence")
-            tail = f" ({kinds}) of {_plural(distinct, 'finding')} in {n_traces}"
+            head = D.count(len(report.groups), "occurrence")
+            tail = f" ({kinds}) of {D.count(distinct, 'finding')} in {n_traces}"
         w.line(("npusan: ", "bold"), (head, "bold red"), tail)
-    if report.suppressions is not None:
-        occ = sum(g.count for g in report.suppressed)
-        w.line(
-            f"suppressed: {_plural(len(report.suppressed), 'finding')} "
-            f"({_plural(occ, 'occurrence')}) by {report.suppressions.path}",
-            indent=1,
-        )
-    if report.below_min_count:
-        w.line(
-            f"not shown: {_plural(len(report.below_min_count), 'finding')} seen fewer than "
-            f"--min-count {options.min_count} times",
-            indent=1,
-        )
-    if report.baseline is not None:
-        w.line(
-            f"baseline {report.baseline.path}: {_plural(len(report.known), 'known finding')} "
-            f"still present (not shown), {len(report.gone)} gone since the baseline"
-            + (":" if report.gone else ""),
-            indent=1,
-        )
-        for k in report.gone:
-            w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
-    compared = report.compared_with
-    if compared is not None and compared is not report.baseline:
-        new = sum(1 for g in report.groups if g.status == "new")
-        w.line(
-            f"compared with {compared.path}: {new} new, {len(report.groups) - new} persisting, "
-            f"{len(report.fixed)} fixed" + (":" if report.fixed else ""),
-            indent=1,
-        )
-        for k in report.fixed:
-            w.line(("- ", "green"), f"[{k.kind}] {k.title or '(no title)'} ", (f"({k.fingerprint[:16]})", "dim"), indent=2)
-    for where, why in report.errors:
-        w.line(("unreadable: ", "bold red"), f"{where}: {why}", indent=1)
+    for note in run_notes(report, options):
+        w.line(*([(note.label + ": ", "bold red")] if note.label else []), note.text, indent=1)
+        for item in note.items:
+            w.line((item.marker + " ", "green" if item.marker == "-" else "yellow"), f"[{item.kind}] {item.title} ",
+                   (f"({item.fingerprint[:16]})", "dim"), *([" " + item.remark] if item.remark else []), indent=2)
+        if note.caveat:
+            w.line(note.caveat, indent=2)
     for i, t in enumerate(report.traces):
         if t.error is None:
             _trace_lines(w, t)
@@ -326,7 +295,8 @@ def _trace_table(w: _Writer, report: Report) -> None:
     head = ["trace", "rank", "kernels", *kinds, "status"]
     cells = [
         [r["trace"], "-" if r["rank"] is None else str(r["rank"]), str(r["kernels"]),
-         *(str(r["findings"][k]) for k in kinds), r["status"]]
+         *(str(r["findings"][k]) for k in kinds),
+         f"left out ({r['left_out']})" if r["status"] == "left-out" else r["status"]]
         for r in rows
     ]
     widths = [max(len(c[i]) for c in [head, *cells]) for i in range(len(head))]
@@ -337,7 +307,8 @@ def _trace_table(w: _Writer, report: Report) -> None:
 
     w.line((fmt(head), "bold"))
     for r, c in zip(rows, cells):
-        style = {"unreadable": "bold red", "findings": "red", "truncated": "yellow"}.get(r["status"], "green")
+        style = {"unreadable": "bold red", "findings": "red", "truncated": "yellow", "left-out": "dim"}.get(
+            r["status"], "green")
         w.line((fmt(c), style))
 
 
@@ -345,13 +316,13 @@ def _trace_lines(w: _Writer, t) -> None:
     h = t.header if isinstance(t.header, dict) else {}
     bits = [str(h.get("backend") or "unknown backend")]
     if isinstance(h.get("device_count"), int):
-        bits.append(_plural(h["device_count"], "device"))
+        bits.append(D.count(h["device_count"], "device"))
     if h.get("torch"):
         bits.append(f"torch {h['torch']}")
     if h.get("rank") is not None:
         bits.append(f"rank {h['rank']}")
-    bits.append(_plural(t.events, "event"))
-    bits.append(_plural(t.kernels, "kernel"))
+    bits.append(D.count(t.events, "event"))
+    bits.append(D.count(t.kernels, "kernel"))
     if t.truncated:
         state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow")
     elif getattr(t, "end_reason", None):

@@ -114,6 +114,13 @@ class Backend(ABC):
     #: mode then skips :meth:`tensor_device`.
     single_device: ClassVar[bool] = False
 
+    #: True for backends whose runtime reports no synchronization when the host reads a
+    #: device value (the simulated device): the dispatch mode then calls
+    #: :meth:`host_read` after ``aten::_local_scalar_dense`` (``t.item()``). On CUDA and
+    #: NPU the blocking copy (``memcpy_and_sync``) reports its stream synchronization
+    #: through the runtime's own trace hooks.
+    host_read_modeled: ClassVar[bool] = False
+
     @classmethod
     @abstractmethod
     def available(cls) -> bool:
@@ -184,6 +191,11 @@ class Backend(ABC):
     def comm_wait(self, end: Any, device: int) -> None:
         """``work.wait()``: the current stream waits for the end event ``end``."""
         raise NotImplementedError
+
+    def host_read(self) -> None:
+        """The host read a device value through the calling thread's current stream (a
+        blocking device-to-host copy): report that stream's synchronization (only where
+        :attr:`host_read_modeled`)."""
 
     def observe_output(self, t: Any) -> None:
         """Called for each device-tensor output when :attr:`observes_outputs` is set.

@@ -7,6 +7,13 @@ has not seen as allocations on the current simulated stream and watches them wit
 reference whose callback (run when the C++ storage dies; torch keeps one Python storage
 object per storage) reports the free.
 
+Reading a device value on the host synchronizes the current stream, as CUDA's
+``memcpy_and_sync`` does (a copy on the current stream, then ``cudaStreamSynchronize``):
+:meth:`SimBackend.host_read` reports it after ``aten::_local_scalar_dense`` (``t.item()``,
+``float(t)``, ``bool(t)``), and while recording ``torch.Tensor.tolist`` and ``__repr__``
+(``print(t)``; both a blocking ``t.to("cpu")`` on CUDA) do the same for device tensors:
+on the CPU they dispatch no op the recorder could see.
+
 Two more jobs make the simulation look like a device: tensors marked as host memory
 (:func:`npusan.sim.host_tensor`) are not device tensors (a block already reported for
 one is reported freed when it is marked), and collectives are played the way
@@ -28,6 +35,7 @@ class SimBackend(Backend):
     observes_outputs = True
     single_device = True
     comm_modeled = True
+    host_read_modeled = True
 
     def __init__(self) -> None:
         from ... import sim
@@ -38,6 +46,7 @@ class SimBackend(Backend):
         self._refs: Dict[int, int] = {}  # id(weakref) -> ptr (the weakref outlives its referent)
         self._registered = False
         self._direct = False
+        self._patched: Optional[dict] = None  # torch.Tensor methods replaced while recording
         # C-level callables on the hot path (instance attributes shadow the methods).
         self.is_device_tensor = operator.attrgetter("is_cpu")  # type: ignore[method-assign]
         self.current_stream = sim.current_handle  # type: ignore[method-assign]
@@ -72,6 +81,7 @@ class SimBackend(Backend):
         t.register_callback_for_memory_allocation(lambda p, n: r.on_alloc(p, cur().stream_id, 0, n))
         t.register_callback_for_memory_deallocation(r.on_free)
         self._registered = True
+        self._patch_host_readers()
         self._sim._on_host = self._host_marked
         if self._sim._host:
             self._host_marked(0, 0)
@@ -81,6 +91,7 @@ class SimBackend(Backend):
         self._direct = all(len(t.callbacks[h]) == 1 for h in ("memory_allocation", "memory_deallocation"))
 
     def uninstall(self) -> None:
+        self._unpatch_host_readers()
         if self._sim._on_host == self._host_marked:
             self._sim._on_host = None
         self._rec = None
@@ -112,6 +123,65 @@ class SimBackend(Backend):
 
     def tensor_device(self, t: Any) -> int:
         return 0
+
+    # -- host reads: a blocking device-to-host copy synchronizes the current stream ---------
+
+    def host_read(self) -> None:
+        self._fire("stream_synchronization", self._sim.current_handle())
+
+    #: ``torch.Tensor`` methods that read a device tensor on the host without an op the
+    #: dispatch mode sees: ``tolist`` reads CPU memory directly, and printing runs with
+    #: dispatch modes disabled. On CUDA both copy to the host first (``t.to("cpu")``).
+    _HOST_READERS = ("tolist", "__repr__")
+
+    def _patch_host_readers(self) -> None:
+        """While recording, the host readers of a device tensor report the synchronization
+        of the blocking copy to the host they make on CUDA."""
+        import torch
+
+        self._unpatch_host_readers()
+        saved = {}
+        for name in self._HOST_READERS:
+            current = getattr(torch.Tensor, name)
+            original = getattr(current, "_npusan_sim", current)  # a stale patch: unwrap it
+            # torch.Tensor's own method (__repr__), or one it inherits (tolist)
+            saved[name] = (original, getattr(torch.Tensor.__bases__[0], name, None) is not original)
+            setattr(torch.Tensor, name, self._host_reader(original))
+        self._patched = saved
+
+    def _host_reader(self, original):
+        import torch
+
+        backend = self
+
+        def reader(t, *args, **kwargs):
+            out = original(t, *args, **kwargs)
+            try:
+                if backend._rec is not None and isinstance(t, torch.Tensor) and backend.is_device_tensor(t):
+                    backend.host_read()
+            except Exception:  # never into user code
+                pass
+            return out
+
+        reader.__name__ = getattr(original, "__name__", "reader")
+        reader.__doc__ = original.__doc__
+        reader._npusan_sim = original  # type: ignore[attr-defined]
+        return reader
+
+    def _unpatch_host_readers(self) -> None:
+        saved = self._patched
+        if not saved:
+            return
+        import torch
+
+        for name, (original, own) in saved.items():
+            if getattr(getattr(torch.Tensor, name), "_npusan_sim", None) is not original:
+                continue  # replaced since by someone else: leave theirs
+            if own:
+                setattr(torch.Tensor, name, original)
+            else:
+                delattr(torch.Tensor, name)  # inherited from torch._C.TensorBase
+        self._patched = None
 
     # -- host memory ----------------------------------------------------------------------
 

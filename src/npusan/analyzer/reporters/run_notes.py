@@ -1,0 +1,87 @@
+"""What a report says about the run as a whole, for every human-readable format.
+
+Besides its findings, a report says what it deliberately left out (suppressions,
+``--min-count``, a baseline), how this run compares with the previous one of a
+``--history`` database (new, persisting, fixed, unchecked) and which inputs could not be
+read. The text and HTML reports render the same :class:`RunNote` list, so they never
+disagree about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .base import Report, ReportOptions
+from .describe import count
+
+
+@dataclass
+class RunItem:
+    """A finding of another run listed under a note: gone/fixed (``-``) or unchecked (``?``)."""
+
+    marker: str
+    kind: str
+    title: str
+    fingerprint: str
+    remark: str = ""
+
+
+@dataclass
+class RunNote:
+    text: str
+    label: str = ""  # "unreadable" for input that could not be analyzed
+    items: list = field(default_factory=list)  # list[RunItem]
+    caveat: Optional[str] = None  # a warning about the completeness of ``items``
+
+
+def _item(marker: str, k, remark: str = "") -> RunItem:
+    return RunItem(marker, k.kind, k.title or "(no title)", k.fingerprint, remark)
+
+
+def run_notes(report: Report, options: ReportOptions) -> list[RunNote]:
+    """The notes about ``report``'s run, in the order reports show them."""
+    notes: list[RunNote] = []
+    if report.suppressions is not None:
+        occ = sum(g.count for g in report.suppressed)
+        notes.append(RunNote(f"suppressed: {count(len(report.suppressed), 'finding')} "
+                             f"({count(occ, 'occurrence')}) by {report.suppressions.path}"))
+    if report.below_min_count:
+        notes.append(RunNote(f"not shown: {count(len(report.below_min_count), 'finding')} seen fewer than "
+                             f"--min-count {options.min_count} times"))
+    if report.baseline is not None:
+        caveat = None
+        if report.gone and report.unreadable_traces and report.compared_with is report.baseline:
+            caveat = (f"{count(len(report.unreadable_traces), 'trace')} unreadable: the gone list may include "
+                      "findings that only those traces held")
+        notes.append(RunNote(
+            f"baseline {report.baseline.path}: {count(len(report.known), 'known finding')} "
+            f"still present (not shown), {len(report.gone)} gone since the baseline" + (":" if report.gone else ""),
+            items=[_item("-", k) for k in report.gone], caveat=caveat))
+    if report.compared_with is not None and report.compared_with is not report.baseline:
+        notes.append(_comparison(report))
+    for where, why in report.errors:
+        notes.append(RunNote(f"{where}: {why}", label="unreadable"))
+    return notes
+
+
+def _comparison(report: Report) -> RunNote:
+    """Against a history's previous run: new, persisting (shown or not), fixed, unchecked."""
+    c = report.comparison()
+    hidden = [f"{n} {status} {why}"
+              for key, why in (("hidden_by_baseline", "in the baseline"), ("below_min_count", "below --min-count"))
+              for status, n in c[key].items() if n]
+    text = (f"compared with {c['against']}: {c['new']} new, {c['persisting']} persisting"
+            + (f" (not shown: {', '.join(hidden)})" if hidden else "")
+            + f", {len(report.fixed)} fixed"
+            + (f", {len(report.unchecked)} unchecked" if report.unchecked else "")
+            + (":" if report.fixed or report.unchecked else ""))
+    items = [_item("-", k) for k in report.fixed]
+    for k in report.unchecked:
+        where = ", ".join(report.unchecked_traces.get(k.fingerprint, ()))
+        items.append(_item("?", k, f"unchecked: last seen only in {where}, unreadable now"))
+    caveat = None
+    if c["unreadable_traces"]:
+        caveat = (f"{count(c['unreadable_traces'], 'trace')} unreadable: the fixed list may be incomplete "
+                  "(findings last seen only in unreadable traces are listed as unchecked, not fixed)")
+    return RunNote(text, items=items, caveat=caveat)
