@@ -12,7 +12,8 @@ checks, counts and error messages.
 What the reader guarantees about yielded records: each is a list whose first element equals
 a known record type (an int: a float 17.0 is refused like any non-integer type, as the
 engine's direct loop refuses it) and whose length is at least ``records.MIN_LENGTH`` of that type.
-It does not type-check the fields inside (that would cost more than the replay): consumers
+Apart from a NOTE's level and text (strings) and the definitions it absorbs, it does not
+type-check the fields inside (that would cost more than the replay): consumers
 turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into a
 :class:`TraceFormatError`, naming :meth:`TraceReader.where` (record index, byte offset).
 """
@@ -673,10 +674,11 @@ class _RecordSource:
     second unpacker that only *skips* objects (msgpack's C parser, building nothing), and
     the offset after the last object it skipped whole is where the current record began.
     When more than the limit has been handed out since then, one record is that large,
-    and the read fails (``BufferFull``) before more of it is decoded. The skipping is done
-    lazily, only once the bytes handed out since the last known boundary pass a quarter
-    of the limit, and stops (without a check) where the data is not valid msgpack: the
-    decoding unpacker fails at the same byte.
+    and the read fails (``BufferFull``) before more of it is decoded; so does a read that
+    completes a record larger than the limit. The skipping is done lazily, only once the
+    bytes handed out since the last known boundary pass a quarter of the limit. Where the
+    data stops being valid msgpack the skipper stops finding boundaries (the decoding
+    unpacker fails at that byte); the bytes handed out past the last boundary stay bounded.
 
     Consumers that parse the raw bytes themselves (:meth:`TraceReader.read_raw`) bound
     their records on their own; for them (``raw``) the source does no skipping.
