@@ -174,3 +174,22 @@ def test_fixture_setup_and_teardown_are_checked(pytester):
     assert "data race" in out and "missing record_stream" in out
     # live, the program's own files are read: the fix names the fixture's stream, not a placeholder
     assert "<s1>" not in out and "was not read" not in out
+
+
+def test_disabling_inside_a_checked_test_is_said(pytester):
+    pytester.makepyfile(test_off='''
+import torch
+import npusan
+from npusan import sim
+
+
+def test_turns_it_off():
+    npusan.disable()
+    x = torch.ones(1024)
+    s = sim.Stream()
+    with sim.stream(s):
+        x.add_(2)
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--npusan", "-W", "default", timeout=600)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*npusan stopped checking before this test ended*"])

@@ -95,6 +95,10 @@ def pytest_runtest_teardown(item: pytest.Item):
     finally:
         state = item.stash.get(_STATE, None)
         if state is not None:
+            if not state.recorder.active:  # the test called npusan.disable(), or recording gave up
+                item.warn(pytest.PytestWarning(
+                    "npusan stopped checking before this test ended (npusan.disable(), or the recorder "
+                    "gave up): what ran after that was not checked"))
             state.recorder.settle()
             state.recorder.stop()
 

@@ -184,6 +184,16 @@ def test_scheduler_options_are_checked_before_analysis(workdir, scenario, run):
     assert r.exit_code == 2 and "tcp://" in r.stderr
     r = run("analyze", "dr.bin", "--send-traces")
     assert r.exit_code == 2 and "--scheduler" in r.stderr
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nobody listens on: refused at once, not after Dask's timeout
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = time.monotonic()
+    r = run("analyze", "dr.bin", "--scheduler", f"tcp://127.0.0.1:{port}")
+    assert r.exit_code == 2 and f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port}" in r.stderr
+    assert time.monotonic() - t < 12
 
 
 def test_empty_and_barely_started_traces_in_a_directory_are_unreadable_not_skipped(workdir, scenario, run):

@@ -40,6 +40,7 @@ def test_fail_on_offers_kinds_after_those_typed():
 def test_history_format_and_record_backend():
     assert values("history", "runs.db", "--format", "") == ["text", "json", "html"]
     assert values("record", "--backend", "") == ["auto", "cuda", "npu", "sim"]
+    assert values("export", "t.npusan", "--format", "") == ["chrome"]
 
 
 @pytest.mark.parametrize("words", [("analyze", "tr"), ("analyze", "t.npusan", "-o", "r"),

@@ -88,3 +88,16 @@ def test_export_file_gets_the_mode_of_any_other_output(scenario, run, workdir):
         assert (workdir / "old.json").stat().st_mode & 0o777 == 0o604  # an overwritten file keeps its mode
     finally:
         os.umask(old)
+
+
+def test_export_markers_match_the_report(scenario, run, workdir):
+    # the same fingerprints and fixes as `npusan analyze` gives from the same folder
+    trace = scenario("reuse_race")
+    doc = json.loads(run("export", trace).stdout)
+    report = json.loads(run("analyze", "--format", "json", trace).stdout)
+    marked = {e["args"]["fingerprint"]: e["args"]["fix"] for e in doc["traceEvents"] if e.get("cat") == "finding"}
+    assert set(marked) == {f["fingerprint"] for f in report["findings"]}
+    for f in report["findings"]:
+        assert marked[f["fingerprint"]] == f["fix"]
+    r = run("export", trace, "--source-root", "missing-dir")
+    assert r.exit_code == 2 and "--source-root missing-dir: not a directory" in r.stderr

@@ -70,8 +70,13 @@ def cases() -> dict:
     c["stack_id_map"] = (trace(race(stack={})), ok)
     c["stack_id_list"] = (trace(race(stack=[0])), ok)
     c["op_id_list"] = (trace(race()[:-2] + [[R.KERNEL, 0, [0], 0, ~0], [R.KERNEL, 1, [0], 0, 0]]), ok)
-    bad_kernel = {"analyze": [2, "record 11 at byte offset"], "info": [0, ""], "export": [2, "record 11"]}
-    c["note_level_ext"] = (trace(race()[:-1] + [[R.NOTE, msgpack.ExtType(5, b"x"), b"\xff"], race()[-1]]), ok)
+    # info refuses what analyze refuses, with the same line (it replays the trace first).
+    bad_kernel = {"analyze": [2, "record 11 at byte offset"], "info": [2, "record 11 at byte offset"],
+                  "export": [2, "record 11"]}
+    # A NOTE's level and text are strings (docs/trace-format.md, section 3): corrupt otherwise.
+    c["note_level_ext"] = (trace(race()[:-1] + [[R.NOTE, msgpack.ExtType(5, b"x"), b"\xff"], race()[-1]]),
+                           {v: [2, "has a level that is an extension type, not a string"]
+                            for v in ("analyze", "info", "export")})
     c["stream_index_map"] = (trace(race()[:-1] + [[R.KERNEL, {}, 0, 0, 0]]),
                              {v: [2, "record 11"] for v in ("analyze", "info", "export")})
     c["access_float"] = (trace(race()[:-1] + [[R.KERNEL, 1, 0, 0, 1.5]]), bad_kernel)

@@ -87,6 +87,12 @@ def test_npusan_online_raise_alone_stops_the_program_at_the_race(tmp_path):
     assert "data race" in warn.stderr
 
 
+def test_a_bad_npusan_online_value_is_said_once(tmp_path):
+    script = write_script(tmp_path, PROG)
+    proc = _python([str(script)], _env(NPUSAN_ONLINE="maybe", NPUSAN_BACKEND="sim"), tmp_path)
+    assert proc.stderr.count("NPUSAN_ONLINE='maybe' is not 'raise' or 'warn'; using 'warn'") == 1, proc.stderr
+
+
 def test_npusan_disable_turns_the_hook_off(tmp_path):
     script = write_script(tmp_path, PROG)
     trace = tmp_path / "t.npusan"

@@ -290,3 +290,94 @@ def test_where_defaults_to_the_record_yielded_last():
             break
     else:
         raise AssertionError("record not seen")
+
+
+# Types the format calls corrupt (docs/trace-format.md, sections 3, 5 and 6): ids are
+# integers (a boolean is not), names and texts are msgpack str (not bin, not an extension
+# type). Every one is refused with one line naming the record, in the tool's own words.
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ([R.STR, True, "x"], "an id is a boolean, not an integer"),
+        ([R.STR, 1, b"aten::add"], "the text of a STR record is binary data, not a string"),
+        ([R.THREAD, 0, b"main"], "a thread name is binary data, not a string"),
+        ([R.THREAD, False, "main"], "an id is a boolean, not an integer"),
+        ([R.STREAM_DEF, 1, True, 0], "non-integer device or handle"),
+        ([R.BLOCK_DEF, 1, 4096, False], "malformed pointer or size"),
+        ([R.FRAME, 0, 0, True, 0], "line number that is a boolean"),
+        ([R.FRAME, 0, [1], 1, 0], "file name id is an array, not an integer"),
+        ([R.STACK, 0, [True]], "undefined frames"),
+        ([R.NOTE, msgpack.ExtType(5, b"x"), "text"], "NOTE.* level that is an extension type, not a string"),
+        ([R.NOTE, "info", b"\xff"], "NOTE.* text that is binary data, not a string"),
+        ([R.NOTE, "info", 7], "NOTE.* text that is an integer, not a string"),
+        ([R.STREAM_LABEL, 0, "comm", b"x"], "a stream label is binary data, not a string"),
+    ],
+)
+def test_field_types_the_format_calls_corrupt(bad, match):
+    data = handmade(HEADER, GOOD + [bad] + GOOD[2:] + [[R.END, {}]])
+    r = TraceReader(io.BytesIO(data))
+    with pytest.raises(TraceFormatError, match=match) as e:
+        for _ in r.records():
+            pass
+    msg = str(e.value)
+    assert "record 5 at byte offset" in msg and "\n" not in msg
+    for python in ("unhashable", "codec", "object of type", "NoneType", "ExtType"):
+        assert python not in msg
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (b"\x92\xa3\xff\xfe\xfd\x01", "a string is not valid UTF-8 (byte 0xff at position 0 of the string)"),
+        (b"\x92\x63\x81\x91\x01\x01", "a map has an array or map as a key"),  # {[1]: 1}
+        (b"\xc1", "invalid msgpack"),
+    ],
+)
+def test_msgpack_failures_are_told_in_our_words(raw, words):
+    data = handmade(HEADER, GOOD + [raw] + GOOD[2:] + [[R.END, {}]])
+    r = TraceReader(io.BytesIO(data))
+    with pytest.raises(TraceFormatError) as e:
+        for _ in r.records():
+            pass
+    msg = str(e.value)
+    assert words in msg and "record 5 at byte offset" in msg, msg
+    assert "codec" not in msg and "unhashable" not in msg
+
+
+def _empty_arrays_record(nbytes: int) -> bytes:
+    """A record of an unknown type holding ``nbytes`` of empty arrays (~70x that decoded)."""
+    chunks = [min(65535, nbytes - i) for i in range(0, nbytes, 65535)]
+    return b"\x92\x63\xdd" + len(chunks).to_bytes(4, "big") + b"".join(
+        b"\xdc" + k.to_bytes(2, "big") + b"\x90" * k for k in chunks)
+
+
+@pytest.mark.parametrize("consumer", ["records", "unpacker-any-name"])
+def test_record_size_limit_holds_for_any_consumer(consumer):
+    """The limit on one record does not depend on how the consumer names its loop variable
+    (it used to look at the caller's ``rec``): the reader finds the record boundaries."""
+    from npusan.trace_format.reader import MAX_RECORD_BYTES
+
+    data = handmade(HEADER, GOOD + [_empty_arrays_record(MAX_RECORD_BYTES + (200 << 10))] + [[R.END, {}]])
+    r = TraceReader(io.BytesIO(data))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if consumer == "records":
+        with pytest.raises(TraceFormatError, match="larger than the 4 MiB limit on one record"):
+            for _ in r.records():
+                pass
+    else:
+        up = r.direct_begin(0)
+        with pytest.raises(msgpack.exceptions.BufferFull):
+            for whatever in up:  # noqa: B007 - the name is the point
+                pass
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 450, grown_mib
+
+
+def test_records_just_under_the_limit_are_read():
+    from npusan.trace_format.reader import MAX_RECORD_BYTES
+
+    big = _empty_arrays_record(MAX_RECORD_BYTES - (64 << 10))
+    data = handmade(HEADER, GOOD + [big, big] + GOOD[2:] + [[R.END, {}]])
+    r, got = read(data)
+    assert r.ended_cleanly and got == GOOD[2:] * 2
+    assert r.unknown_types == {99: 2}

@@ -150,6 +150,25 @@ def _start_method():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def _check_reachable(address: str) -> None:
+    """Fail at once on a scheduler that refuses connections (Dask itself retries until its
+    timeout); addresses other than ``tcp://host:port`` are left to Dask."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return
+    if parts.scheme != "tcp" or not host or not port:
+        return
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as e:
+        raise SchedulerError(f"cannot reach the Dask scheduler at {address}: {e.strerror or e}") from None
+
+
 def _on_dask(paths: list, options: BatchOptions) -> list:
     try:
         from distributed import Client
@@ -157,6 +176,7 @@ def _on_dask(paths: list, options: BatchOptions) -> list:
         raise SchedulerError(
             "--scheduler needs Dask distributed, which is not installed (pip install 'npusan[cluster]')"
         ) from None
+    _check_reachable(options.scheduler)
     try:
         client = Client(options.scheduler, timeout="15s")
     except (OSError, TimeoutError, ValueError) as e:

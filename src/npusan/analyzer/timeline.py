@@ -25,12 +25,9 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from ..trace_format.safe_text import clean_tree
-from .findings import Finding, StreamRef, number_streams, stream_numbers
+from .findings import Finding, StreamRef, attach_recorded_sources, number_streams, stream_numbers
 from .reporters import describe as D
-from .sources import SourceCache, display_path
-
-#: Source lines let the fix call tensors and streams by their variable names.
-_SOURCES = SourceCache()
+from .sources import SourceCache, SourceSettings, attach_local_sources, display_path
 TICK = 10  # µs per operation slot
 KERNEL_DUR = 8
 SYNC_DUR = 2
@@ -42,8 +39,13 @@ def _tid(sidx: int) -> int:
     return sidx + 1
 
 
-def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None):
-    """Pass 1: replay ``path``; return (findings, {id(finding): record index at first occurrence})."""
+def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None,
+         sources: Optional[SourceSettings] = None):
+    """Pass 1: replay ``path``; return (findings, {id(finding): record index at first occurrence}).
+
+    Frames get their source text as ``npusan analyze`` gives it (recorded in the trace, else
+    from an allowed file under ``sources``), so fingerprints and fixes match its report.
+    """
     from .engine import Engine, RecordError
 
     where: dict[int, int] = {}
@@ -72,6 +74,9 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
         is_default = functools.partial(is_default_stream, reader.header)
         number_streams(findings, stream_numbers(reader.symbols.streams, is_default), is_default,
                        reader.symbols.stream_labels)
+        attach_recorded_sources(findings, reader.symbols.recorded_sources())
+    if sources is not None:
+        attach_local_sources(findings, sources)
     return findings, where
 
 
@@ -101,7 +106,7 @@ def _frames_text(stack) -> list[str]:
     return [f"{display_path(fr.filename)}:{fr.lineno} in {fr.function}" for fr in stack]
 
 
-def _marker_args(f: Finding, role: str, header: dict) -> dict:
+def _marker_args(f: Finding, role: str, header: dict, cache: SourceCache) -> dict:
     mine, other = (f.access, f.previous) if role == "later" else (f.previous, f.access)
     return {
         "kind": f.kind.value,
@@ -117,7 +122,7 @@ def _marker_args(f: Finding, role: str, header: dict) -> dict:
         "block": f"{f.block.address:#x} ({D.human_size(f.block.size)})",
         "count": f.count,
         "fingerprint": f.fingerprint(),
-        "fix": D.fix(f, header, _SOURCES),
+        "fix": D.fix(f, header, cache),
     }
 
 
@@ -156,6 +161,8 @@ class ExportStats:
     drawn: int = 0  # kernel slices written
     findings: int = 0
     truncated: bool = False
+    #: What the reader warned about (a cut trace, data after the end record...), as analyze shows.
+    warnings: list = field(default_factory=list)
     backend: Optional[str] = None
     limits: ExportLimits = field(default_factory=ExportLimits)  # as applied
 
@@ -177,28 +184,30 @@ class ExportStats:
 
 
 def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: bool = False,
-                  max_kernels: Optional[int] = None) -> dict:
+                  max_kernels: Optional[int] = None, sources: Optional[SourceSettings] = None) -> dict:
     """The Chrome Trace Event document for the trace at ``path``, in memory (small traces, API).
 
     :func:`write_chrome` writes the same document with flat memory.
     """
     limits = ExportLimits(around_findings, max_kernels)
     stats = ExportStats(limits=limits)
-    events = list(chrome_events(path, limits, stats, check_leaks=check_leaks))
+    events = list(chrome_events(path, limits, stats, check_leaks=check_leaks, sources=sources))
     return clean_tree({"traceEvents": events, "displayTimeUnit": "ms", "otherData": _other_data(path, stats)})
 
 
 def write_chrome(path, out: IO[str], limits: ExportLimits, *, check_leaks: bool = False,
-                 progress: Optional[Callable[[str, int, Optional[int]], None]] = None) -> ExportStats:
+                 progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
+                 sources: Optional[SourceSettings] = None) -> ExportStats:
     """Write the Chrome Trace Event JSON for ``path`` to ``out`` one event at a time.
 
-    Memory stays flat in the trace's size: nothing is kept per drawn event.
+    Memory stays flat in the trace's size: nothing is kept per drawn event. ``sources``:
+    where local source may be read (``--source-root``, ``--map-path``), as for a report.
     """
     stats = ExportStats(limits=limits)
     dumps = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
     out.write('{"traceEvents":[\n')
     first = True
-    for ev in chrome_events(path, limits, stats, check_leaks=check_leaks, progress=progress):
+    for ev in chrome_events(path, limits, stats, check_leaks=check_leaks, progress=progress, sources=sources):
         if not first:
             out.write(",\n")
         out.write(dumps(clean_tree(ev)))  # trace strings, sanitized on the way out
@@ -230,9 +239,11 @@ PROGRESS_EVERY = 1 << 14
 
 
 def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks: bool = False,
-                  progress: Optional[Callable[[str, int, Optional[int]], None]] = None) -> Iterator[dict]:
+                  progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
+                  sources: Optional[SourceSettings] = None) -> Iterator[dict]:
     """The timeline's events in order, track names last; ``stats`` is filled in as they go."""
-    findings, first_at = find(path, check_leaks=check_leaks, progress=progress)
+    findings, first_at = find(path, check_leaks=check_leaks, progress=progress, sources=sources)
+    cache = SourceCache(sources or SourceSettings())
     stats.findings = len(findings)
     if limits.auto_window and limits.around is None and findings:
         limits = dataclasses.replace(limits, around=DEFAULT_AROUND)
@@ -286,7 +297,7 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
         def markers(items, ts) -> Iterator[dict]:
             for f, role, acc in items:
                 tid = _tid(acc.stream.index) if acc.stream is not None else HOST_TID
-                yield instant(f"{f.kind.value}: {acc.op}", "finding", ts, tid, _marker_args(f, role, header))
+                yield instant(f"{f.kind.value}: {acc.op}", "finding", ts, tid, _marker_args(f, role, header, cache))
 
         def user_frame(stack_id) -> str:
             fr = symbols.frames_of(stack_id)
@@ -376,12 +387,13 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                 if index in by_record:
                     tick += 1
                     yield from markers(by_record.pop(index), tick * TICK)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
-            raise TraceFormatError(f"{reader.where()}: malformed record ({e})") from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+            raise TraceFormatError(f"{reader.where()}: malformed record (a field has the wrong type)") from None
         tick += 1
         yield from markers([m for items in by_seq.values() for m in items] + at_end, tick * TICK)
         stats.kernels = seq
         stats.truncated = reader.truncated
+        stats.warnings = list(reader.warnings)
 
         yield {"name": "process_name", "ph": "M", "pid": PID, "tid": HOST_TID,
                "args": {"name": f"npusan: {os.path.basename(str(path))}"}}

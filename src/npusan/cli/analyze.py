@@ -66,6 +66,17 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
         raise UsageProblem(f"--scheduler expects an address such as tcp://host:8786, got '{scheduler}'")
 
 
+def source_options(command):
+    """``--source-root`` and ``--map-path``: where local source may be read (analyze, export)."""
+    command = click.option("--map-path", multiple=True, metavar="OLD=NEW",
+                           help="Read files recorded under OLD from NEW on this machine (repeatable).")(command)
+    return click.option(
+        "--source-root", default=None, metavar="DIR", type=PATH,
+        help="Project folder: source is read only from under it (quoted lines, names checked in fixes), and "
+             "SARIF/JUnit name files relative to it (default: the nearest folder above the working directory "
+             "with .git or pyproject.toml).")(command)
+
+
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=PATH)
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True, shell_complete=report_formats,
@@ -93,11 +104,7 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
               help="Analyze on a Dask cluster (tcp://host:port of its scheduler; needs npusan[cluster]).")
 @click.option("--send-traces", is_flag=True,
               help="With --scheduler: send the trace bytes to the workers instead of letting them open the paths.")
-@click.option("--source-root", default=None, metavar="DIR", type=PATH,
-              help="Project folder: source is read only from under it (quoted lines, names checked in fixes), and SARIF/JUnit name files relative to it "
-                   "(default: the nearest folder above the working directory with .git or pyproject.toml).")
-@click.option("--map-path", multiple=True, metavar="OLD=NEW",
-              help="Read files recorded under OLD from NEW on this machine (repeatable).")
+@source_options
 @click.option("--history", "history_db", default=None, metavar="DB", type=PATH,
               help="Record this run in an SQLite history (created if missing); findings are marked new or persisting.")
 @click.option("--run-label", default=None, metavar="LABEL",

@@ -31,6 +31,13 @@ def report_formats(ctx, param, incomplete: str) -> list:
     return _starting_with(FORMATS, incomplete)
 
 
+def timeline_formats(ctx, param, incomplete: str) -> list:
+    """``export --format``: the timeline formats."""
+    from .export import FORMATS
+
+    return _starting_with(FORMATS, incomplete)
+
+
 def history_formats(ctx, param, incomplete: str) -> list:
     """``history --format``: what the history can be shown as."""
     from ..analyzer.history_report import RENDERERS

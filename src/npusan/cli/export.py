@@ -18,7 +18,8 @@ import click
 
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.input_files import open_input
-from .analyze import warn
+from .analyze import source_options, warn
+from .completion import timeline_formats
 from .errors import UsageProblem, one_line_errors
 from .output import atomic_output, check_writable
 from .progress import LazyProgress
@@ -48,7 +49,7 @@ def single_trace(argument: str) -> str:
 
 @click.command()
 @click.argument("trace", metavar="TRACE")
-@click.option("--format", "fmt", default="chrome", metavar="FORMAT", show_default=True,
+@click.option("--format", "fmt", default="chrome", metavar="FORMAT", show_default=True, shell_complete=timeline_formats,
               help="Timeline format: chrome (Chrome Trace Event JSON for Perfetto / chrome://tracing).")
 @click.option("-o", "--output", default=None, metavar="FILE", help="Write to FILE instead of stdout.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
@@ -59,13 +60,16 @@ def single_trace(argument: str) -> str:
               help="Keep at most the first N kernels (default: 500000, what a viewer can open).")
 @click.option("--all", "everything", is_flag=True, help="Export every kernel: no window, no limit.")
 @click.option("--check-leaks", is_flag=True, help="Also mark blocks never freed (as npusan analyze --check-leaks).")
+@source_options
 @one_line_errors
 def export(trace: str, fmt: str, output: Optional[str], force: bool, around_findings: Optional[int],
-           max_kernels: Optional[int], everything: bool, check_leaks: bool) -> None:
+           max_kernels: Optional[int], everything: bool, check_leaks: bool, source_root: Optional[str],
+           map_path: tuple) -> None:
     """Export TRACE as a timeline: one track per stream, sync arrows, findings marked.
 
     TRACE may also be a directory or glob pattern that names exactly one trace.
     """
+    from ..analyzer.sources import SourceSettings
     from ..analyzer.timeline import ExportLimits
 
     if fmt not in FORMATS:
@@ -80,6 +84,10 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
         check_writable(output, "the timeline")
         if os.path.exists(output) and stat.S_ISREG(os.stat(output).st_mode) and not force:
             raise UsageProblem(f"{output} exists; add --force to overwrite it")
+    try:  # as npusan analyze reads source: the same fingerprints and fixes as its report
+        sources = SourceSettings.from_options(source_root, map_path)
+    except ValueError as e:
+        raise UsageProblem(str(e)) from None
     if everything:
         limits = ExportLimits()
     else:
@@ -96,13 +104,17 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
         raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
-        stats = _write(trace, output, limits, check_leaks, progress)
+        stats = _write(trace, output, limits, check_leaks, progress, sources)
     except OSError as e:
         raise UsageProblem(f"cannot write the timeline to {output or 'stdout'}: {e.strerror or e}") from None
     except TraceFormatError as e:
         raise type(e)(f"{trace}: {e}") from None
     finally:
         progress.close()
+    for w in stats.warnings:  # as `npusan analyze` warns: a cut trace, data after its end...
+        warn(f"{trace}: {w}")
+    if stats.truncated and not stats.warnings:
+        warn(f"{trace}: the trace ends without an end record; exported up to its last complete record")
     if stats.left_out or output is not None:
         warn_or_note = warn if stats.left_out else _note
         warn_or_note(f"{trace}: {stats.describe()}")
@@ -112,17 +124,17 @@ def _note(message: str) -> None:
     click.echo(f"npusan: {message}", err=True)
 
 
-def _write(trace: str, output: Optional[str], limits, check_leaks: bool, progress):
+def _write(trace: str, output: Optional[str], limits, check_leaks: bool, progress, sources):
     """Stream the timeline to stdout, or to a temporary file renamed over ``output`` when done
     (an interrupted export never leaves half a file under the name asked for)."""
     from ..analyzer.timeline import write_chrome
 
     if output is None:
         out = sys.stdout
-        return write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
+        return write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress, sources=sources)
     with atomic_output(output, "the timeline") as raw:
         out = io.TextIOWrapper(raw, encoding="utf-8", write_through=False)
-        stats = write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress)
+        stats = write_chrome(trace, out, limits, check_leaks=check_leaks, progress=progress, sources=sources)
         out.flush()
         out.detach()
     return stats

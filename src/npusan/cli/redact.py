@@ -17,15 +17,15 @@ from .output import atomic_output, check_writable
 @click.argument("trace", metavar="TRACE")
 @click.option("-o", "--output", required=True, metavar="OUT", help="Where to write the redacted trace.")
 @click.option("--source-root", default=None, metavar="DIR",
-              help="Files under DIR keep their path inside it (default: the recorded root, the nearest "
+              help="Files under DIR keep their path inside it (default: the header's source_root, the recorded root, the nearest "
                    "folder with .git or pyproject.toml, or the common folder of the recorded files).")
 @click.option("--drop-source", is_flag=True,
               help="Also drop the source lines recorded in the trace (fingerprints then use line numbers).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @one_line_errors
 def redact(trace: str, output: str, source_root: Optional[str], drop_source: bool, force: bool) -> None:
-    """Copy TRACE without host, command line, pid, times, metadata, thread names, note texts
-    and the directories outside the source root. Findings and their fingerprints stay the
+    """Copy TRACE without host, command line, pid, times, metadata, thread names, note texts,
+    stream labels other than npusan's own and the directories outside the source root. Findings and their fingerprints stay the
     same (fingerprints use paths relative to the source root and the recorded line text).
 
     See docs/bug-reports.md.
@@ -65,6 +65,8 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
         parts.append(f"{summary.source_lines} recorded source lines dropped")
     if summary.notes:
         parts.append(f"{summary.notes} note texts dropped")
+    if summary.stream_labels:
+        parts.append(f"{summary.stream_labels} stream labels replaced")
     if summary.unknown_records:
         parts.append(f"{summary.unknown_records} records of unknown types dropped")
     click.echo(f"npusan: redacted trace written: {output} ({'; '.join(parts)})", err=True)

@@ -131,6 +131,9 @@ def is_launcher() -> bool:
     return norm.endswith(("torch/distributed/run.py", "torch/distributed/launch.py"))
 
 
+_WARNED_ONLINE: set = set()
+
+
 def config_from_env() -> Optional[dict]:
     """Recorder keyword arguments from the environment; None when nothing asks to record
     (or ``NPUSAN_DISABLE`` is set to anything but ``0``/empty)."""
@@ -141,7 +144,9 @@ def config_from_env() -> Optional[dict]:
     if online in ("0", "off", "no", "false"):
         online = None
     if online is not None and online not in ("raise", "warn"):
-        sys.stderr.write(f"npusan: warning: NPUSAN_ONLINE={online!r} is not 'raise' or 'warn'; using 'warn'\n")
+        if online not in _WARNED_ONLINE:  # this is asked again at every start attempt: say it once
+            _WARNED_ONLINE.add(online)
+            sys.stderr.write(f"npusan: warning: NPUSAN_ONLINE={online!r} is not 'raise' or 'warn'; using 'warn'\n")
         online = "warn"
     if path is None and online is None:
         return None

@@ -152,11 +152,14 @@ class RecordingMode(TorchDispatchMode):
                     if key is None and stacks.depth:
                         key = stacks.key(1)
                     device = 0 if be.single_device else be.tensor_device(acc[0][0])
-                    # rec.record_kernel(...), inlined: one append to the recorder's queue
-                    q = rec._deferred
-                    q.append((rec._kernel_fn, (info.name, device, be.current_stream(device), spans, key)))
-                    if len(q) >= rec._kmax:
-                        rec._drain_now()
+                    if rec._kmax == 1 and rec._put is not None:  # durable: in the file before the op returns
+                        rec.kernel_now(info.name, device, be.current_stream(device), spans, key)
+                    else:
+                        # rec.record_kernel(...), inlined: one append to the recorder's queue
+                        q = rec._deferred
+                        q.append((rec._kernel_fn, (info.name, device, be.current_stream(device), spans, key)))
+                        if len(q) >= rec._kmax:
+                            rec._drain_now()
         except Exception as e:  # never into user code
             rec._fail(e)
         if rec._findings:

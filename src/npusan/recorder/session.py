@@ -12,10 +12,11 @@ of the queue, so the encoder is never re-entered and never deadlocks. Queued eve
 hold no tensor or storage (only pointers), so queuing never delays a free.
 
 When it is drained: a trace file on a regular file is written through a shared mapping
-(:class:`~npusan.trace_format.writer.MappedFileSink`), and the dispatch mode drains and
-commits after every kernel, so when an op returns to the program its record and
-everything before it are in the kernel's page cache: a SIGKILL right after a racing op
-leaves the race in the trace. Hooks (allocations, frees, events) queue up to
+(:class:`~npusan.trace_format.writer.MappedFileSink`), and the dispatch mode hands every
+kernel to :meth:`Recorder.kernel_now`, which drains what is queued, encodes the kernel and
+packs it straight into the mapping (``MappedFileSink.put``, one copy), so when an op
+returns to the program its record and everything before it are in the kernel's page
+cache: a SIGKILL right after a racing op leaves the race in the trace. Hooks (allocations, frees, events) queue up to
 :data:`QUEUE_RECORDS` and go out with the next kernel, at the flusher thread's next tick
 (``flush_interval``) or at stop. With a buffered output (a file object, a pipe, a
 compressed trace) kernels are batched like hooks; in online mode everything is drained at
@@ -120,6 +121,10 @@ class Recorder:
         # (or online), set at start.
         self._kmax = self._qmax
         self._commit = _nothing  # the sink's commit: records reach the file at each drain
+        #: Durable file mode: the sink's ``put`` (pack one record straight into the mapping);
+        #: the dispatch mode then encodes a kernel at once when nothing is queued
+        #: (:meth:`kernel_now`), None otherwise (kernels are queued).
+        self._put = None
         self._kernel_fn = self._kernel
         # Stack key of the op the dispatch mode is handling in this thread, for the
         # allocations its outputs report (same user stack: no second walk).
@@ -184,6 +189,7 @@ class Recorder:
                     sink.autocommit = False  # committed per drain (see the module docstring)
                     self._commit = sink.commit
                     self._kmax = 1
+                    self._put = sink.put  # a kernel with nothing queued: written at once
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -432,21 +438,16 @@ class Recorder:
     def _drain(self) -> None:
         """Encode every queued event, in order (caller holds the lock).
 
-        The kernel path is written out here (it is most of the queue): the stream index
-        cache of this recorder, the encoder's block table read directly for blocks it
-        already knows (anything else goes through its methods).
+        Kernels (most of the queue) go through :meth:`_kernel_record`, which reads the
+        stream index cache of this recorder and the encoder's block table directly.
         """
         q = self._deferred
         if not q:
             return
         pop = q.popleft
         kfn = self._kernel_fn
-        enc = self.enc
-        sink = enc.sink
-        blocks = enc._blocks
-        op_sids = self._op_sids
-        sidxs = self._sidx
-        stack_ids = self._stack_ids
+        krec = self._kernel_record
+        sink = self.enc.sink
         nk = 0
         try:
             while q:
@@ -454,48 +455,92 @@ class Recorder:
                 if fn is not kfn:
                     fn(*args)
                     continue
-                name, device, handle, spans, key = args
-                op = op_sids.get(name)
-                if op is None:
-                    op = op_sids[name] = enc.string(name)
-                sidx = sidxs.get((device, handle))
-                if sidx is None:
-                    sidx = sidxs[(device, handle)] = enc.stream(handle, device)
-                if key is None:
-                    stack = None
-                else:
-                    stack = stack_ids.get(key)
-                    if stack is None:
-                        stack = self._stack(key)
-                rec = [_KERNEL, sidx, op, stack]
-                views = None
-                for base, off, ext, total, w, view in spans:
-                    if view is not None:  # a strided view: its hull, refined in a VIEWS record
-                        if views is None:
-                            views = []
-                        rec.append(enc.storage_access(base, off, ext, total, w, view, views))
-                        continue
-                    entry = blocks.get(base)
-                    if entry is not None:
-                        a = ~entry[0] if w else entry[0]
-                        if entry[1] is None and off + ext > entry[2]:
-                            entry[2] = off + ext  # unknown size: grows as the encoder's do
-                        if off == 0 and ext >= total:
-                            rec.append(a)
-                        else:
-                            rec.append([a, off, ext])
-                    else:
-                        rec.append(enc.storage_access(base, off, ext, total, w))
-                if views:
-                    enc.views(views, rec)
+                rec = krec(*args)
                 nk += 1
                 sink(rec)
         finally:
             if nk:
-                counts = enc.counts
+                counts = self.enc.counts
                 counts[_KERNEL] = counts.get(_KERNEL, 0) + nk
             if self.engine is not None:
                 self.engine.flush()  # online: the drained records are replayed as one batch
+
+    def _kernel_record(self, name: str, device: int, handle: int, spans: list, key) -> list:
+        """The KERNEL record of a queued or direct kernel; definitions it needs (op name,
+        stream, stack, blocks first seen, VIEWS) go to the sink first (caller holds the lock)."""
+        enc = self.enc
+        op = self._op_sids.get(name)
+        if op is None:
+            op = self._op_sids[name] = enc.string(name)
+        sidx = self._sidx.get((device, handle))
+        if sidx is None:
+            sidx = self._sidx[(device, handle)] = enc.stream(handle, device)
+        if key is None:
+            stack = None
+        else:
+            stack = self._stack_ids.get(key)
+            if stack is None:
+                stack = self._stack(key)
+        rec = [_KERNEL, sidx, op, stack]
+        views = None
+        blocks = enc._blocks
+        for base, off, ext, total, w, view in spans:
+            if view is not None:  # a strided view: its hull, refined in a VIEWS record
+                if views is None:
+                    views = []
+                rec.append(enc.storage_access(base, off, ext, total, w, view, views))
+                continue
+            entry = blocks.get(base)
+            if entry is not None:
+                a = ~entry[0] if w else entry[0]
+                if entry[1] is None and off + ext > entry[2]:
+                    entry[2] = off + ext  # unknown size: grows as the encoder's do
+                if off == 0 and ext >= total:
+                    rec.append(a)
+                else:
+                    rec.append([a, off, ext])
+            else:
+                rec.append(enc.storage_access(base, off, ext, total, w))
+        if views:
+            enc.views(views, rec)
+        return rec
+
+    def kernel_now(self, name: str, device: int, handle: int, spans: list, key) -> None:
+        """A kernel from the dispatch mode when the output is durable: what is queued is
+        encoded, then the kernel, and all of it is put into the mapping at once (never raises).
+
+        The same records, in the same order, as queuing the kernel and draining; it skips
+        the queue for the kernel and commits with the kernel's own copy into the mapping
+        (nothing buffered: the packed record goes straight in), which is what the kill-safe
+        recorder pays per op. Queued instead when another thread holds the queue or this
+        thread is already inside the recorder.
+        """
+        q = self._deferred
+        held = self._held_by
+        if (held is not None and held != threading.get_ident()) or not self.active:
+            if self.active:
+                q.append((self._kernel_fn, (name, device, handle, spans, key)))
+            return
+        try:
+            with self._lock:
+                if self._busy:  # this thread is inside the encoder: the outer loop gets it
+                    q.append((self._kernel_fn, (name, device, handle, spans, key)))
+                    return
+                self._busy = True
+                try:
+                    if q:  # queued events (the op's allocations, frees, event hooks) come first
+                        self._drain()
+                    rec = self._kernel_record(name, device, handle, spans, key)
+                    counts = self.enc.counts
+                    counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
+                    self._put(rec)
+                    if q:  # a hook fired while encoding (a free from the garbage collector)
+                        self._drain()
+                        self._commit()
+                finally:
+                    self._busy = False
+        except Exception as e:
+            self._fail(e)
 
     def _stack(self, key) -> Optional[int]:
         if key is None:

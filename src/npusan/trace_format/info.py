@@ -81,8 +81,10 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
         views = ViewsSummary()
         try:
             _scan(reader, counts, per_stream, created, live, mem, views)
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        except ValueError as e:  # a malformed VIEWS entry (parse_entry's reason is ours)
             raise TraceFormatError(f"{reader.where()}: malformed record ({e})") from None
+        except (TypeError, KeyError, IndexError, AttributeError):
+            raise TraceFormatError(f"{reader.where()}: malformed record (a field has the wrong type)") from None
         mem.live_at_end = len(live)
         sym = reader.symbols
         mem.unallocated_blocks = _count_block_defs(reader)
@@ -131,16 +133,24 @@ def _scan(
     reader: TraceReader, counts: dict, per_stream: dict, created: set, live: dict, mem: MemorySummary,
     views: ViewsSummary,
 ) -> None:
-    """The one pass over the records (fields are not type-checked by the reader: callers guard)."""
+    """The one pass over the records.
+
+    The reader does not type-check fields: an id that is not an integer is left out of the
+    statistics here (``npusan info`` refuses such a trace beforehand exactly when
+    ``npusan analyze`` does, see ``cli/info.py``).
+    """
     live_bytes = 0
     for rec in reader.records():
         t = rec[0]
         counts[t] = counts.get(t, 0) + 1
         if t == R.KERNEL:
             s = rec[1]
-            per_stream[s] = per_stream.get(s, 0) + 1
+            if s.__class__ is int:
+                per_stream[s] = per_stream.get(s, 0) + 1
         elif t == R.ALLOC:
             bid, size = rec[1], rec[3]
+            if bid.__class__ is not int:
+                continue
             if bid in live:  # an allocation over a live block: its free was not recorded
                 live_bytes -= live.pop(bid) or 0
             size = size if type(size) is int and size >= 0 else None
@@ -155,10 +165,11 @@ def _scan(
             mem.peak_live_bytes = max(mem.peak_live_bytes, live_bytes)
         elif t == R.FREE:
             mem.frees += 1
-            if rec[1] in live:
+            if rec[1].__class__ is int and rec[1] in live:
                 live_bytes -= live.pop(rec[1]) or 0
         elif t == R.STREAM_CREATED:
-            created.add(rec[1])
+            if rec[1].__class__ is int:
+                created.add(rec[1])
         elif t == R.VIEWS:
             for e in rec[1:]:
                 if parse_entry(e)[1] is None:

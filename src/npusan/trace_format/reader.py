@@ -12,7 +12,8 @@ checks, counts and error messages.
 What the reader guarantees about yielded records: each is a list whose first element equals
 a known record type (an int: a float 17.0 is refused like any non-integer type, as the
 engine's direct loop refuses it) and whose length is at least ``records.MIN_LENGTH`` of that type.
-It does not type-check the fields inside (that would cost more than the replay): consumers
+Apart from a NOTE's level and text (strings) and the definitions it absorbs, it does not
+type-check the fields inside (that would cost more than the replay): consumers
 turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into a
 :class:`TraceFormatError`, naming :meth:`TraceReader.where` (record index, byte offset).
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from typing import IO, Any, Callable, Iterator, Optional, Union
 
 import msgpack
@@ -152,7 +152,7 @@ class TraceReader:
         del header
         # The records get their own unpacker, starting where the header ended (the header
         # unpacker may have read ahead: those bytes come first).
-        source = _RecordSource(rest, self._file)
+        source = self._source = _RecordSource(rest, self._file)
         self._unpacker = msgpack.Unpacker(
             source,
             raw=False,
@@ -424,7 +424,11 @@ class TraceReader:
     # -- raw reading (the compiled replay core parses the bytes itself) ---------------
 
     def read_raw(self, n: int) -> bytes:
-        """Up to ``n`` bytes of the trace following what was read so far (b"" at the end)."""
+        """Up to ``n`` bytes of the trace following what was read so far (b"" at the end).
+
+        A raw consumer bounds the size of one record itself (:data:`MAX_RECORD_BYTES`).
+        """
+        self._source.raw = True
         return self._unpacker.read_bytes(n)
 
     def raw_sync(self, records: int, position: int, last: Any = None) -> None:
@@ -465,6 +469,12 @@ class TraceReader:
                 f"{self.where(rec)} ({R.RECORD_NAMES[t]}) has {len(rec)} fields, fewer than the "
                 f"{R.MIN_LENGTH[t]} it needs: the trace is corrupt"
             )
+        if t == R.NOTE and (rec[1].__class__ is not str or rec[2].__class__ is not str):
+            bad = rec[1] if rec[1].__class__ is not str else rec[2]
+            field = "level" if bad is rec[1] else "text"
+            raise TraceFormatError(
+                f"{self.where(rec)} (NOTE) has a {field} that is {_a(bad)}, not a string: the trace is corrupt"
+            )
         return t
 
     def _define(self, rec: list) -> None:
@@ -475,8 +485,10 @@ class TraceReader:
             self.symbols.define(rec)
         except TraceFormatError as e:
             raise TraceFormatError(f"{self.where(rec)}: {e}") from None
-        except (TypeError, ValueError, KeyError, IndexError) as e:  # unhashable ids and the like
-            raise TraceFormatError(f"{self.where(rec)}: malformed {R.RECORD_NAMES[rec[0]]} record ({e})") from None
+        except (TypeError, ValueError, KeyError, IndexError):  # a field of an unexpected type
+            raise TraceFormatError(
+                f"{self.where(rec)}: malformed {R.RECORD_NAMES[rec[0]]} record (a field has the wrong type)"
+            ) from None
 
     def _end(self, rec: list, extra: Optional[bytes] = None) -> None:
         """The END record; ``extra``: the bytes after it, if the caller has them."""
@@ -614,8 +626,29 @@ def _packed_len(rec: Any) -> int:
 
 
 def _reason(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
+    """What msgpack (or Python under it) said about bad data, in the tool's own words."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"a string is not valid UTF-8 (byte 0x{e.object[e.start]:02x} at position {e.start} of the string)"
+    if isinstance(e, msgpack.exceptions.StackError):
+        return "arrays or maps nested too deeply"
+    if isinstance(e, msgpack.exceptions.ExtraData):
+        return "unexpected data after a complete object"
+    text = str(e)
+    if isinstance(e, TypeError) and "unhashable" in text:
+        return "a map has an array or map as a key"
+    if isinstance(e, ValueError) and text.startswith(("Unpack failed", "Unpack error")):
+        return "invalid msgpack"
+    if isinstance(e, ValueError) and "exceeds max_" in text:  # a length over the reader's limits
+        return "a length field is over the reader's limits (section 9 of docs/trace-format.md)"
+    if not text or not isinstance(e, (ValueError, TypeError)):
+        return "invalid msgpack"
     return text if len(text) < 200 else text[:200] + "..."
+
+
+def _a(v: Any) -> str:
+    from .symbols import _a as kind
+
+    return kind(v)
 
 
 def _typename(v: Any) -> str:
@@ -636,19 +669,34 @@ class _RecordSource:
 
     It also enforces :data:`MAX_RECORD_BYTES`. msgpack's unpacker is resumable: it keeps a
     half-built object across reads, so its buffer limit does not bound the size of one
-    record, and a record of empty arrays or maps decodes to ~70 times its size. The
-    unpacker calls ``read`` (every 64 KiB) from the loop that consumes the records, whose
-    loop variable ``rec`` holds the record it received last; when that has not changed
-    while more than the limit was read, one record is that large, and the read fails
-    before more of it is decoded. (Looking at the caller's ``rec`` once per read costs
-    nothing per record, unlike a hook msgpack would call for every array.)
+    record, and a record of empty arrays or maps decodes to ~70 times its size. So the
+    source finds the record boundaries itself: every byte it hands out is also fed to a
+    second unpacker that only *skips* objects (msgpack's C parser, building nothing), and
+    the offset after the last object it skipped whole is where the current record began.
+    When more than the limit has been handed out since then, one record is that large,
+    and the read fails (``BufferFull``) before more of it is decoded; so does a read that
+    completes a record larger than the limit. The skipping is done lazily, only once the
+    bytes handed out since the last known boundary pass a quarter of the limit. Where the
+    data stops being valid msgpack the skipper stops finding boundaries (the decoding
+    unpacker fails at that byte); the bytes handed out past the last boundary stay bounded.
+
+    Consumers that parse the raw bytes themselves (:meth:`TraceReader.read_raw`) bound
+    their records on their own; for them (``raw``) the source does no skipping.
     """
+
+    #: Bytes handed out past the last known record boundary before the skipper looks.
+    LOOK_AFTER = MAX_RECORD_BYTES // 4
 
     def __init__(self, prefix: bytes, f: Any) -> None:
         self._prefix = prefix
         self._f = f
-        self._last: Any = self  # the consumer's last record at the previous read (self: none yet)
-        self._since = 0  # bytes read while the consumer's last record stayed the same
+        self.raw = False  # a raw consumer (read_raw): no record boundaries to find
+        self._fed = 0  # bytes handed out so far
+        self._boundary = 0  # offset (from the first byte handed out) of the last known record end
+        self._skipper: Optional[msgpack.Unpacker] = msgpack.Unpacker(
+            max_buffer_size=MAX_RECORD_BYTES + 2 * READ_SIZE + len(prefix),
+            max_str_len=MAX_STR_LEN, max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN,
+            max_map_len=MAX_MAP_LEN, max_ext_len=MAX_EXT_LEN)
 
     def read(self, n: int = -1) -> bytes:
         if self._prefix:
@@ -656,20 +704,49 @@ class _RecordSource:
             self._prefix = self._prefix[len(data):]
         else:
             data = self._f.read(n)
+        if not data or self.raw:
+            return data
+        self._fed += len(data)
+        skipper = self._skipper
+        if skipper is None:  # the data stopped being msgpack: no boundaries past that point
+            if self._fed - self._boundary > MAX_RECORD_BYTES + READ_SIZE:
+                raise msgpack.exceptions.BufferFull
+            return data
         try:
-            frame = sys._getframe(1)
-        except ValueError:  # pragma: no cover - no caller frame to look at
-            return data
-        if "rec" not in frame.f_code.co_varnames:  # a consumer of another shape: no way to tell
-            return data
-        rec = frame.f_locals.get("rec", self)  # unbound (self): no record received yet
-        if rec is not self._last:
-            self._last = rec
-            self._since = 0
-        self._since += len(data)
-        if self._since > MAX_RECORD_BYTES + READ_SIZE:
-            raise msgpack.exceptions.BufferFull
+            skipper.feed(data)
+        except msgpack.exceptions.BufferFull:
+            raise msgpack.exceptions.BufferFull from None
+        if self._fed - self._boundary > self.LOOK_AFTER:
+            self._find_boundary()
+            if self._fed - self._boundary > MAX_RECORD_BYTES + READ_SIZE:
+                raise msgpack.exceptions.BufferFull
         return data
+
+    def _find_boundary(self) -> None:
+        """Skip every complete object fed so far; the end of the last one is the boundary.
+
+        Raises ``BufferFull`` for a complete object larger than the limit (one that ends in
+        the bytes about to be handed out).
+        """
+        skipper = self._skipper
+        skip = skipper.skip
+        tell = skipper.tell
+        boundary = self._boundary
+        try:
+            while True:
+                skip()
+                end = tell()
+                if end - boundary > MAX_RECORD_BYTES:
+                    raise msgpack.exceptions.BufferFull
+                boundary = end
+        except msgpack.exceptions.OutOfData:
+            pass
+        except msgpack.exceptions.BufferFull:
+            raise
+        except Exception:  # not msgpack from here on: the decoding unpacker says so
+            self._skipper = None
+        finally:
+            self._boundary = boundary
 
 
 _LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}

@@ -13,10 +13,18 @@ stays as it was:
   ``/redacted/`` + the path from that folder on;
 * anywhere else: ``/redacted/`` + the file's base name.
 
+The source root is ``source_root`` if given, else the header's ``source_root`` key (a
+third-party writer may record one), else the roots recorded in frames (format 1.1), else
+a project folder or common prefix of the recorded files (:func:`_choose_root`).
+
 Names are normalized first, so ``root/pkg/../../x`` is outside the root. Relative names
 and names such as ``<string>`` are kept, except relative names that climb out of their
 folder with ``..`` (reduced to their base name). The text of notes (NOTE records) is
-dropped, their level kept: notes are free text and can hold anything. With ``drop_source`` the source
+dropped, their level kept: notes are free text and can hold anything. Stream labels
+(STREAM_LABEL, format 1.1) are free text as well: npusan's own (``comm stream of process
+group N``, role ``comm``) are kept, so that reports and suppressions name those streams as
+before; any other label becomes ``<role> stream`` (a role that is not a plain word becomes
+``other``). With ``drop_source`` the source
 line text recorded in frames (format 1.1) is dropped too (fingerprints then fall back to
 line numbers, so they change).
 
@@ -49,6 +57,9 @@ _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/])")
 #: What a note's text becomes: notes are free text (error messages, paths, anything).
 NOTE_PLACEHOLDER = "(note text redacted)"
 _ROOT_MARKERS = (".git", "pyproject.toml")
+#: Stream labels npusan's recorder writes (no free text in them): kept as they are.
+_OWN_LABEL = re.compile(r"comm stream of process group \d{1,9}")
+_ROLE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
 @dataclass
@@ -62,14 +73,20 @@ class RedactionSummary:
     source_lines: int = 0  # recorded source lines dropped (drop_source)
     unknown_records: int = 0  # records of unknown types dropped
     notes: int = 0  # notes whose text was dropped
+    stream_labels: int = 0  # stream labels replaced
     truncated: bool = False
 
 
 def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
            drop_source: bool = False) -> RedactionSummary:
     """Write the redacted copy of the trace at ``source`` to ``out``; see the module docstring."""
-    files, roots = _file_names(source)
-    root = _normalize_root(source_root) if source_root else _choose_root(files, roots)
+    files, roots, header_root = _file_names(source)
+    if source_root:
+        root = _normalize_root(source_root)
+    elif header_root is not None:
+        root = header_root
+    else:
+        root = _choose_root(files, roots)
     summary = RedactionSummary(source_root=root)
     renamed = {sid: redact_path(name, root) for sid, name in files.items() | roots.items()}
     summary.paths = sum(1 for sid, new in renamed.items() if new != (files.get(sid) or roots.get(sid)))
@@ -153,6 +170,11 @@ def _redact_record(rec: list, renamed: dict, drop_source: bool, summary: Redacti
     if t == R.FRAME and drop_source and len(rec) > 5 and rec[5] is not None:
         summary.source_lines += 1
         return [*rec[:5], None, *rec[6:]]
+    if t == R.STREAM_LABEL:
+        role, label = redact_stream_label(rec[2], rec[3])
+        if (role, label) != (rec[2], rec[3]):
+            summary.stream_labels += 1
+        return [R.STREAM_LABEL, rec[1], role, label, *rec[4:]]
     if t == R.NOTE:  # a note's text can say anything: only its level is kept
         summary.notes += 1
         return [R.NOTE, rec[1], NOTE_PLACEHOLDER, *rec[3:]]
@@ -162,9 +184,23 @@ def _redact_record(rec: list, renamed: dict, drop_source: bool, summary: Redacti
     return rec
 
 
-def _file_names(source: str) -> tuple[dict, dict]:
-    """``({sid: file name}, {sid: source root})`` of every frame (first pass)."""
+def redact_stream_label(role: str, label: str) -> tuple[str, str]:
+    """A stream label's ``(role, label)`` without free text (see the module docstring)."""
+    if not (isinstance(role, str) and _ROLE.fullmatch(role)):
+        role = "other"
+    if isinstance(label, str) and role == "comm" and _OWN_LABEL.fullmatch(label):
+        return role, label
+    return role, f"{role} stream"
+
+
+def _file_names(source: str) -> tuple[dict, dict, Optional[str]]:
+    """``({sid: file name}, {sid: source root}, header root)`` of every frame (first pass)."""
     with TraceReader(source) as reader:
+        header_root = reader.header.get("source_root") if isinstance(reader.header, dict) else None
+        if not (isinstance(header_root, str) and _ABSOLUTE.match(header_root)):
+            header_root = None
+        else:
+            header_root = _normpath(header_root).rstrip("/") or "/"
         for _ in reader.records():
             pass
         sym = reader.symbols
@@ -173,7 +209,7 @@ def _file_names(source: str) -> tuple[dict, dict]:
         for _, root in getattr(sym, "frame_sources", {}).values():  # format 1.1 traces
             if root is not None:
                 roots[root] = sym.strings[root]
-    return files, roots
+    return files, roots, header_root
 
 
 def _normalize_root(root: str) -> str:
@@ -216,4 +252,4 @@ def _project_of(name: str) -> Optional[str]:
         d = parent
 
 
-__all__ = ["RedactionSummary", "redact", "redact_path", "KEPT_HEADER_KEYS"]
+__all__ = ["RedactionSummary", "redact", "redact_path", "redact_stream_label", "KEPT_HEADER_KEYS"]

@@ -38,43 +38,50 @@ class SymbolTable:
         try:
             if t == R.STR:
                 _, sid, text = rec[:3]
-                self._put(self.strings, sid, _text(text))
+                self._put(self.strings, sid, _text(text, "the text of a STR record"))
             elif t == R.FRAME:
                 _, fid, f, line, fn = rec[:5]
-                if f not in self.strings or fn not in self.strings or not isinstance(line, int):
-                    raise TraceFormatError(f"frame {fid!r} refers to undefined strings")
+                if type(line) is not int:
+                    raise TraceFormatError(f"frame {_show(fid)} has a line number that is {_a(line)}, not an integer")
+                if type(f) is not int or type(fn) is not int:
+                    bad, what = (f, "file name") if type(f) is not int else (fn, "function name")
+                    raise TraceFormatError(f"frame {_show(fid)} is malformed: its {what} id is {_a(bad)}, "
+                                           "not an integer")
+                if f not in self.strings or fn not in self.strings:
+                    raise TraceFormatError(f"frame {_show(fid)} refers to undefined strings")
                 self._put(self.frames, fid, (f, line, fn))
                 if len(rec) > 5:  # format 1.1: the line's text and the file's source root
                     self._frame_source(fid, rec[5], rec[6] if len(rec) > 6 else None)
             elif t == R.STACK:
                 _, kid, fids = rec[:3]
-                if not isinstance(fids, (list, tuple)) or any(f not in self.frames for f in fids):
-                    raise TraceFormatError(f"stack {kid!r} refers to undefined frames")
+                if not isinstance(fids, (list, tuple)) or any(type(f) is not int or f not in self.frames for f in fids):
+                    raise TraceFormatError(f"stack {_show(kid)} refers to undefined frames")
                 self._put(self.stacks, kid, tuple(fids))
             elif t == R.STREAM_DEF:
                 _, sidx, device, handle = rec[:4]
-                if not (isinstance(device, int) and isinstance(handle, int)):
-                    raise TraceFormatError(f"stream {sidx!r} has a non-integer device or handle")
+                if not (type(device) is int and type(handle) is int):
+                    raise TraceFormatError(f"stream {_show(sidx)} has a non-integer device or handle")
                 self._put(self.streams, sidx, (device, handle))
             elif t == R.BLOCK_DEF:
                 _, bid, ptr, size = rec[:4]
-                if not isinstance(ptr, int) or not (size is None or isinstance(size, int)):
-                    raise TraceFormatError(f"block {bid!r} has a malformed pointer or size")
+                if type(ptr) is not int or not (size is None or type(size) is int):
+                    raise TraceFormatError(f"block {_show(bid)} has a malformed pointer or size")
                 self._put(self.blocks, bid, (ptr, size), replace=True)
             elif t == R.THREAD:
                 _, tid, name = rec[:3]
-                self._put(self.threads, tid, _text(name), replace=True)
+                self._put(self.threads, tid, _text(name, "a thread name"), replace=True)
             elif t == R.STREAM_LABEL:
                 _, sidx, role, label = rec[:4]
-                if sidx not in self.streams:
-                    raise TraceFormatError(f"stream label for undefined stream {sidx!r}")
-                self._put(self.stream_labels, sidx, (_text(role)[:32], _text(label)[:200]), replace=True)
+                if type(sidx) is not int or sidx not in self.streams:
+                    raise TraceFormatError(f"stream label for undefined stream {_show(sidx)}")
+                self._put(self.stream_labels, sidx, (_text(role, "a stream role")[:32],
+                                                     _text(label, "a stream label")[:200]), replace=True)
         except ValueError as e:  # unpacking a short record
             raise TraceFormatError(f"malformed {R.RECORD_NAMES.get(t, t)} record") from e
 
     def _frame_source(self, fid: int, text, root) -> None:
         # Informational trailing fields: a value of the wrong type is ignored, not fatal.
-        text = _text(text) if isinstance(text, (str, bytes)) else None
+        text = _text(text) if text.__class__ is str else None
         if text is not None and len(text) > MAX_SOURCE_TEXT:
             text = text[: MAX_SOURCE_TEXT - 1] + "…"
         root = root if type(root) is int and root in self.strings else None
@@ -83,7 +90,9 @@ class SymbolTable:
 
     @staticmethod
     def _put(table: dict, key, value, replace: bool = False) -> None:
-        if not isinstance(key, int) or key < 0 or key >= MAX_TABLE:
+        if type(key) is not int:  # a bool is not an id either
+            raise TraceFormatError(f"an id is {_a(key)}, not an integer")
+        if key < 0 or key >= MAX_TABLE:
             raise TraceFormatError(f"id {key!r} out of range")
         if key in table and not replace:
             raise TraceFormatError(f"id {key} defined twice")
@@ -119,8 +128,27 @@ class SymbolTable:
         return tuple(out)
 
 
-def _text(v) -> str:
-    """A defined string, sanitized once here so that no output shows its raw control characters."""
-    if isinstance(v, (str, bytes)):
+def _text(v, what: str = "a name") -> str:
+    """A defined string, sanitized once here so that no output shows its raw control characters.
+
+    Strings in a trace are msgpack ``str`` (docs/trace-format.md, section 3): binary data
+    or any other type there makes the trace corrupt.
+    """
+    if v.__class__ is str:
         return clean(v)
-    raise TraceFormatError(f"expected a string, got {type(v).__name__}")
+    raise TraceFormatError(f"{what} is {_a(v)}, not a string")
+
+
+_KINDS = {int: "an integer", str: "a string", bytes: "binary data", dict: "a map", list: "an array",
+          float: "a float", bool: "a boolean", type(None): "nil"}
+
+
+def _a(v) -> str:
+    """What a msgpack value is, in words ("a boolean", "binary data", "an extension type")."""
+    kind = _KINDS.get(type(v))
+    return kind if kind is not None else "an extension type" if type(v).__module__.startswith("msgpack") else "a " + type(v).__name__
+
+
+def _show(v) -> str:
+    """An id for a message: its value if an integer, else what it is."""
+    return repr(v) if type(v) is int else f"({_a(v)})"

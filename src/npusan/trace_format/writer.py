@@ -292,6 +292,27 @@ class MappedFileSink(FileSink):
             self._pos = pos + n
             buf.clear()
 
+    def put(self, rec: list) -> None:
+        """Append one record and commit everything buffered (it survives a kill from now on).
+
+        The kill-safe recorder's per-op path: with nothing buffered, the record is packed
+        and copied straight into the mapping (one copy, no buffer round trip).
+        """
+        data = self._pack(rec)
+        buf = self._buf
+        if buf:  # definitions the record needs come first
+            buf += data
+            self.commit()
+            return
+        pos = self._pos
+        n = len(data)
+        if pos + n > self._limit:  # grow, or refuse (error, closed, forked child)
+            buf += data
+            self._commit_slow()
+            return
+        self._map[pos:pos + n] = data  # type: ignore[index]
+        self._pos = pos + n
+
     def _commit_slow(self) -> None:
         buf = self._buf
         if self.error is not None or self.closed:

@@ -174,3 +174,12 @@ def test_unknown_allocation_and_missing_stacks():
     assert "unknown-size tensor allocated before recording began" in out
     assert "(no stack recorded)" in out
     assert "an unknown location" in out  # the fix cannot name a line it does not know
+
+
+@pytest.mark.parametrize("words, expected", [("8.0 KiB tensor", "an"), ("4.0 KiB tensor", "a"), ("11 B tensor", "an"),
+                                             ("18.5 MiB tensor", "an"), ("110 B tensor", "a"), ("800 B", "an"),
+                                             ("unknown-size tensor", "an"), ("1.0 KiB", "a")])
+def test_the_article_is_the_one_the_size_is_read_with(words, expected):
+    from npusan.analyzer.reporters.describe import article
+
+    assert article(words) == expected

@@ -150,6 +150,13 @@ def human_size(n: Optional[int]) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def article(words: str) -> str:
+    """"a" or "an" before ``words`` as they are read aloud ("an 8.0 KiB", "an 11 B", "a 4.0 KiB")."""
+    whole = words.split(".")[0].split(" ")[0]
+    spoken_vowel = words[:1] in "aeiou" or whole.startswith("8") or whole in ("11", "18")
+    return "an" if words and spoken_vowel else "a"
+
+
 def allocation_site(f: Finding) -> str:
     site = user_site(f.block.stack)
     if site is not None:
@@ -166,7 +173,7 @@ def title(f: Finding, header: dict) -> str:
     kind = KIND_TITLES[f.kind]
     if f.kind is Kind.DATA_RACE:
         return (
-            f"{kind} on a {tensor}: {f.access.type} on {stream_short(f.access.stream, header)} "
+            f"{kind} on {article(tensor)} {tensor}: {f.access.type} on {stream_short(f.access.stream, header)} "
             f"not ordered after a {f.previous.type} on {stream_short(f.previous.stream, header)}"
         )
     if f.kind is Kind.MISSING_RECORD_STREAM:
