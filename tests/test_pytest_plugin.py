@@ -196,3 +196,13 @@ def test_turns_it_off():
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--npusan", "-W", "default", timeout=600)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*npusan stopped checking before this test ended*"])
+
+
+def test_a_recorded_pytest_run_has_no_assert_rewrite_warning(pytester, monkeypatch):
+    # The recording hook imports npusan before pytest loads its plugin entry point.
+    monkeypatch.setenv("NPUSAN_TRACE", str(pytester.path / "t.npusan"))
+    monkeypatch.setenv("NPUSAN_BACKEND", "sim")
+    pytester.makepyfile(test_plain="def test_nothing():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=600)
+    result.assert_outcomes(passed=1)
+    assert "PytestAssertRewriteWarning" not in result.stdout.str()

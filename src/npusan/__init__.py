@@ -17,6 +17,9 @@ Analyzing from code (``docs/api.md``)::
     report = npusan.analyze("trace.npusan")     # what `npusan analyze` reports, as objects
     for f in report.findings:
         print(f.kind.value, f.count, f.title)
+
+PYTEST_DONT_REWRITE: npusan is often imported before pytest starts (the recording hook), and
+its plugin's assertions need no rewriting; this marker keeps pytest from warning about it.
 """
 
 from __future__ import annotations
