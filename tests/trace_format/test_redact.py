@@ -226,3 +226,51 @@ def test_export_writes_a_device_without_force(tmp_path):
     out = tmp_path / "o.json"
     out.write_text("x")
     assert run("export", p, "-o", out).exit_code == 2
+
+
+@pytest.mark.parametrize("cut", ["after a kernel", "after a definition", "after the header"])
+def test_zero_tail_of_a_killed_writer_redacts_to_a_cut_trace(tmp_path, cut):
+    """A SIGKILLed mapped writer leaves zero bytes after its last record (trace-format.md
+    section 7): redact takes them as the cut, like the other verbs, instead of crashing."""
+    import msgpack
+
+    from npusan.trace_format import records as R
+
+    header = {"format": [1, 1], "writer": "hand", "backend": "cuda", "default_streams": {0: 0}}
+    good = [[R.STR, 0, "aten::fill_"], [R.STREAM_DEF, 0, 0, 0], [R.STREAM_DEF, 1, 0, 0x51],
+            [R.ALLOC, 0, 4096, 64, 0, None], [R.KERNEL, 0, 0, None, ~0], [R.KERNEL, 1, 0, None, 0]]
+    recs = {"after a kernel": good, "after a definition": good + [[R.STR, 1, "x"]], "after the header": []}[cut]
+    data = R.MAGIC + msgpack.packb(header, use_bin_type=True) + b"".join(msgpack.packb(r) for r in recs)
+    p = tmp_path / "k9.npusan"
+    p.write_bytes(data + bytes(200_000))
+    out = tmp_path / "o.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert "Traceback" not in r.output
+    assert "the trace was cut (no end record); so is the redacted copy" in r.stderr
+    assert out.read_bytes().count(0) < 100  # the zeros are not copied
+    i = run("info", "--json", out)
+    assert i.exit_code == 0 and json.loads(i.stdout)["truncated"] is True
+    assert json.loads(i.stdout)["events"] == json.loads(run("info", "--json", p).stdout)["events"]
+    assert run("analyze", out).exit_code == run("analyze", p).exit_code
+
+
+def test_recorded_sigkilled_trace_redacts(tmp_path):
+    """The user's repro: a trace recorded from a process that SIGKILLs itself."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    script = tmp_path / "kill9.py"
+    script.write_text("import os, torch\nfrom npusan import sim\nside = sim.Stream(); x = torch.ones(1024)\n"
+                      "with sim.stream(side):\n    y = x * 2\nos.kill(os.getpid(), 9)\n")
+    p = tmp_path / "k9.npusan"
+    rec = subprocess.run([sys.executable, "-m", "npusan", "record", "--backend", "sim", "-o", str(p), "--",
+                          sys.executable, str(script)], capture_output=True, timeout=300)
+    assert p.exists(), rec.stderr
+    assert p.read_bytes().endswith(bytes(64)), "expected the zero tail a killed mapped writer leaves"
+    out = tmp_path / "o.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert "so is the redacted copy" in r.stderr
+    assert json.loads(run("info", "--json", out).stdout)["truncated"] is True

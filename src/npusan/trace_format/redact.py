@@ -103,6 +103,10 @@ def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
                 sink(rec)
                 continue
             kept = reader.direct_absorb(rec, kernels)
+            if kept is False and not reader.ended_cleanly:
+                # The zero bytes a killed mapped writer leaves where the next record would
+                # start: the reader took them as the cut (``truncated``, warned); nothing to copy.
+                break
             t = rec[0] if rec.__class__ is list and rec else None
             if kept is None and t not in R.DEFINITIONS:  # an unknown record type: its content is unknown
                 summary.unknown_records += 1
