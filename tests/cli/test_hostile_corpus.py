@@ -43,3 +43,24 @@ def test_hostile_trace(name, verb, tmp_path):
     written = out.read_text() if out.exists() else ""
     for bad in ("\x1b", "\x9b", "\u202e", "\x07"):
         assert bad not in r.stdout + r.stderr + written
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hostile_trace_redact_agrees_with_analyze(name, tmp_path):
+    """redact refuses what analyze refuses (exit 2, one line, analyze's message, nothing
+    written); what analyze reads, redact copies into a trace analyze reads the same way."""
+    exit_code, needle = EXPECTED[name]["analyze"]
+    out = tmp_path / "public.npusan"
+    r = CliRunner().invoke(cli, ["redact", str(CORPUS / f"{name}.npusan"), "-o", str(out)])
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert "Traceback" not in r.stderr
+    for bad in ("\x1b", "\x9b", "\u202e", "\x07"):
+        assert bad not in r.stdout + r.stderr
+    if exit_code == 2:
+        assert r.exit_code == 2, r.stderr
+        assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("npusan: error: ") and needle in r.stderr
+        assert not out.exists() and list(tmp_path.iterdir()) == []
+    else:
+        assert r.exit_code == 0, r.stderr
+        a = CliRunner().invoke(cli, ["analyze", str(out), "--format", "json"])
+        assert a.exit_code == exit_code, a.stderr

@@ -3,7 +3,8 @@
 ``npusan info`` reads fields leniently (it only counts); it used to describe traces whose
 records ``npusan analyze`` refuses. ``npusan export`` used to say nothing about a cut trace
 or data after the end record. ``npusan redact`` kept stream labels' free text and did not
-use a source root named in the header.
+use a source root named in the header, and copied records analyze refuses (exit 0, and a
+"redacted" trace nobody could analyze).
 """
 
 from __future__ import annotations
@@ -54,12 +55,20 @@ BAD = {
     "string pointer": [R.ALLOC, 1, "p", 16, 0, None],
     "string device": [R.DEVICE_SYNC, "dev", None],
     "access out of its block": [R.KERNEL, 0, 0, None, [0, 60, 100]],
+    "string in an access range": [R.KERNEL, 0, 0, None, [0, "0", 16]],
+    "VIEWS entry not a list": [[R.VIEWS, "x"], [R.KERNEL, 0, 0, None, [0, 0, 16]]],
+    "VIEWS entry with a float": [[R.VIEWS, [0, 0, 16, 4, 2.5, 8]], [R.KERNEL, 0, 0, None, [0, 0, 16]]],
+    "VIEWS entry refining no access": [[R.VIEWS, [0, 0, 16, 4, 2, 12]], [R.KERNEL, 0, 0, None, 0]],
 }
+
+
+def bad(name: str) -> list:
+    return BAD[name] if isinstance(BAD[name][0], list) else [BAD[name]]
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_info_refuses_what_analyze_refuses_with_the_same_line(tmp_path, name):
-    p = trace(tmp_path, GOOD + [BAD[name]])
+    p = trace(tmp_path, GOOD + bad(name))
     a = run("analyze", p)
     i = run("info", p)
     ij = run("info", "--json", p)
@@ -70,11 +79,36 @@ def test_info_refuses_what_analyze_refuses_with_the_same_line(tmp_path, name):
         assert a.exit_code in (0, 1) and i.exit_code == 0 and ij.exit_code == 0, (a.output, i.output)
 
 
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_redact_refuses_what_analyze_refuses_with_the_same_line(tmp_path, name):
+    """redact used to copy such records as they were: exit 0 and a "redacted" trace that
+    analyze then refused. It replays the trace as analyze does first, and writes nothing."""
+    p = trace(tmp_path, GOOD + bad(name))
+    out = tmp_path / "public.npusan"
+    a = run("analyze", p)
+    r = run("redact", p, "-o", out)
+    if a.exit_code == 2:
+        assert r.exit_code == 2, r.output
+        assert r.stderr.splitlines() == [error_line(a)]
+        assert not out.exists() and sorted(q.name for q in tmp_path.iterdir()) == ["t.npusan"]
+    else:  # analyze reads it: redact copies it, and the copy reads the same
+        assert a.exit_code in (0, 1) and r.exit_code == 0, (a.output, r.output)
+        assert run("analyze", out).exit_code == a.exit_code
+
+
+def test_redact_of_an_analyzable_trace_is_analyzable(tmp_path):
+    p = trace(tmp_path, GOOD + [[R.VIEWS, [0, 0, 16, 4, 2, 12]], [R.KERNEL, 1, 0, None, [0, 0, 16]]])
+    out = tmp_path / "public.npusan"
+    assert run("redact", p, "-o", out).exit_code == 0
+    assert run("analyze", out).exit_code == run("analyze", p).exit_code == 1
+    assert run("info", out).exit_code == 0
+
+
 def test_info_and_analyze_agree_over_many_traces_at_once(tmp_path):
     good = trace(tmp_path, GOOD, name="good.npusan")
-    bad = trace(tmp_path, GOOD + [BAD["undefined stream"]], name="bad.npusan")
-    i = run("info", "--json", good, bad)
-    a = run("analyze", bad)
+    broken = trace(tmp_path, GOOD + bad("undefined stream"), name="bad.npusan")
+    i = run("info", "--json", good, broken)
+    a = run("analyze", broken)
     assert i.exit_code == 2
     assert error_line(i) == error_line(a)
     assert [d["path"] for d in json.loads(i.stdout)] == [str(good)]

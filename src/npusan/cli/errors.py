@@ -27,6 +27,28 @@ def fail(message: str) -> NoReturn:
     sys.exit(EXIT_UNUSABLE)
 
 
+def refuse_like_analyze(path: str) -> None:
+    """Refuse a trace exactly when, and as, ``npusan analyze`` would: replay it as analyze
+    does (the findings are not used), raising analyze's :class:`TraceFormatError`.
+
+    For the verbs that read fields leniently or copy records (``info``, ``redact``): without
+    this they would describe, or write a redacted copy of, a trace whose records analyze
+    refuses as malformed. Only a regular file is replayed (a pipe cannot be read twice);
+    other inputs get the reader's checks only.
+    """
+    import os
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return
+    except OSError:
+        return  # the verb's own read says why it cannot be read
+    from ..analyzer.replay import analyze_trace
+
+    analyze_trace(path)
+
+
 def one_line_errors(fn: F) -> F:
     """Turn the expected failures of a verb into ``npusan: error: ...`` and exit 2."""
 

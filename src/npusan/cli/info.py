@@ -19,7 +19,7 @@ from ..analyzer.reporters.describe import device_label
 from ..trace_format.header import is_default_stream
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.safe_text import clean, clean_tree
-from .errors import EXIT_UNUSABLE, one_line_errors
+from .errors import EXIT_UNUSABLE, one_line_errors, refuse_like_analyze
 
 
 @click.command()
@@ -37,7 +37,7 @@ def info(traces: tuple, as_json: bool, no_color: bool) -> None:
 
     found = find_traces(traces)
     if len(found.paths) == 1 and not found.problems:
-        _refuse_like_analyze(found.paths[0])
+        refuse_like_analyze(found.paths[0])
         summary = summarize(found.paths[0])
         empty = no_device_work(summary.kernels, summary.header)
         if empty:
@@ -53,7 +53,7 @@ def info(traces: tuple, as_json: bool, no_color: bool) -> None:
         failed = True
     for path in found.paths:
         try:
-            _refuse_like_analyze(path)
+            refuse_like_analyze(path)
             summary = summarize(path)
         except (TraceFormatError, OSError) as e:
             text = str(e) if isinstance(e, TraceFormatError) else f"cannot read the trace: {e.strerror or e}"
@@ -68,27 +68,6 @@ def info(traces: tuple, as_json: bool, no_color: bool) -> None:
         click.echo(json.dumps(docs, indent=2, sort_keys=False))
     if failed:
         sys.exit(EXIT_UNUSABLE)
-
-
-def _refuse_like_analyze(path: str) -> None:
-    """Refuse a trace exactly when, and as, ``npusan analyze`` would: replay it as analyze
-    does (the findings are not used). ``info`` itself reads fields leniently; without this
-    it would describe a trace whose records analyze refuses as malformed.
-
-    Only a regular file is replayed first (a pipe cannot be read twice); other inputs get
-    the reader's checks only.
-    """
-    import os
-    import stat
-
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return
-    except OSError:
-        return  # summarize() says why it cannot be read
-    from ..analyzer.replay import analyze_trace
-
-    analyze_trace(path)
 
 
 def _render(s, no_color: bool) -> None:

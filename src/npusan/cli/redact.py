@@ -9,7 +9,7 @@ from typing import Optional
 import click
 
 from ..trace_format.errors import TraceFormatError
-from .errors import UsageProblem, one_line_errors
+from .errors import UsageProblem, one_line_errors, refuse_like_analyze
 from .output import atomic_output, check_writable
 
 
@@ -46,6 +46,9 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
             raise UsageProblem(f"{output} is the input trace; write the redacted copy to another file")
         if stat.S_ISREG(out_st.st_mode) and not force:
             raise UsageProblem(f"{output} exists; add --force to overwrite it")
+    # A trace analyze refuses is refused here too, with analyze's line and before anything
+    # is written: the redacted copy would only be refused by whoever analyzes it.
+    refuse_like_analyze(trace)
     try:
         with atomic_output(output, "the redacted trace") as f:
             summary = run_redact(trace, f, source_root=source_root, drop_source=drop_source)
