@@ -274,3 +274,95 @@ def test_recorded_sigkilled_trace_redacts(tmp_path):
     assert r.exit_code == 0, r.output
     assert "so is the redacted copy" in r.stderr
     assert json.loads(run("info", "--json", out).stdout)["truncated"] is True
+
+
+def _trace_with_outside_source(tmp_path):
+    """Two races: one whose stacks are the project's own files only, one through a helper
+    outside the project and a library, both with a secret in a comment of their recorded line."""
+    proj = tmp_path / "home" / SECRET_USER / "proj"
+    (proj / "pkg").mkdir(parents=True)
+    (proj / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    train = proj / "pkg" / "train.py"
+    train.write_text("".join(f"y{i} = x.sum()  # step {i}\n" for i in range(1, 40)))
+    helper = tmp_path / "elsewhere" / "helper.py"
+    helper.parent.mkdir()
+    helper.write_text("def run(x):\n    return x * 2  # API_TOKEN=hunter2\n")
+    lib = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "vendorlib" / "ops.py"
+    lib.parent.mkdir(parents=True)
+    lib.write_text("def op(x):\n    return x.add_(1)  # internal: hunter2-lib\n")
+    p = tmp_path / "run.npusan"
+    with TraceWriter(str(p), backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.stream_created(0x51)
+        own = lambda line: [(str(train), 5, "main"), (str(train), line, "step")]  # noqa: E731
+        through = lambda line: [(str(train), 6, "main"), (str(helper), 2, "run"), (str(lib), 2, "op")]  # noqa: E731
+        for base, stack in ((0x7F0000000000, own), (0x7F0000100000, through)):
+            w.memory_allocated(base, 0, 4096, stack=own(10))
+            w.kernel(0, "aten::fill_", writes=[base], stack=stack(20))
+            w.kernel(0x51, "aten::sum", reads=[base], stack=stack(22))
+    return p, proj
+
+
+def _fingerprints_by_stack(path):
+    return {tuple(fr["file"].rsplit("/", 1)[-1] for fr in f["access"]["stack"]): f["fingerprint"]
+            for f in findings(path) if f["kind"] == "data-race"}
+
+
+def test_source_text_of_files_outside_the_root_is_dropped(tmp_path):
+    p, proj = _trace_with_outside_source(tmp_path)
+    assert b"hunter2" in p.read_bytes() and b"# step 20" in p.read_bytes()
+    out = tmp_path / "public.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert f"source root: {proj}" in r.stderr
+    assert "2 recorded source lines of files outside the source root dropped" in r.stderr
+    data = out.read_bytes()
+    assert b"hunter2" not in data and b"API_TOKEN" not in data
+    assert b"y20 = x.sum()  # step 20" in data  # the project's own lines are kept
+    with TraceReader(str(out)) as reader:
+        for _ in reader.records():
+            pass
+        sources = reader.symbols.recorded_sources()
+    texts = {(f, line): text for (f, line, _), (text, _) in sources.items()}
+    assert texts[("/source-root/pkg/train.py", 20)] == "y20 = x.sum()  # step 20"
+    assert not any(f.startswith("/redacted/") for (f, _), text in texts.items() if text is not None)
+    # Findings are the same; the fingerprint of the project-only one too. The one whose
+    # stacks go through files outside the root counts those frames by line number now.
+    before, after = _fingerprints_by_stack(p), _fingerprints_by_stack(out)
+    assert set(before) == set(after) == {("train.py", "train.py"), ("train.py", "helper.py", "ops.py")}
+    assert after[("train.py", "train.py")] == before[("train.py", "train.py")]
+    assert after[("train.py", "helper.py", "ops.py")] != before[("train.py", "helper.py", "ops.py")]
+    assert shape(findings(out)) == shape(findings(p), lambda n: redact_path(n, str(proj)))
+
+
+def test_keep_outside_source_keeps_it_and_every_fingerprint(tmp_path):
+    p, proj = _trace_with_outside_source(tmp_path)
+    out = tmp_path / "public.npusan"
+    r = run("redact", p, "-o", out, "--keep-outside-source")
+    assert r.exit_code == 0, r.output
+    assert "outside the source root dropped" not in r.stderr
+    assert b"API_TOKEN=hunter2" in out.read_bytes()
+    assert _fingerprints_by_stack(out) == _fingerprints_by_stack(p)
+    # --drop-source wins: no recorded line at all
+    r = run("redact", p, "-o", out, "--force", "--drop-source", "--keep-outside-source")
+    assert r.exit_code == 0 and b"hunter2" not in out.read_bytes() and b"step 20" not in out.read_bytes()
+
+
+def test_fingerprint_of_a_frame_in_another_recorded_root_changes_as_documented(tmp_path):
+    """docs/bug-reports.md: a file outside the chosen root with a source root of its own is
+    named by its base name after redaction (not its path inside that root), so a finding
+    through it gets another fingerprint even with --keep-outside-source."""
+    p, proj = _trace_with_outside_source(tmp_path)
+    dep = tmp_path / "dep"
+    (dep / "sub").mkdir(parents=True)
+    (dep / "pyproject.toml").write_text("[project]\nname = 'dep'\n")
+    (dep / "sub" / "m.py").write_text("def f(x):\n    return x.mul_(2)\n")
+    q = tmp_path / "dep.npusan"
+    train = str(proj / "pkg" / "train.py")
+    with TraceWriter(str(q), backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.stream_created(0x51)
+        w.memory_allocated(0x1000, 0, 4096, stack=[(train, 10, "main")])
+        w.kernel(0, "aten::fill_", writes=[0x1000], stack=[(train, 20, "main"), (str(dep / "sub" / "m.py"), 2, "f")])
+        w.kernel(0x51, "aten::sum", reads=[0x1000], stack=[(train, 22, "main")])
+    out = tmp_path / "o.npusan"
+    assert run("redact", q, "-o", out, "--keep-outside-source", "--source-root", proj).exit_code == 0
+    assert [f["fingerprint"] for f in findings(out)] != [f["fingerprint"] for f in findings(q)]

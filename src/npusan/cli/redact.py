@@ -20,13 +20,20 @@ from .output import atomic_output, check_writable
               help="Files under DIR keep their path inside it (default: the header's source_root, the recorded root, the nearest "
                    "folder with .git or pyproject.toml, or the common folder of the recorded files).")
 @click.option("--drop-source", is_flag=True,
-              help="Also drop the source lines recorded in the trace (fingerprints then use line numbers).")
+              help="Drop every source line recorded in the trace, the project's too (fingerprints then use line numbers).")
+@click.option("--keep-outside-source", is_flag=True,
+              help="Keep the source lines recorded for files outside the source root (dropped by default: findings "
+                   "with such frames then get other fingerprints).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @one_line_errors
-def redact(trace: str, output: str, source_root: Optional[str], drop_source: bool, force: bool) -> None:
+def redact(trace: str, output: str, source_root: Optional[str], drop_source: bool, keep_outside_source: bool,
+           force: bool) -> None:
     """Copy TRACE without host, command line, pid, times, metadata, thread names, note texts,
-    stream labels other than npusan's own and the directories outside the source root. Findings and their fingerprints stay the
-    same (fingerprints use paths relative to the source root and the recorded line text).
+    stream labels other than npusan's own, the directories outside the source root and the
+    source lines recorded for files outside it. Findings stay the same; so do the fingerprints
+    of findings in the project's own files (fingerprints use paths relative to the source root
+    and the recorded line text; a frame outside the root whose text is dropped counts by its
+    line number).
 
     See docs/bug-reports.md.
     """
@@ -51,7 +58,8 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
     refuse_like_analyze(trace)
     try:
         with atomic_output(output, "the redacted trace") as f:
-            summary = run_redact(trace, f, source_root=source_root, drop_source=drop_source)
+            summary = run_redact(trace, f, source_root=source_root, drop_source=drop_source,
+                                 keep_outside_source=keep_outside_source)
     except OSError as e:
         raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
     except TraceFormatError as e:
@@ -66,6 +74,8 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
         parts.append(f"{summary.threads} thread names replaced")
     if summary.source_lines:
         parts.append(f"{summary.source_lines} recorded source lines dropped")
+    if summary.outside_source_lines:
+        parts.append(f"{summary.outside_source_lines} recorded source lines of files outside the source root dropped")
     if summary.notes:
         parts.append(f"{summary.notes} note texts dropped")
     if summary.stream_labels:

@@ -24,9 +24,16 @@ dropped, their level kept: notes are free text and can hold anything. Stream lab
 (STREAM_LABEL, format 1.1) are free text as well: npusan's own (``comm stream of process
 group N``, role ``comm``) are kept, so that reports and suppressions name those streams as
 before; any other label becomes ``<role> stream`` (a role that is not a plain word becomes
-``other``). With ``drop_source`` the source
-line text recorded in frames (format 1.1) is dropped too (fingerprints then fall back to
-line numbers, so they change).
+``other``).
+
+The source line text recorded in frames (format 1.1) is dropped for the frames of files
+outside the source root (those renamed to ``/redacted/...``, libraries included): it is
+code, or a comment, from a file that is not the project's, and can hold anything (a token
+in a comment, a path). Fingerprints use that text (``analyzer/fingerprints.py``): the
+frame then counts by its line number, so a finding with such a frame in its stacks gets
+another fingerprint; findings whose frames are the project's own (or carry no text) keep
+theirs. ``keep_outside_source`` keeps that text. With ``drop_source`` the text of every
+frame is dropped (every fingerprint with recorded text then changes).
 
 The trace is read twice (once to learn which strings are file names, once to copy), so
 the input must be a regular file.
@@ -71,6 +78,7 @@ class RedactionSummary:
     header_keys: list = field(default_factory=list)  # header keys dropped
     threads: int = 0  # thread names replaced
     source_lines: int = 0  # recorded source lines dropped (drop_source)
+    outside_source_lines: int = 0  # recorded source lines of files outside the root dropped
     unknown_records: int = 0  # records of unknown types dropped
     notes: int = 0  # notes whose text was dropped
     stream_labels: int = 0  # stream labels replaced
@@ -78,7 +86,7 @@ class RedactionSummary:
 
 
 def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
-           drop_source: bool = False) -> RedactionSummary:
+           drop_source: bool = False, keep_outside_source: bool = False) -> RedactionSummary:
     """Write the redacted copy of the trace at ``source`` to ``out``; see the module docstring."""
     files, roots, header_root = _file_names(source)
     if source_root:
@@ -90,6 +98,9 @@ def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
     summary = RedactionSummary(source_root=root)
     renamed = {sid: redact_path(name, root) for sid, name in files.items() | roots.items()}
     summary.paths = sum(1 for sid, new in renamed.items() if new != (files.get(sid) or roots.get(sid)))
+    # Files outside the source root: their frames lose their recorded source text.
+    outside = frozenset() if keep_outside_source else frozenset(
+        sid for sid in files if renamed[sid].startswith(OTHER_PLACEHOLDER + "/"))
 
     with TraceReader(source) as reader:
         packer = msgpack.Packer(use_bin_type=True)
@@ -111,7 +122,7 @@ def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
             if kept is None and t not in R.DEFINITIONS:  # an unknown record type: its content is unknown
                 summary.unknown_records += 1
                 continue
-            sink(_redact_record(rec, renamed, drop_source, summary))
+            sink(_redact_record(rec, renamed, drop_source, outside, summary))
             if kept is False:  # END
                 break
         reader.direct_sync(kernels)
@@ -164,16 +175,21 @@ def _redact_header(header: dict, summary: RedactionSummary) -> dict:
     return out
 
 
-def _redact_record(rec: list, renamed: dict, drop_source: bool, summary: RedactionSummary) -> list:
+def _redact_record(rec: list, renamed: dict, drop_source: bool, outside: frozenset,
+                   summary: RedactionSummary) -> list:
     t = rec[0]
     if t == R.STR and rec[1] in renamed:
         return [R.STR, rec[1], renamed[rec[1]], *rec[3:]]
     if t == R.THREAD:
         summary.threads += 1
         return [R.THREAD, rec[1], f"thread {rec[1]}", *rec[3:]]
-    if t == R.FRAME and drop_source and len(rec) > 5 and rec[5] is not None:
-        summary.source_lines += 1
-        return [*rec[:5], None, *rec[6:]]
+    if t == R.FRAME and len(rec) > 5 and rec[5] is not None:
+        if drop_source:
+            summary.source_lines += 1
+            return [*rec[:5], None, *rec[6:]]
+        if rec[2] in outside:
+            summary.outside_source_lines += 1
+            return [*rec[:5], None, *rec[6:]]
     if t == R.STREAM_LABEL:
         role, label = redact_stream_label(rec[2], rec[3])
         if (role, label) != (rec[2], rec[3]):
