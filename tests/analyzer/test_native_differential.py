@@ -417,3 +417,65 @@ def test_same_error_on_hostile_views_tails(tail):
     recs.pop()
     ref = check(join(header, recs) + tail)
     assert ref[0] == "error" or ref[5]
+
+
+class _Pipe(io.RawIOBase):
+    """Bytes read as from a pipe: no seeking back."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        return self._data.readinto(b)
+
+
+def outcome_of_stream(data: bytes, cls, kind: str):
+    """As :func:`outcome`, reading ``data`` through a pipe or decompressed from gzip/zstd."""
+    import gzip
+
+    import zstandard
+
+    from npusan.trace_format.compression import DecompressingReader
+
+    if kind == "pipe":
+        source = io.BufferedReader(_Pipe(data))
+    else:
+        packed = gzip.compress(data) if kind == "gzip" else zstandard.ZstdCompressor().compress(data)
+        source = DecompressingReader(io.BytesIO(packed), kind)
+    reader = TraceReader(source)
+    eng = cls(reader.symbols, header=reader.header)
+    try:
+        replay._replay(eng, reader, 0, None)
+    except RecordError as e:
+        return ("error", f"{reader.where()}: {e}")
+    except TraceFormatError as e:
+        return ("error", str(e))
+    return ("ok", [_finding(f) for f in eng.finish()], eng.seq, eng.events, reader.truncated,
+            reader.ended_cleanly, list(reader.warnings), reader.events)
+
+
+@pytest.mark.parametrize("kind", ["pipe", "gzip", "zstd"])
+@pytest.mark.parametrize("tail", [
+    b"\0",
+    b"\0" * 4096,  # a killed mapped writer's zero tail
+    b"\0" * (native.CHUNK + 17),  # longer than the core's read
+    b"\0" * 100 + b"\x01" + b"\0" * 100,  # a non-zero byte after the zeros: corrupt
+    b"\0" * (native.CHUNK + 5) + b"\x90",
+])
+def test_same_verdict_on_zero_tails_read_as_streams(kind, tail):
+    """Both engines read a zero tail as the cut (or a corrupt tail as an error) when the
+    trace cannot seek back, as for a plain file (compare with the seekable ``check``)."""
+    header, recs = split(write_program([("kernel", 1, [(0, True)]), ("kernel", 2, [(0, False)])]))
+    recs.pop()
+    data = join(header, recs) + tail
+    ref = outcome_of_stream(data, Engine, kind)
+    assert outcome_of_stream(data, native.NativeEngine, kind) == ref
+    plain = check(data, check_leaks=False)
+    if tail.count(0) == len(tail):
+        assert ref[0] == "ok" and ref[4] and ref[1] == plain[1]
+    else:
+        assert ref == plain and ref[0] == "error"
