@@ -50,6 +50,8 @@ BAD = {
     "float access": [R.KERNEL, 1, 0, None, 1.5],
     "list as block id": [R.FREE, [1], None],
     "map as stream index": [R.STREAM_SYNC, {}, None],
+    "map as stack id": [R.KERNEL, 0, 0, {"a": 1}, ~0],
+    "string as stack id": [R.EVENT_RECORD, 1, 0, "s"],
     "string event": [R.EVENT_RECORD, "e", 0, None],
     "string pointer": [R.ALLOC, 1, "p", 16, 0, None],
     "string device": [R.DEVICE_SYNC, "dev", None],
