@@ -66,8 +66,8 @@ def _spin(n: int) -> int:
 
 
 def machine_parallelism(tasks: int = 8, n: int = 3_000_000) -> float:
-    """Wall time of ``tasks`` pure-CPU tasks in 2 processes over 1 process: what this machine
-    gives two workers right now (1.0: no second core to be had; 0.5: two full cores)."""
+    """Wall time of ``tasks`` pure-CPU tasks in 2 processes over 1 process: roughly what this
+    shared machine gives two workers right now (1.0: no second core to be had; 0.5: two)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -118,7 +118,7 @@ def main() -> None:
 
         load0 = os.getloadavg()[0]
         par = min(machine_parallelism() for _ in range(2))
-        print(f"this machine now: pure-CPU work in 2 processes takes {par:.2f}x of 1 process (the floor for --jobs 2)")
+        print(f"this machine now: pure-CPU work in 2 processes takes {par:.2f}x of 1 process (a gauge of the free second vCPU)")
         t1 = best(repeats, analyze, night, "--jobs", "1")
         print(f"--jobs 1: {t1:.1f} s ({n_traces * kernels / t1 / 1e6:.2f} M kernels/s)")
         t2 = best(repeats, analyze, night, "--jobs", "2")
@@ -158,8 +158,8 @@ trace of the analyzer benchmark's program), analyzed as one directory by `npusan
 | `--jobs 1` | {t1:.1f} s | 1.00x | |
 | `--jobs 2` | {t2:.1f} s | {t2 / t1:.2f}x of --jobs 1 | <= 0.6x |
 {dask_line}
-Measured in the same run: pure-CPU work split over 2 processes took {par:.2f}x the time of 1
-process on this VM (two vCPUs shared with other work), the best `--jobs 2` could do here.
+Measured in the same run: pure-CPU work (a Python loop) split over 2 processes took {par:.2f}x
+the time of 1 process: a rough gauge of how much of the second vCPU was free at that moment.
 
 Peak RSS of the largest `--jobs 2` worker: {rss_q / 1024:.1f} MiB over {max(1, n_traces // 4)} traces,
 {rss_f / 1024:.1f} MiB over {n_traces} ({rss_f / rss_q:.2f}x): a worker holds one trace at a time, so its

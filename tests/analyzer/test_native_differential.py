@@ -417,3 +417,101 @@ def test_same_error_on_hostile_views_tails(tail):
     recs.pop()
     ref = check(join(header, recs) + tail)
     assert ref[0] == "error" or ref[5]
+
+
+class _Pipe(io.RawIOBase):
+    """Bytes read as from a pipe: no seeking back."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        return self._data.readinto(b)
+
+
+def outcome_of_stream(data: bytes, cls, kind: str):
+    """As :func:`outcome`, reading ``data`` through a pipe or decompressed from gzip/zstd."""
+    import gzip
+
+    import zstandard
+
+    from npusan.trace_format.compression import DecompressingReader
+
+    if kind == "pipe":
+        source = io.BufferedReader(_Pipe(data))
+    else:
+        packed = gzip.compress(data) if kind == "gzip" else zstandard.ZstdCompressor().compress(data)
+        source = DecompressingReader(io.BytesIO(packed), kind)
+    reader = TraceReader(source)
+    eng = cls(reader.symbols, header=reader.header)
+    try:
+        replay._replay(eng, reader, 0, None)
+    except RecordError as e:
+        return ("error", f"{reader.where()}: {e}")
+    except TraceFormatError as e:
+        return ("error", str(e))
+    return ("ok", [_finding(f) for f in eng.finish()], eng.seq, eng.events, reader.truncated,
+            reader.ended_cleanly, list(reader.warnings), reader.events)
+
+
+@pytest.mark.parametrize("kind", ["pipe", "gzip", "zstd"])
+@pytest.mark.parametrize("tail", [
+    b"\0",
+    b"\0" * 4096,  # a killed mapped writer's zero tail
+    b"\0" * (native.CHUNK + 17),  # longer than the core's read
+    b"\0" * 100 + b"\x01" + b"\0" * 100,  # a non-zero byte after the zeros: corrupt
+    b"\0" * (native.CHUNK + 5) + b"\x90",
+])
+def test_same_verdict_on_zero_tails_read_as_streams(kind, tail):
+    """Both engines read a zero tail as the cut (or a corrupt tail as an error) when the
+    trace cannot seek back, as for a plain file (compare with the seekable ``check``)."""
+    header, recs = split(write_program([("kernel", 1, [(0, True)]), ("kernel", 2, [(0, False)])]))
+    recs.pop()
+    data = join(header, recs) + tail
+    ref = outcome_of_stream(data, Engine, kind)
+    assert outcome_of_stream(data, native.NativeEngine, kind) == ref
+    plain = check(data, check_leaks=False)
+    if tail.count(0) == len(tail):
+        assert ref[0] == "ok" and ref[4] and ref[1] == plain[1]
+    else:
+        assert ref == plain and ref[0] == "error"
+
+
+_STACK_PREFIX = {  # each event record type up to (not including) its stack field, on stream 1 / block 0
+    R.STREAM_CREATED: [R.STREAM_CREATED, 1], R.EVENT_CREATED: [R.EVENT_CREATED, 7],
+    R.EVENT_DELETED: [R.EVENT_DELETED, 7], R.EVENT_RECORD: [R.EVENT_RECORD, 7, 1],
+    R.EVENT_WAIT: [R.EVENT_WAIT, 7, 1], R.EVENT_SYNC: [R.EVENT_SYNC, 7], R.STREAM_SYNC: [R.STREAM_SYNC, 1],
+    R.DEVICE_SYNC: [R.DEVICE_SYNC, None], R.ALLOC: [R.ALLOC, 9, 0x900000, 16, 1], R.FREE: [R.FREE, 0],
+    R.RECORD_STREAM: [R.RECORD_STREAM, 0, 1], R.ERASE_STREAM: [R.ERASE_STREAM, 0, 1], R.KERNEL: [R.KERNEL, 1, 2],
+}
+
+
+@pytest.mark.parametrize("t", sorted(_STACK_PREFIX))
+@pytest.mark.parametrize("stack", [{"a": 1}, [1], "s", 1.5, True, b"\x01"])
+def test_same_error_for_a_stack_id_of_the_wrong_type(t, stack):
+    """docs/security.md: "a map as a stack id" is a corrupt trace (a stack is an id or nil),
+    in every event record, refused by both engines with the same line (it was read as no stack)."""
+    header, recs = split(write_program([("kernel", 1, [(0, True)])]))
+    end = recs.pop()
+    rec = _STACK_PREFIX[t] + [stack] + ([-1] if t == R.KERNEL else [])
+    ref = check(join(header, recs + [rec, end]))
+    assert ref[0] == "error" and "a field has the wrong type: the stack id is" in ref[1], ref
+    assert f"malformed {R.RECORD_NAMES[t]} record" in ref[1] and "not an integer or nil" in ref[1]
+    for ok in (None, 0, 1 << 40):  # nil, or any integer (one naming no stack is no stack)
+        rec = _STACK_PREFIX[t] + [ok] + ([-1] if t == R.KERNEL else [])
+        assert check(join(header, recs + [rec, end]))[0] == "ok"
+
+
+@pytest.mark.parametrize("cls", [Engine, native.NativeEngine])
+def test_online_a_map_as_a_stack_id_is_refused(cls):
+    from npusan.trace_format.symbols import SymbolTable
+
+    eng = cls(SymbolTable())
+    eng.feed([R.STREAM_DEF, 1, 0, 0xA0])
+    with pytest.raises(RecordError, match="the stack id is a map, not an integer or nil"):
+        eng.feed([R.KERNEL, 1, 2, {"a": 1}, -1])
+        eng.flush()

@@ -51,6 +51,8 @@ BAD = {
     "float access": [R.KERNEL, 1, 0, None, 1.5],
     "list as block id": [R.FREE, [1], None],
     "map as stream index": [R.STREAM_SYNC, {}, None],
+    "map as stack id": [R.KERNEL, 0, 0, {"a": 1}, ~0],
+    "string as stack id": [R.EVENT_RECORD, 1, 0, "s"],
     "string event": [R.EVENT_RECORD, "e", 0, None],
     "string pointer": [R.ALLOC, 1, "p", 16, 0, None],
     "string device": [R.DEVICE_SYNC, "dev", None],
@@ -178,3 +180,55 @@ def test_redact_uses_the_source_root_the_header_names(tmp_path):
     # --source-root still wins over the header
     r = run("redact", p, "-o", out, "--force", "--source-root", "/home/alice")
     assert "source root: /home/alice" in r.stderr and "/home/alice/proj" not in r.stderr
+
+
+def _fifo_fed(tmp_path, data: bytes, name: str):
+    """A FIFO and a thread that writes ``data`` into it once (``<(cat trace)``)."""
+    import os
+    import threading
+
+    path = tmp_path / name
+    os.mkfifo(path)
+
+    def feed():
+        with open(path, "wb") as f:
+            f.write(data)
+
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    return path, t
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_info_names_an_unreadable_input_as_analyze_does(tmp_path, monkeypatch, json_flag):
+    """A device, a FIFO nobody writes to, a missing file: info's line is analyze's
+    (``<name>: cannot read the trace: ...``), for one input and for several."""
+    import os
+
+    from npusan.trace_format import input_files
+
+    monkeypatch.setattr(input_files, "PIPE_WAIT_S", 0.2)
+    silent = tmp_path / "silent.fifo"
+    os.mkfifo(silent)
+    good = trace(tmp_path, GOOD, name="good.npusan")
+    for path in ("/dev/zero", str(silent), str(tmp_path / "missing.npusan")):
+        a = error_line(run("analyze", path))
+        assert a.startswith(f"npusan: error: {path}: cannot read the trace: "), a
+        i = run("info", *json_flag, path)
+        assert i.exit_code == 2 and error_line(i) == a
+        many = run("info", *json_flag, path, good)
+        assert many.exit_code == 2 and error_line(many) == a
+
+
+def test_info_names_a_piped_trace_with_a_bad_record_as_analyze_does(tmp_path):
+    """``npusan info <(cat bad.npusan)``: the reader's error, after the name, as analyze says it."""
+    data = trace(tmp_path, GOOD + [[R.STREAM_SYNC, 0, None], b"\x05"]).read_bytes()
+    lines = {}
+    for verb in ("analyze", "info"):
+        path, writer = _fifo_fed(tmp_path, data, f"{verb}.fifo")
+        r = run(verb, path)
+        writer.join(5)
+        assert r.exit_code == 2
+        lines[verb] = error_line(r)
+    assert lines["analyze"] == lines["info"].replace("info.fifo", "analyze.fifo")
+    assert lines["info"].startswith(f"npusan: error: {tmp_path / 'info.fifo'}: record 8 at byte offset ")

@@ -66,9 +66,12 @@ def cases() -> dict:
     c["header_keys_wrong_types"] = (trace(race(), {"format": [1, 0], "default_streams": [1], "argv": "x",
                                                    "pid": "p", "rank": {}, "start_time": "now",
                                                    "device_count": [1], "host": 5, 7: 8}), ok)
-    # An id that is not an int resolves to nothing (no stack, op "?"); the race is still found.
-    c["stack_id_map"] = (trace(race(stack={})), ok)
-    c["stack_id_list"] = (trace(race(stack=[0])), ok)
+    # A stack is a stack id or nil (docs/trace-format.md sections 5 and 7; docs/security.md:
+    # "a map as a stack id" is corrupt): another type is refused, with the record named.
+    bad_stack = {v: [2, "record 10 at byte offset 111"] for v in ("analyze", "info", "export")}
+    c["stack_id_map"] = (trace(race(stack={})), {**bad_stack, "analyze": [2, "the stack id is a map"]})
+    c["stack_id_list"] = (trace(race(stack=[0])), {**bad_stack, "analyze": [2, "the stack id is an array"]})
+    # An op id that is not an int resolves to nothing (op "?"); the race is still found.
     c["op_id_list"] = (trace(race()[:-2] + [[R.KERNEL, 0, [0], 0, ~0], [R.KERNEL, 1, [0], 0, 0]]), ok)
     # info refuses what analyze refuses, with the same line (it replays the trace first).
     bad_kernel = {"analyze": [2, "record 11 at byte offset"], "info": [2, "record 11 at byte offset"],

@@ -136,6 +136,51 @@ def test_ctrl_c_is_delivered_like_without_npusan(tmp_path):
         rc, err = _exit_on_sigint(tmp_path, tmp_path / f"int{i}.npusan")
         assert rc == rc_plain, err
         assert "KeyboardInterrupt" in err and "Exception ignored" not in err
+        if sys.version_info >= (3, 11):  # the program's traceback, without npusan's handler in it
+            assert "signals.py" not in err and "_on_signal" not in err, err
+
+
+IGNORES = """
+import signal, sys, time, torch
+from npusan import sim
+x = torch.ones(8) * 2        # recording (and npusan's signal handlers) in place
+ign = [signal.getsignal(s) == signal.SIG_IGN for s in (signal.SIGINT, signal.SIGTERM)]
+print("ready", *ign, flush=True)
+time.sleep(2)                # the signal arrives here
+y = x + 1
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["record", "env"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ignored_when_recording_starts_stays_ignored(tmp_path, how, sig):
+    """As under ``nohup``, ``trap '' INT`` or in a background job of a non-interactive
+    shell: the program keeps running when its process group gets the signal. Under
+    ``npusan record`` it used to get ``KeyboardInterrupt`` (exit 130): the wrapper's
+    forwarding handler reset the ignored SIGINT to the default in the command."""
+    script = write_script(tmp_path, IGNORES)
+    trace = tmp_path / "ign.npusan"
+    if how == "record":
+        argv, env = [*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", sys.executable, str(script)], None
+    else:
+        argv, env = [sys.executable, str(script)], _env(trace)
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, preexec_fn=lambda: signal.signal(sig, signal.SIG_IGN))
+    try:
+        ready = p.stdout.readline().split()
+        os.killpg(p.pid, sig)  # the whole group: the wrapper and the program
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert ready == ["ready", str(sig == signal.SIGINT), str(sig == signal.SIGTERM)], err
+    assert p.returncode == 0 and "done" in out, err
+    assert "KeyboardInterrupt" not in err
+    reader = TraceReader(str(trace))
+    list(reader.records())
+    assert reader.ended_cleanly and not reader.end_stats.get("signal")
 
 
 def test_keyboard_interrupt_inside_the_free_callback_reaches_the_program(tmp_path, monkeypatch):

@@ -116,6 +116,23 @@ def test_bad_headers(header):
         TraceReader(io.BytesIO(handmade(header, [])))
 
 
+@pytest.mark.parametrize("minor", [256, 1 << 32, (1 << 64) - 1])
+def test_an_implausible_minor_version_is_a_corrupt_header(minor):
+    """docs/trace-format.md section 4: a minor version is at most 255 (``[1, 2**64-1]`` was
+    accepted, shown by info and sent the replay to the slower Python engine)."""
+    with pytest.raises(TraceFormatError, match=f"minor version {minor} is above 255"):
+        TraceReader(io.BytesIO(handmade({"format": [1, minor]}, [[R.END, {}]])))
+    assert TraceReader(io.BytesIO(handmade({"format": [1, 255]}, [[R.END, {}]]))).version == (1, 255)
+
+
+def test_a_note_level_outside_the_documented_three_is_read_as_is():
+    """docs/trace-format.md section 5: a reader accepts another level string (a later minor
+    version may add levels); only a level that is not a string is corrupt."""
+    r, got = read(handmade(HEADER, [[R.NOTE, "debug", "x"], [R.NOTE, "L" * 500, "y"], [R.END, {}]]))
+    assert got == [[R.NOTE, "debug", "x"], [R.NOTE, "L" * 64 + "… (436 more characters)", "y"]]
+    assert r.ended_cleanly and not r.warnings
+
+
 def test_newer_minor_skips_unknown_record_types_with_one_warning_each():
     recs = [
         [R.STR, 0, "aten::add"],

@@ -420,3 +420,72 @@ def test_forked_child_never_writes_into_the_parents_trace(tmp_path):
     r, recs = read_all(path)
     ops = [r.symbols.string(x[2]) for x in recs if x[0] == R.KERNEL]
     assert ops == ["before-fork", "parent"] and r.ended_cleanly
+
+
+class _Pipe(io.RawIOBase):
+    """A pipe's view of some bytes: readable once, not seekable (``cat trace | ...``)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+        self.largest_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        self.largest_read = max(self.largest_read, len(b))
+        return self._data.readinto(b)
+
+
+def _killed_trace(tail: bytes) -> bytes:
+    """A valid trace without its END record, then ``tail`` (what a SIGKILL leaves, for zeros)."""
+    buf = io.BytesIO()
+    write_small_trace(buf)
+    data = buf.getvalue()
+    _, _, ends = raw_records(data)
+    return data[:ends[-2]] + tail
+
+
+def _killed_trace_inputs(tmp_path, tail: bytes) -> dict:
+    """The killed trace as a plain file, ``.gz``, ``.zst`` and a pipe (each a TraceReader source)."""
+    import gzip
+
+    import zstandard
+
+    data = _killed_trace(tail)
+    plain, gz, zst = tmp_path / "k9.npusan", tmp_path / "k9.npusan.gz", tmp_path / "k9.npusan.zst"
+    plain.write_bytes(data)
+    gz.write_bytes(gzip.compress(data))
+    zst.write_bytes(zstandard.ZstdCompressor().compress(data))
+    return {"plain": str(plain), "gzip": str(gz), "zstd": str(zst), "pipe": io.BufferedReader(_Pipe(data))}
+
+
+@pytest.mark.parametrize("mode", ["plain", "gzip", "zstd", "pipe"])
+@pytest.mark.parametrize("zeros", [1, 4096, 3 << 20])  # one byte; a page; more than any read-ahead chunk
+def test_a_killed_writers_zero_tail_is_a_cut_in_every_input_mode(tmp_path, mode, zeros):
+    """docs/trace-format.md section 7: a 0 where a record starts, then only zeros to the
+    end, is the cut of a killed mapped writer, whether the trace is read from the file, a
+    compressed file or a pipe (read ahead in chunks: constant memory)."""
+    source = _killed_trace_inputs(tmp_path, b"\0" * zeros)[mode]
+    r = TraceReader(source)
+    recs = list(r.records())
+    assert r.truncated and not r.ended_cleanly
+    assert sum(1 for x in recs if x[0] == R.KERNEL) == 2 and r.events == 14
+    assert len(r.warnings) == 1 and "trace ends without an end record after 14 events" in r.warnings[0]
+    if mode == "pipe":
+        assert source.raw.largest_read <= 1 << 20
+
+
+@pytest.mark.parametrize("mode", ["plain", "gzip", "zstd", "pipe"])
+@pytest.mark.parametrize("at", [1, 4095, 2 << 20])  # just after the zero; at the end; past a chunk
+def test_a_nonzero_byte_after_the_zeros_is_corrupt_in_every_input_mode(tmp_path, mode, at):
+    tail = bytearray(max(at + 1, 4096))
+    tail[at] = 1
+    sources = _killed_trace_inputs(tmp_path, bytes(tail))
+    data = _killed_trace(b"")
+    _, recs, _ = raw_records(data)
+    where = f"record {len(recs) + 1} at byte offset {len(data)}"
+    with pytest.raises(TraceFormatError) as e:
+        list(TraceReader(sources[mode]).records())
+    assert str(e.value) == f"{where} is not a record (a integer, expected an array)"

@@ -45,7 +45,7 @@ typedef struct {
 
 enum { ST_NEED = 0, ST_SLOW = 1, ST_BAD = 2, ST_ERROR = 3 };
 enum { E_NONE = 0, E_STREAM_UNDEFINED, E_TOO_MANY_STREAMS, E_EVENT, E_DEVICE, E_BID_RANGE,
-       E_MALFORMED_BLOCK, E_BLOCK_UNDEFINED, E_ACCESS_SHAPE, E_ACCESS_MALFORMED, E_VIEWS, E_NOMEM };
+       E_MALFORMED_BLOCK, E_BLOCK_UNDEFINED, E_ACCESS_SHAPE, E_ACCESS_MALFORMED, E_VIEWS, E_STACK, E_NOMEM };
 enum { K_DATA_RACE = 0, K_MISSING = 1, K_REUSE = 2 };
 #define OP_NONE (-1)
 #define OP_FREE (-2)
@@ -56,6 +56,10 @@ enum { T_STREAM_CREATED = 5, T_EVENT_CREATED, T_EVENT_DELETED, T_EVENT_RECORD, T
        T_EVENT_SYNC, T_STREAM_SYNC, T_DEVICE_SYNC, T_ALLOC, T_FREE, T_RECORD_STREAM,
        T_ERASE_STREAM, T_KERNEL, T_VIEWS = 21 };
 static const int MIN_LENGTH[22] = {0, 0, 0, 0, 0, 3, 3, 3, 4, 4, 3, 3, 3, 6, 3, 4, 4, 4, 0, 0, 0, 2};
+/* The stack field of each event record (docs/trace-format.md section 5.2): a stack id or
+ * nil; any other type (a map, a string ...) makes the record malformed (E_STACK), as in
+ * engine.STACK_FIELD. */
+static const int STACK_FIELD[T_KERNEL + 1] = {0, 0, 0, 0, 0, 2, 2, 2, 3, 3, 2, 2, 2, 5, 2, 3, 3, 3};
 
 /* ------------------------------------------------------------------ hash map u64 -> u64 */
 
@@ -1556,6 +1560,7 @@ static int apply(Core *c, int t, const field_t *f, uint32_t nacc) {
     int32_t S;
     uint64_t e;
     c->events++;
+    if (t <= T_KERNEL && f[STACK_FIELD[t]].t == F_OTHER) return fail(c, E_STACK, STACK_FIELD[t]);
     switch (t) {
     case T_KERNEL:
         return kernel(c, f, nacc);

@@ -58,7 +58,7 @@ from typing import Callable, Iterable, NamedTuple, Optional
 from ..trace_format import records as R
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.strided import Shape
-from ..trace_format.symbols import MAX_TABLE, SymbolTable
+from ..trace_format.symbols import MAX_TABLE, SymbolTable, _a
 from . import strided
 from .findings import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
 from .overlap import Budget, overlaps_range
@@ -298,6 +298,11 @@ class Engine:
     def apply(self, rec: list) -> None:
         """Replay one event record of a known type and at least its minimum length."""
         self.events += 1
+        f = STACK_FIELD.get(rec[0])
+        if f is not None:
+            v = rec[f]
+            if v.__class__ is not int and v is not None:
+                raise RecordError(describe(rec, self.seq, bad_stack(v)))
         self._rules[rec[0]](rec)
 
     def run_direct(self, source: Iterable, absorb: Callable) -> bool:
@@ -878,6 +883,15 @@ def overlaps(p1, n1, p2, n2) -> bool:
     return p1 < p2 + n2 and p2 < p1 + n1
 
 
+#: The stack field of each event record (docs/trace-format.md section 5.2): a stack id or
+#: nil. Another type (a map, a string, a float, a boolean ...) makes the record malformed,
+#: checked before anything else in the record (the compiled core's STACK_FIELD, E_STACK);
+#: an integer that names no stack is no stack.
+STACK_FIELD = {R.STREAM_CREATED: 2, R.EVENT_CREATED: 2, R.EVENT_DELETED: 2, R.EVENT_RECORD: 3, R.EVENT_WAIT: 3,
+               R.EVENT_SYNC: 2, R.STREAM_SYNC: 2, R.DEVICE_SYNC: 2, R.ALLOC: 5, R.FREE: 2, R.RECORD_STREAM: 3,
+               R.ERASE_STREAM: 3, R.KERNEL: 3}
+
+
 def stack_id(v) -> Optional[int]:
     """A stack field: an id, or None for nil or anything that is not an id (no stack)."""
     return v if v.__class__ is int and 0 <= v < MAX_ID else None
@@ -928,6 +942,10 @@ def bad_event(e) -> str:
 
 def bad_device(dev) -> str:
     return f"device synchronize names device {dev!r}, not an integer"
+
+
+def bad_stack(v) -> str:
+    return f"a field has the wrong type: the stack id is {_a(v)}, not an integer or nil"
 
 
 def bid_out_of_range(bid) -> str:

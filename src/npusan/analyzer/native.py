@@ -48,7 +48,7 @@ CHUNK = 1 << 18
 
 _NEED, _SLOW, _BAD, _ERROR = 0, 1, 2, 3
 (_E_STREAM_UNDEFINED, _E_TOO_MANY_STREAMS, _E_EVENT, _E_DEVICE, _E_BID_RANGE, _E_MALFORMED_BLOCK,
- _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED, _E_VIEWS) = range(1, 11)
+ _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED, _E_VIEWS, _E_STACK) = range(1, 12)
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
@@ -139,6 +139,8 @@ def problem(code: int, rec: list, field: int) -> str:
         return E.access_shape(v)
     if code == _E_ACCESS_MALFORMED:
         return E.access_malformed(v)
+    if code == _E_STACK:
+        return E.bad_stack(v)
     if code == _E_VIEWS:  # the core only says "malformed": the Python parser names the reason
         try:
             strided.parse_views(rec)
@@ -400,7 +402,8 @@ class NativeEngine:
                 py += 1
                 pos += length
                 raw_sync(n + 1, start + pos, rec)
-                if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length):
+                if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length, buf[pos:]):
+                    py -= 1  # the zero is no record: the count stops before it
                     raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
                     reader._ran_out(start + pos - length, b"")
                     return

@@ -37,8 +37,7 @@ def info(traces: tuple, as_json: bool, no_color: bool) -> None:
 
     found = find_traces(traces)
     if len(found.paths) == 1 and not found.problems:
-        refuse_like_analyze(found.paths[0])
-        summary = summarize(found.paths[0])
+        summary = _summary(found.paths[0], summarize)
         empty = no_device_work(summary.kernels, summary.header)
         if empty:
             click.echo(f"npusan: warning: {empty}", err=True)
@@ -53,11 +52,9 @@ def info(traces: tuple, as_json: bool, no_color: bool) -> None:
         failed = True
     for path in found.paths:
         try:
-            refuse_like_analyze(path)
-            summary = summarize(path)
-        except (TraceFormatError, OSError) as e:
-            text = str(e) if isinstance(e, TraceFormatError) else f"cannot read the trace: {e.strerror or e}"
-            click.echo(f"npusan: error: {clean(text if text.startswith(path) else f'{path}: {text}')}", err=True)
+            summary = _summary(path, summarize)
+        except TraceFormatError as e:
+            click.echo(f"npusan: error: {clean(str(e))}", err=True)
             failed = True
             continue
         if as_json:
@@ -68,6 +65,20 @@ def info(traces: tuple, as_json: bool, no_color: bool) -> None:
         click.echo(json.dumps(docs, indent=2, sort_keys=False))
     if failed:
         sys.exit(EXIT_UNUSABLE)
+
+
+def _summary(path: str, summarize: Any) -> Any:
+    """Refuse ``path`` as analyze would, then describe it; every failure is a
+    :class:`TraceFormatError` worded as ``npusan analyze`` words it: the file's name first,
+    ``cannot read the trace: ...`` for a file that cannot be opened (a device, a silent
+    FIFO, a missing file), the reader's message for an unusable trace."""
+    refuse_like_analyze(path)  # its errors name the file already (analyze's own)
+    try:
+        return summarize(path)
+    except OSError as e:
+        raise TraceFormatError(f"{path}: cannot read the trace: {e.strerror or e}") from None
+    except TraceFormatError as e:
+        raise TraceFormatError(f"{path}: {e}") from None
 
 
 def _render(s, no_color: bool) -> None:

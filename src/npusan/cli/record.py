@@ -5,7 +5,8 @@ Every Python process the command starts records (a ``sitecustomize`` start-up ho
 are named per process). ``CMD`` may be ``script.py ARGS`` or ``-m module ARGS`` (run with
 this Python), or any program (``python ...``, ``torchrun ...``). The exit status is the
 command's (128 + N when a signal N ended it; 127 when the command is not found and 126
-when it cannot be executed, as in a shell).
+when it cannot be executed, as in a shell). A signal ignored when this command starts
+(``nohup``, ``trap '' INT``) stays ignored here and in the command.
 
 Each recorded process tells this command what it did (:mod:`npusan.recorder.status`), so
 the closing line names exactly the traces written, and says why when there is none.
@@ -171,7 +172,14 @@ def _run(argv: list, env: dict, output: str) -> tuple:
             except Exception:
                 pass
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    # A signal ignored here (nohup, `trap '' INT`, a background job of a non-interactive
+    # shell) stays ignored, in this process and in the command, which inherits it through
+    # exec as it would without npusan; a handler installed here would be reset to the
+    # default in the command. Only the signals left at their default are forwarded.
+    old = {}
+    for s in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(s) != signal.SIG_IGN:
+            old[s] = signal.signal(s, forward)
     try:
         try:
             proc = subprocess.Popen(argv, env=env)

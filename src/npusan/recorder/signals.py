@@ -14,7 +14,7 @@ from a short timer thread) and handled again at the next bytecode that runs -- w
 microseconds, once the recorder has returned to the program. Elsewhere:
 
 * SIGINT calls the handler that was installed before (by default raising
-  ``KeyboardInterrupt`` in the program);
+  ``KeyboardInterrupt`` in the program, with a traceback that does not show this module);
 * SIGTERM (only when the program had left it at the default) restores the default
   disposition first -- a second SIGTERM now ends the process at once, as it would without
   npusan -- then finishes the trace (marking that the process ended by SIGTERM) and ends
@@ -92,7 +92,19 @@ def _on_signal(signum: int, frame: Any) -> None:
         return
     prev = _previous.get(signum)
     if callable(prev):
-        prev(signum, frame)
+        try:
+            prev(signum, frame)
+        except BaseException as e:
+            # The program's traceback, not npusan's: drop this frame (the first entry) and
+            # re-raise with a bare ``raise``, which adds no entry for this frame (Python
+            # 3.11+; 3.9 and 3.10 re-raise the traceback saved when it was caught, so this
+            # frame still shows there). The signal is not delivered again instead: that
+            # takes a timer thread (see above), so the exception would come later, at
+            # another point of the program, with the program's handler left in place of ours.
+            tb = e.__traceback__
+            if tb is not None and tb.tb_frame.f_code is _on_signal.__code__:
+                e.__traceback__ = tb.tb_next
+            raise
 
 
 def _terminate(signum: int) -> None:
@@ -119,7 +131,8 @@ def _terminate(signum: int) -> None:
 
 def install() -> None:
     """Route SIGTERM (if at its default) and SIGINT (if Python handles it) through
-    :func:`_on_signal`. Main thread only; once per process."""
+    :func:`_on_signal`. A signal the program ignores (``SIG_IGN``, e.g. inherited from
+    ``nohup`` or ``trap '' INT``) is left ignored. Main thread only; once per process."""
     global _installed
     if _installed or threading.current_thread() is not threading.main_thread():
         return

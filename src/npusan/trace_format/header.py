@@ -77,6 +77,14 @@ def _hostname() -> Optional[str]:
         return None
 
 
+#: The highest minor version a trace may declare (docs/trace-format.md, sections 4 and 8).
+#: Minor versions only add, and record types 23-127 are what they can add, so a real 1.x
+#: stays far below it; a larger one is a corrupt or hostile header (``[1, 2**64 - 1]``),
+#: refused rather than shown and carried as a version (it would also send the replay to
+#: the slower Python engine, which replays versions newer than the compiled core knows).
+MAX_MINOR = 255
+
+
 def format_version(header: Mapping) -> tuple[int, int]:
     """Validate the header's ``format`` entry; return ``(major, minor)``.
 
@@ -99,6 +107,11 @@ def format_version(header: Mapping) -> tuple[int, int]:
         )
     if major < 1:
         raise TraceFormatError(f"the trace declares format {major}.{minor}, which does not exist")
+    if minor > MAX_MINOR:
+        raise TraceFormatError(
+            f"the trace header has no valid format version (minor version {minor} is above {MAX_MINOR}, "
+            "the highest this format allows: docs/trace-format.md, section 4)"
+        )
     return major, minor
 
 

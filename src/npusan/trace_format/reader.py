@@ -50,6 +50,7 @@ READ_SIZE = 1 << 16
 MAX_HEADER_BYTES = 1 << 20
 
 _KNOWN = frozenset(R.MIN_LENGTH)
+_NOT_A_RECORD = "is not a record (a {}, expected an array)"
 _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.StackError)
 
 Source = Union[str, "os.PathLike[str]", IO[bytes]]
@@ -329,7 +330,7 @@ class TraceReader:
         if tail is None:
             offset = self._start_of(n + 1)
             problem = None if self._zeros else self._diagnose_tail(offset)
-        elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset):
+        elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
             problem = None  # the space a killed mapped writer reserved (see _zero_tail)
         else:
             problem = _scan_prefix(tail[: 1 << 20]) if tail else None
@@ -449,7 +450,7 @@ class TraceReader:
     def _check(self, rec: Any) -> int:
         """Validate a record that missed the fast path; return its type (-1: skip it)."""
         if rec.__class__ is not list or not rec:
-            raise TraceFormatError(f"{self.where(rec)} is not a record (a {_typename(rec)}, expected an array)")
+            raise TraceFormatError(f"{self.where(rec)} {_NOT_A_RECORD.format(_typename(rec))}")
         t = rec[0]
         if type(t) is not int:
             raise TraceFormatError(f"{self.where(rec)} has a record type that is not an integer ({_typename(t)})")
@@ -535,29 +536,66 @@ class TraceReader:
         """Whether the zero byte just read starts a zero tail (see :meth:`_zero_tail_from`)."""
         return self._zero_tail_from(self.position - 1)
 
-    def _zero_tail_from(self, offset: int) -> bool:
+    #: Bytes read at a time when a zero tail is checked by reading ahead (constant memory).
+    ZERO_TAIL_CHUNK = 1 << 16
+
+    def _zero_tail_from(self, offset: int, ahead: bytes = b"") -> bool:
         """Whether the data from ``offset`` (where a record would start) to the end of the
         file is all zero bytes.
 
         A trace written through a mapping is grown ahead of its records; a process killed
         before closing it leaves that space as zero bytes after its last record (a zero byte
-        is never the start of a record). Such a tail ends the data like a cut.
+        is never the start of a record). Such a tail ends the data like a cut
+        (docs/trace-format.md, section 7).
+
+        ``ahead``: bytes just after the zero that a raw consumer already holds (the rest of
+        its buffer). A seekable file is read from ``offset`` and put back where it was.
+        Data that cannot seek back (a ``.zst``/``.gz`` trace, decompressed as a stream; a
+        pipe) is read ahead in chunks instead, in constant memory: both answers end the
+        reading (the cut, or the error for the zero record), so nothing read ahead is
+        needed again. There a non-zero byte raises the error at once, naming the record
+        as the record types check would (the read-ahead moved the position).
         """
+        if ahead.count(0) != len(ahead):
+            return False
         try:
             here = self._file.tell()
             self._file.seek(self._base + offset)
-            try:
-                while True:
-                    chunk = self._file.read(1 << 20)
-                    if not chunk:
-                        self._zeros = True
-                        return True
-                    if chunk.count(0) != len(chunk):
-                        return False
-            finally:
-                self._file.seek(here)
         except (OSError, AttributeError, ValueError):
+            return self._zero_stream(offset)
+        try:
+            while True:
+                chunk = self._file.read(1 << 20)
+                if not chunk:
+                    self._zeros = True
+                    return True
+                if chunk.count(0) != len(chunk):
+                    return False
+        except (OSError, ValueError):
             return False
+        finally:
+            try:
+                self._file.seek(here)
+            except (OSError, ValueError):  # pragma: no cover - it could seek a moment ago
+                pass
+
+    def _zero_stream(self, offset: int) -> bool:
+        """:meth:`_zero_tail_from` for data that cannot seek back: read the rest, chunk by chunk."""
+        where = self._where(self.records_read, offset)
+        self._source.raw = True  # no record boundaries to find in what is read ahead
+        read = self._unpacker.read_bytes
+        size = self.ZERO_TAIL_CHUNK
+        try:
+            while True:
+                chunk = read(size)
+                if not chunk:
+                    self._zeros = True
+                    return True
+                if chunk.count(0) != len(chunk):
+                    break
+        except (OSError, ValueError):
+            pass
+        raise TraceFormatError(f"{where} {_NOT_A_RECORD.format(_typename(0))}")
 
     def _diagnose_tail(self, offset: Optional[int]) -> Optional[str]:
         """Tell a cut record from a corrupt length field in the bytes from ``offset`` on.

@@ -138,3 +138,15 @@ def test_root_cause_titles_say_the_default_stream_on_either_side():
         (rc,) = root_causes(group_findings([g]))
         title = root_cause_title(rc, {"backend": "cuda"})
         assert "the default stream (cuda:0)" in title, title
+
+
+def test_a_label_that_is_not_a_stream_name_is_quoted():
+    from npusan.analyzer.findings import StreamRef
+    from npusan.analyzer.reporters import describe as D
+
+    header = {"backend": "cuda"}
+    own = StreamRef(0, 5, 1, label="comm stream of process group 0", role="comm")
+    other = StreamRef(0, 6, 2, label="my private label")
+    assert D.stream_short(own, header) == "the comm stream of process group 0 (cuda:0)"
+    assert D.stream_short(other, header) == 'stream "my private label" (cuda:0)'
+    assert D.stream_name(other, header) == 'stream "my private label" (cuda:0)'

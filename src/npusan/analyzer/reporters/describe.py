@@ -93,7 +93,7 @@ def stream_name(s: Optional[StreamRef], header: dict) -> str:
     if s is None:
         return "an unknown stream"
     if s.label is not None:  # "the comm stream of process group 0 (cuda:0)"
-        return "the " + stream_label(s, header)
+        return _the(s) + stream_label(s, header)
     name = stream_label(s, header)
     site = user_site(s.created_stack)
     if not s.is_default and site is not None:
@@ -105,14 +105,24 @@ def stream_label(s: StreamRef, header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0)": the name without the site."""
     dev = device_label(header, s.device)
     if s.label is not None:
-        return f"{s.label} ({dev})"
+        return f"{s.label} ({dev})" if _names_a_stream(s.label) else f'stream "{s.label}" ({dev})'
     return f"default stream ({dev})" if s.is_default else f"stream #{stream_number(s)} ({dev})"
+
+
+def _names_a_stream(label: str) -> bool:
+    """Whether a label reads as a stream's name ("comm stream of process group 0"); others
+    (a trace from another writer may say anything) are quoted: stream "my label"."""
+    return "stream" in label.split()
+
+
+def _the(s: StreamRef) -> str:
+    return "the " if s.is_default or (s.label is not None and _names_a_stream(s.label)) else ""
 
 
 def stream_short(s: Optional[StreamRef], header: dict) -> str:
     if s is None:
         return "an unknown stream"
-    return ("the " if s.is_default or s.label is not None else "") + stream_label(s, header)
+    return _the(s) + stream_label(s, header)
 
 
 #: The kernel name suffix of a collective torch waited for at once (the recorder's
