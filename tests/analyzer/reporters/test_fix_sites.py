@@ -350,8 +350,10 @@ def test_a_tensor_made_by_a_helper_in_a_loop_is_called_by_the_name_the_use_line_
     proc, trace = run_record(tmp_path, PREFETCH)
     assert proc.returncode == 0, proc.stderr
     found = analyze(trace)  # one per iteration that freed a prefetched tensor
-    assert found and {f.kind.value for f in found} == {"missing-record-stream"}
-    for f in found:
+    missing = [f for f in found if f.kind.value == "missing-record-stream"]
+    # When the allocator hands a freed block back at once, the reuse it allows is reported too.
+    assert missing and {f.kind.value for f in found} <= {"missing-record-stream", "reuse-race"}
+    for f in missing:
         lines = fix(f, SIM, SourceCache([str(tmp_path)]))
         assert lines[1].strip().startswith("cur.record_stream(sim.default_stream(0))    # cur: the 256 B tensor")
     code = PREFETCH.splitlines()
