@@ -79,29 +79,30 @@ def engine_class() -> type:
 
 #: The newest trace format version whose every record the compiled core replays (strided
 #: views, the VIEWS records of format 1.1, included); a trace declaring a newer minor
-#: version is replayed by the Python engine (same findings, slower), which says so once on
-#: stderr. FRAME's 1.1 source text and root are definitions, which the reader defines for
+#: version is replayed by the Python engine (same findings, slower); the trace's summary
+#: says so (:func:`newer_than_core`). FRAME's 1.1 source text and root are definitions, which the reader defines for
 #: both engines (the core hands every definition to Python), so they need no core support.
 NATIVE_FORMAT = (1, 1)
 
-_newer_warned = False
-
-
 def make_engine(symbols: SymbolTable, *, file: bool = False, **kwargs):
     """An engine for one trace: ``engine_class()``, unless the trace's format is newer
-    than the compiled core knows (see :data:`NATIVE_FORMAT`). ``file`` is accepted for
-    callers of earlier versions and changes nothing."""
-    global _newer_warned
+    than the compiled core knows (see :data:`NATIVE_FORMAT`, :func:`newer_than_core`).
+    ``file`` is accepted for callers of earlier versions and changes nothing."""
     cls = engine_class()
-    fmt = _format(kwargs.get("header"))
-    if cls is NativeEngine and fmt > NATIVE_FORMAT:
+    if cls is NativeEngine and _format(kwargs.get("header")) > NATIVE_FORMAT:
         cls = Engine
-        if not _newer_warned:
-            _newer_warned = True
-            sys.stderr.write(f"npusan: note: the trace is format {fmt[0]}.{fmt[1]}, newer than the compiled "
-                             f"replay core knows ({NATIVE_FORMAT[0]}.{NATIVE_FORMAT[1]}); replaying it with "
-                             "the pure-Python engine, which is much slower.\n")
     return cls(symbols, **kwargs)
+
+
+def newer_than_core(header) -> Optional[str]:
+    """The warning for a trace the compiled core leaves to the Python engine because its
+    format is newer (a trace summary's warning, so every report says it, and an unreadable
+    trace gets only its error line); None otherwise."""
+    fmt = _format(header)
+    if engine_class() is not NativeEngine or fmt <= NATIVE_FORMAT:
+        return None
+    return (f"the trace is format {fmt[0]}.{fmt[1]}, newer than the compiled replay core knows "
+            f"({NATIVE_FORMAT[0]}.{NATIVE_FORMAT[1]}): replayed by the pure-Python engine, which is much slower")
 
 
 def _format(header) -> tuple:

@@ -21,7 +21,7 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
-from .native import NativeEngine, make_engine
+from .native import NativeEngine, make_engine, newer_than_core
 from .findings import AnalysisResult, TraceSummary, attach_recorded_sources, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
@@ -85,6 +85,9 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
         # Source lines the trace recorded (FRAME 1.1): the reader defined them in both engines.
         attach_recorded_sources(found, reader.symbols.recorded_sources())
         warnings = list(reader.warnings)
+        slower = newer_than_core(reader.header)
+        if slower:
+            warnings.append(slower)
         if engine.dropped:
             warnings.append(
                 f"{engine.dropped} occurrences of further distinct findings were not kept "
