@@ -64,24 +64,18 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
         raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
     except TraceFormatError as e:
         raise type(e)(f"{trace}: {e}") from None
-    except UsageProblem:
-        raise
     root = summary.source_root or "none found (every directory dropped)"
     parts = [f"{summary.paths} file names rewritten (source root: {root})"]
     if summary.header_keys:
         parts.append(f"header keys dropped: {', '.join(summary.header_keys)}")
-    if summary.threads:
-        parts.append(f"{summary.threads} thread names replaced")
-    if summary.source_lines:
-        parts.append(f"{summary.source_lines} recorded source lines dropped")
-    if summary.outside_source_lines:
-        parts.append(f"{summary.outside_source_lines} recorded source lines of files outside the source root dropped")
-    if summary.notes:
-        parts.append(f"{summary.notes} note texts dropped")
-    if summary.stream_labels:
-        parts.append(f"{summary.stream_labels} stream labels replaced")
-    if summary.unknown_records:
-        parts.append(f"{summary.unknown_records} records of unknown types dropped")
+    parts += [f"{n} {what}" for n, what in (
+        (summary.threads, "thread names replaced"),
+        (summary.source_lines, "recorded source lines dropped"),
+        (summary.outside_source_lines, "recorded source lines of files outside the source root dropped"),
+        (summary.notes, "note texts dropped"),
+        (summary.stream_labels, "stream labels replaced"),
+        (summary.unknown_records, "records of unknown types dropped"),
+    ) if n]
     click.echo(f"npusan: redacted trace written: {output} ({'; '.join(parts)})", err=True)
     if summary.truncated:
         click.echo("npusan: warning: the trace was cut (no end record); so is the redacted copy", err=True)
