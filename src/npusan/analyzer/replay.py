@@ -78,12 +78,7 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
         except OSError as e:
             raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
         found = engine.finish()
-        # Streams as reports number them: "stream #1" is the first non-default stream.
-        is_default = functools.partial(is_default_stream, reader.header)
-        number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default,
-                       reader.symbols.stream_labels)
-        # Source lines the trace recorded (FRAME 1.1): the reader defined them in both engines.
-        attach_recorded_sources(found, reader.symbols.recorded_sources())
+        name_streams_and_sources(found, reader)
         warnings = list(reader.warnings)
         slower = newer_than_core(reader.header)
         if slower:
@@ -109,6 +104,16 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
             end_reason=reader.end_reason,
         )
     return found, summary
+
+
+def name_streams_and_sources(found: list, reader: TraceReader) -> None:
+    """Give a trace's findings what reports show: streams numbered as reports number them
+    ("stream #1" is the first non-default stream) and the source lines the trace recorded
+    (FRAME 1.1; the reader defined them for both engines). ``analyze`` and ``export`` alike."""
+    is_default = functools.partial(is_default_stream, reader.header)
+    number_streams(found, stream_numbers(reader.symbols.streams, is_default), is_default,
+                   reader.symbols.stream_labels)
+    attach_recorded_sources(found, reader.symbols.recorded_sources())
 
 
 def _replay(engine, reader: TraceReader, index: int, report) -> None:

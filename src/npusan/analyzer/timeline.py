@@ -25,7 +25,8 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from ..trace_format.safe_text import clean_tree
-from .findings import Finding, StreamRef, attach_recorded_sources, number_streams, stream_numbers
+from .findings import Finding, StreamRef, stream_numbers
+from .replay import name_streams_and_sources
 from .reporters import describe as D
 from .sources import SourceCache, SourceSettings, attach_local_sources, display_path
 TICK = 10  # µs per operation slot
@@ -71,10 +72,7 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
         except RecordError as e:
             raise RecordError(f"{reader.where()}: {e}") from None
         findings = engine.finish()
-        is_default = functools.partial(is_default_stream, reader.header)
-        number_streams(findings, stream_numbers(reader.symbols.streams, is_default), is_default,
-                       reader.symbols.stream_labels)
-        attach_recorded_sources(findings, reader.symbols.recorded_sources())
+        name_streams_and_sources(findings, reader)
     if sources is not None:
         attach_local_sources(findings, sources)
     return findings, where
