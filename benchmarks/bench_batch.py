@@ -10,6 +10,13 @@ see bench_analyzer.py) is written and copied 64 times into a directory; every ru
 clock. Targets: --jobs 2 at most 0.6x the time of --jobs 1 on a 2-core machine; the peak
 RSS of a worker the same for 16 and for 64 traces (flat: a worker holds one trace at a time);
 a 2-worker LocalCluster (``--scheduler``, workers opening the paths) within 1.3x of --jobs 2.
+
+The cluster run in a fresh process pays a fixed cost that --jobs 2 does not: importing Dask's
+client and connecting to the scheduler. To show what that fixed cost is and what the
+analysis itself costs on the cluster, the same comparison is also made (a) through the
+Python API in this process, where a long-running job has Dask imported and a client
+connected already (``npusan.analyze(DIR, jobs=2)`` against ``npusan.analyze(DIR,
+scheduler=client)``), and (b) with the command on 4x as many traces (a bigger night).
 Results go to stdout and to the "Batch analysis" section of docs/benchmarks.md.
 """
 
@@ -82,8 +89,24 @@ def machine_parallelism(tasks: int = 8, n: int = 3_000_000) -> float:
         return (time.perf_counter() - t0) / serial
 
 
-def best(runs: int, fn, *args) -> float:
-    return min(fn(*args)[0] for _ in range(runs))
+def best(runs: int, fn, *args, **kwargs) -> float:
+    return min(fn(*args, **kwargs)[0] for _ in range(runs))
+
+
+def api_wall(target: str, **options) -> tuple[float, int]:
+    """Wall seconds of ``npusan.analyze(target, **options)`` in this process (and 0)."""
+    import npusan
+
+    t0 = time.perf_counter()
+    npusan.analyze(target, **options)
+    return time.perf_counter() - t0, 0
+
+
+def import_wall() -> float:
+    """Wall seconds of ``import distributed`` in a fresh process (best of 3)."""
+    code = "import time; t = time.perf_counter(); import distributed; print(time.perf_counter() - t)"
+    return min(float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                    text=True).stdout.split()[-1]) for _ in range(3))
 
 
 def main() -> None:
@@ -109,12 +132,16 @@ def main() -> None:
               f"{time.perf_counter() - t0:.1f} s; copying it {n_traces} times")
         night = os.path.join(tmp, "night")
         quarter = os.path.join(tmp, "quarter")
+        big = os.path.join(tmp, "big")
         os.makedirs(night)
         os.makedirs(quarter)
+        os.makedirs(big)
         for i in range(n_traces):
             shutil.copyfile(one, os.path.join(night, f"rank{i:03d}.npusan"))
             if i < max(1, n_traces // 4):
                 shutil.copyfile(one, os.path.join(quarter, f"rank{i:03d}.npusan"))
+        for i in range(4 * n_traces):
+            os.link(one, os.path.join(big, f"rank{i:03d}.npusan"))
 
         load0 = os.getloadavg()[0]
         par = min(machine_parallelism() for _ in range(2))
@@ -129,13 +156,23 @@ def main() -> None:
               f"{rss_f / 1024:.1f} MiB over {n_traces} -> {rss_f / rss_q:.2f}x (target: flat, <= 1.1x)")
         td = None
         if not args.no_dask:
-            from distributed import LocalCluster
+            ta2 = best(repeats, api_wall, night, jobs=2)  # before Dask starts threads here (workers fork)
+            tb2 = best(repeats, analyze, big, "--jobs", "2")
+            t_imp = import_wall()
+            from distributed import Client, LocalCluster
 
             with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                               silence_logs=50) as cluster:
-                analyze(night, "--scheduler", cluster.scheduler_address)  # warm the workers' imports
-                td = best(repeats, analyze, night, "--scheduler", cluster.scheduler_address)
+                address = cluster.scheduler_address
+                analyze(night, "--scheduler", address)  # warm the workers' imports
+                td = best(repeats, analyze, night, "--scheduler", address)
+                tbd = best(repeats, analyze, big, "--scheduler", address)
+                with Client(address) as client:
+                    tad = best(repeats, api_wall, night, scheduler=client)
             print(f"LocalCluster, 2 workers: {td:.1f} s -> {td / t2:.2f}x of --jobs 2 (target <= 1.3x)")
+            print(f"  import distributed alone, fresh process: {t_imp:.2f} s")
+            print(f"  API in one process, client connected: --jobs 2 {ta2:.2f} s, cluster {tad:.2f} s -> {tad / ta2:.2f}x")
+            print(f"  {4 * n_traces} traces: --jobs 2 {tb2:.1f} s, cluster {tbd:.1f} s -> {tbd / tb2:.2f}x")
         load1 = os.getloadavg()[0]
         print(f"load average (1 min) before/after: {load0:.1f} / {load1:.1f}")
     finally:
@@ -145,7 +182,13 @@ def main() -> None:
         return
     today = datetime.date.today().isoformat()
     dask_line = (f"| LocalCluster, 2 workers (`--scheduler`, paths) | {td:.1f} s | {td / t2:.2f}x of --jobs 2 | <= 1.3x |\n"
+                 f"| API in one process: `jobs=2` | {ta2:.2f} s | | |\n"
+                 f"| API in one process: `scheduler=client` (connected) | {tad:.2f} s | {tad / ta2:.2f}x of `jobs=2` | |\n"
+                 f"| {4 * n_traces} traces, `--jobs 2` | {tb2:.1f} s | | |\n"
+                 f"| {4 * n_traces} traces, LocalCluster | {tbd:.1f} s | {tbd / tb2:.2f}x of --jobs 2 | |\n"
                  if td is not None else "")
+    import_line = (f"`import distributed` alone takes {t_imp:.2f} s in a fresh process (best of 3): the cluster run pays it, "
+                   "--jobs 2 does not.\n\n" if td is not None else "")
     section = f"""## Batch analysis
 
 `python benchmarks/bench_batch.py` ({today}; {machine()}; shared VM, load average
@@ -158,7 +201,7 @@ trace of the analyzer benchmark's program), analyzed as one directory by `npusan
 | `--jobs 1` | {t1:.1f} s | 1.00x | |
 | `--jobs 2` | {t2:.1f} s | {t2 / t1:.2f}x of --jobs 1 | <= 0.6x |
 {dask_line}
-Measured in the same run: pure-CPU work (a Python loop) split over 2 processes took {par:.2f}x
+{import_line}Measured in the same run: pure-CPU work (a Python loop) split over 2 processes took {par:.2f}x
 the time of 1 process: a rough gauge of how much of the second vCPU was free at that moment.
 
 Peak RSS of the largest `--jobs 2` worker: {rss_q / 1024:.1f} MiB over {max(1, n_traces // 4)} traces,

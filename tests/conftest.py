@@ -1,2 +1,16 @@
+import pytest
+
 # pytester runs small test files in a subprocess pytest (tests/test_pytest_plugin.py).
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session")
+def dask_cluster():
+    """A real Dask LocalCluster (2 worker processes), shared by the tests that need one: its address."""
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=50)
+    try:
+        yield cluster.scheduler_address
+    finally:
+        cluster.close()

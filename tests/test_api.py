@@ -153,3 +153,31 @@ def test_history_from_the_api(scenario, workdir):
         npusan.analyze(scenario("correct"), history=db, run_label="night1")
     with pytest.raises(ValueError, match="run_label only applies with history"):
         npusan.analyze(scenario("correct"), run_label="x")
+
+
+def test_a_dask_cluster_by_address_or_by_client_reports_what_a_local_run_reports(scenario, workdir, dask_cluster):
+    import distributed
+
+    (workdir / "night").mkdir()
+    for i, name in enumerate(["data_race", "seed_example", "correct"]):
+        (workdir / "night" / f"rank{i}.npusan").write_bytes(open(scenario(name), "rb").read())
+    (workdir / "night" / "rank9.npusan").write_bytes(R.MAGIC + b"\x05garbage")
+    local = npusan.analyze(workdir / "night")
+    by_address = npusan.analyze(workdir / "night", scheduler=dask_cluster)
+    by_bytes = npusan.analyze(workdir / "night", scheduler=dask_cluster, send_traces=True)
+    with distributed.Client(dask_cluster) as client:
+        by_client = npusan.analyze(workdir / "night", scheduler=client)
+        again = npusan.analyze(workdir / "night", scheduler=client)  # the caller's client stays open
+        assert client.status == "running"
+    assert len(local.findings) >= 2 and len(local.errors) == 1
+    for report in (by_address, by_bytes, by_client, again):
+        assert report.to_json() == local.to_json()
+
+
+def test_scheduler_options_are_checked(scenario):
+    with pytest.raises(ValueError, match="tcp://host:8786"):
+        npusan.analyze(scenario("data_race"), scheduler="localhost")
+    with pytest.raises(ValueError, match="distributed.Client"):
+        npusan.analyze(scenario("data_race"), scheduler=42)
+    with pytest.raises(ValueError, match="send_traces only applies with a scheduler"):
+        npusan.analyze(scenario("data_race"), send_traces=True)

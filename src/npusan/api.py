@@ -221,6 +221,8 @@ def analyze(
     source_root: Optional[PathLike] = None,
     map_path: Sequence[str] = (),
     jobs: int = 1,
+    scheduler: Optional[object] = None,
+    send_traces: bool = False,
     history: Optional[PathLike] = None,
     run_label: Optional[str] = None,
 ) -> Report:
@@ -234,6 +236,11 @@ def analyze(
     ``--map-path`` and ``--jobs`` (default here: one process). ``history`` (an SQLite file,
     created when missing) and ``run_label`` as ``--history`` and ``--run-label``: the run is
     recorded there and findings get their status (new, persisting) against its previous run.
+    ``scheduler`` runs the analysis on a Dask cluster, as ``--scheduler``: the address of its
+    scheduler (``"tcp://host:8786"``), or a connected ``distributed.Client``, which is used
+    as it is and left open (a long-running job connects once and pays Dask's import and
+    connection once, not per analysis); ``send_traces`` as ``--send-traces``. A cluster
+    that cannot be used raises :class:`npusan.analyzer.batch.SchedulerError`.
     A trace that cannot be analyzed among readable ones is listed in ``Report.errors`` (as
     the command reports the others and exits 2); when nothing at all can be analyzed,
     :class:`npusan.trace_format.TraceFormatError` is raised, naming the trace or path.
@@ -247,13 +254,19 @@ def analyze(
         raise ValueError(f"jobs must be an integer of at least 1 (got {jobs!r})")
     if run_label is not None and history is None:
         raise ValueError("run_label only applies with history")
+    if send_traces and scheduler is None:
+        raise ValueError("send_traces only applies with a scheduler")
+    if isinstance(scheduler, str) and "://" not in scheduler:
+        raise ValueError(f"scheduler expects an address such as tcp://host:8786 or a distributed.Client, got {scheduler!r}")
+    if scheduler is not None and not isinstance(scheduler, str) and not callable(getattr(scheduler, "submit", None)):
+        raise ValueError(f"scheduler expects an address such as tcp://host:8786 or a distributed.Client, got {scheduler!r}")
     options = pipeline.AnalysisOptions.from_files(
         suppress=suppress, baseline=baseline, source_root=source_root, map_path=map_path,
         check_leaks=check_leaks, group=group, min_count=min_count,
     )
     db = pipeline.open_history(history, run_label) if history is not None else None
     try:
-        result = pipeline.replay_inputs(paths, options, jobs=jobs)
+        result = pipeline.replay_inputs(paths, options, jobs=jobs, scheduler=scheduler, send_bytes=send_traces)
         errors = result.errors
         if errors and all(t.error is not None for t in result.traces):
             more = f" (and {len(errors) - 1} more unusable)" if len(errors) > 1 else ""

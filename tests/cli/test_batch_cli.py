@@ -143,17 +143,6 @@ def test_baseline_sets_status_and_fixed_too(workdir, scenario, run):
     assert doc["fixed"] is None and doc["findings"][0]["status"] is None
 
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=50)
-    try:
-        yield cluster.scheduler_address
-    finally:
-        cluster.close()
-
-
 def test_dask_cluster_reports_exactly_what_a_local_run_reports(workdir, scenario, run, dask_cluster):
     night = _nightly(workdir, scenario)
     good = (night / "node0" / "rank0.npusan").read_bytes()

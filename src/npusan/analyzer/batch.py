@@ -30,8 +30,9 @@ class BatchOptions:
     check_leaks: bool = False
     #: Local worker processes (1: analyze in this process).
     jobs: int = 1
-    #: ``tcp://host:port`` of a Dask distributed scheduler (instead of local processes).
-    scheduler: Optional[str] = None
+    #: A Dask cluster instead of local processes: ``tcp://host:port`` of its scheduler, or a
+    #: connected ``distributed.Client`` (used as it is and left open).
+    scheduler: Optional[object] = None
     #: With a scheduler: send each trace's bytes from here instead of letting workers open the path.
     send_bytes: bool = False
     #: Where local source may be read from (quotes, fingerprints); None: nowhere.
@@ -170,6 +171,8 @@ def _check_reachable(address: str) -> None:
 
 
 def _on_dask(paths: list, options: BatchOptions) -> list:
+    if not isinstance(options.scheduler, str):  # a connected Client of the caller's
+        return _analyze_on(options.scheduler, paths, options)
     try:
         from distributed import Client
     except ImportError:
@@ -182,35 +185,39 @@ def _on_dask(paths: list, options: BatchOptions) -> list:
     except (OSError, TimeoutError, ValueError) as e:
         raise SchedulerError(f"cannot reach the Dask scheduler at {options.scheduler}: {e}") from None
     with client:
-        if not options.send_bytes:
-            # Workers open the traces themselves (shared storage): absolute paths, reported
-            # under the names given here.
-            futures = [
-                client.submit(analyze_one, os.path.abspath(p), i, options.check_leaks, p, pure=False)
-                for i, p in enumerate(paths)
-            ]
-            return client.gather(futures)
-        results: list = [None] * len(paths)
-        window = max(2, 2 * len(client.scheduler_info().get("workers", {})))
-        pending: dict = {}
-        from distributed import wait
+        return _analyze_on(client, paths, options)
 
-        for i, p in enumerate(paths):
-            try:
-                with open(p, "rb") as f:
-                    data = f.read()
-            except OSError as e:
-                results[i] = ([], TraceSummary(path=p, header={}, error=f"cannot read the trace: {e.strerror or e}"))
-                continue
-            pending[client.submit(_analyze_bytes, data, i, options.check_leaks, p, pure=False)] = i
-            del data
-            if len(pending) >= window:  # bound what the client holds in flight
-                done, _ = wait(list(pending), return_when="FIRST_COMPLETED")
-                for fut in done:
-                    results[pending.pop(fut)] = fut.result()
-        for fut, i in pending.items():
-            results[i] = fut.result()
-        return results
+
+def _analyze_on(client, paths: list, options: BatchOptions) -> list:
+    """``analyze_paths`` on a Dask ``client``: one task per trace, results in input order."""
+    if not options.send_bytes:
+        # Workers open the traces themselves (shared storage): absolute paths, reported
+        # under the names given here. One map call: the tasks go to the scheduler at once.
+        n = len(paths)
+        futures = client.map(analyze_one, [os.path.abspath(p) for p in paths], range(n),
+                             [options.check_leaks] * n, paths, pure=False)
+        return client.gather(futures)
+    results: list = [None] * len(paths)
+    window = max(2, 2 * len(client.scheduler_info().get("workers", {})))
+    pending: dict = {}
+    from distributed import wait
+
+    for i, p in enumerate(paths):
+        try:
+            with open(p, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            results[i] = ([], TraceSummary(path=p, header={}, error=f"cannot read the trace: {e.strerror or e}"))
+            continue
+        pending[client.submit(_analyze_bytes, data, i, options.check_leaks, p, pure=False)] = i
+        del data
+        if len(pending) >= window:  # bound what the client holds in flight
+            done, _ = wait(list(pending), return_when="FIRST_COMPLETED")
+            for fut in done:
+                results[pending.pop(fut)] = fut.result()
+    for fut, i in pending.items():
+        results[i] = fut.result()
+    return results
 
 
 def analyze_inputs(

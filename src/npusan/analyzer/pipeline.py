@@ -74,7 +74,7 @@ def replay_inputs(
     options: AnalysisOptions = AnalysisOptions(),
     *,
     jobs: int = 1,
-    scheduler: Optional[str] = None,
+    scheduler: Optional[object] = None,
     send_bytes: bool = False,
     progress: Optional[Callable] = None,
 ) -> AnalysisResult:
