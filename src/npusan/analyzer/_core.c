@@ -488,18 +488,29 @@ static int skip_rest(const limits_t *L, const uint8_t **pp, const uint8_t *end, 
     return MP_OK;
 }
 
+/* The encodings of an int that writers use for ids and offsets (fixints, 8 to 32 bits), decoded
+ * in line: 1 and *v set, *pp moved; 0 for anything else (read_obj decides). */
+static inline int quick_int(const uint8_t **pp, const uint8_t *end, i128 *v) {
+    const uint8_t *p = *pp;
+    if (p >= end) return 0;
+    uint8_t b = *p;
+    if (b <= 0x7f) { *v = b; *pp = p + 1; return 1; }
+    if (b >= 0xe0) { *v = (int8_t)b; *pp = p + 1; return 1; }
+    switch (b) {
+    case 0xcc: if (end - p < 2) return 0; *v = p[1]; *pp = p + 2; return 1;
+    case 0xcd: if (end - p < 3) return 0; *v = (uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
+    case 0xce: if (end - p < 5) return 0; *v = (uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
+    case 0xd0: if (end - p < 2) return 0; *v = (int8_t)p[1]; *pp = p + 2; return 1;
+    case 0xd1: if (end - p < 3) return 0; *v = (int16_t)(uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
+    case 0xd2: if (end - p < 5) return 0; *v = (int32_t)(uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
+    }
+    return 0;
+}
+
 /* A field at depth `depth`: an int, nil, or anything else (skipped). */
 static inline int read_field(const limits_t *L, const uint8_t **pp, const uint8_t *end, field_t *f, int depth) {
-    const uint8_t *p = *pp;
-    if (p < end) { /* the common encodings of a field, decoded here; everything else by read_obj */
-        uint8_t b = *p;
-        if (b <= 0x7f) { f->t = F_INT; f->v = b; *pp = p + 1; return MP_OK; }
-        if (b == 0xc0) { f->t = F_NIL; *pp = p + 1; return MP_OK; }
-        if (b >= 0xcc && b <= 0xcf) {
-            int w = 1 << (b - 0xcc);
-            if (end - p > w) { f->t = F_INT; f->v = (i128)be(p + 1, w); *pp = p + 1 + w; return MP_OK; }
-        }
-    }
+    if (quick_int(pp, end, &f->v)) { f->t = F_INT; return MP_OK; }
+    if (*pp < end && **pp == 0xc0) { f->t = F_NIL; ++*pp; return MP_OK; }
     obj_t o;
     int r = read_obj(L, pp, end, &o);
     if (r) return r;
@@ -512,7 +523,16 @@ static inline int read_field(const limits_t *L, const uint8_t **pp, const uint8_
     return MP_OK;
 }
 
-static int read_access(const limits_t *L, const uint8_t **pp, const uint8_t *end, afield_t *a) {
+static inline int read_access(const limits_t *L, const uint8_t **pp, const uint8_t *end, afield_t *a) {
+    if (quick_int(pp, end, &a->f[0].v)) { a->t = A_INT; a->f[0].t = F_INT; return MP_OK; }
+    if (*pp < end && **pp == 0x93) { /* [bid, offset, length] */
+        const uint8_t *p = *pp + 1;
+        if (quick_int(&p, end, &a->f[0].v) && quick_int(&p, end, &a->f[1].v) && quick_int(&p, end, &a->f[2].v)) {
+            a->t = A_TRIPLE; a->f[0].t = a->f[1].t = a->f[2].t = F_INT;
+            *pp = p;
+            return MP_OK;
+        }
+    }
     obj_t o;
     int r = read_obj(L, pp, end, &o);
     if (r) return r;
@@ -827,7 +847,13 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
 }
 
 /* Python's Engine.block: the live block `bid` (from field fi), made from its BLOCK_DEF if needed. */
-static block_t *block(Core *c, i128 bid, int fi) {
+static block_t *block_slow(Core *c, i128 bid, int fi);
+static inline block_t *block(Core *c, i128 bid, int fi) {
+    if (bid >= 0 && bid < (i128)c->bdensecap && bid < (i128)c->L.max_id && c->bdense[(uint32_t)bid]) return c->bdense[(uint32_t)bid];
+    return block_slow(c, bid, fi);
+}
+
+static block_t *block_slow(Core *c, i128 bid, int fi) {
     if (bid < 0 || bid >= (i128)c->L.max_id) { fail(c, E_BLOCK_UNDEFINED, fi); return NULL; }
     block_t *b = find_block(c, (uint64_t)bid);
     if (b) return b;
