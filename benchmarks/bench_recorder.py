@@ -5,7 +5,13 @@ measured in the same run, plus the cost of stack capture alone.
 
 Prints the per-op time of: plain PyTorch, a no-op dispatch mode (the interception floor),
 the recorder with its default stack depth (32) and without stacks, each writing a real
-trace file; and the ratios recorder / no-op mode (target <= 2x). The workload is a loop of
+trace file; and the ratios recorder / no-op mode (target <= 2x).
+
+The recorder runs twice per stack depth: to a trace path (a regular file: the kill-safe
+path, every op committed into a shared mapping before it returns) and to a binary file
+object on a regular file (the batched path: events encoded 512 at a time into a buffer
+that is written now and then, not kill-safe). Same recorder, same records, interleaved in
+the same run; the ratio kill-safe / batched is what kill-safety costs per op. The workload is a loop of
 small ops on two simulated streams (tiny tensors, so per-op overhead dominates), with the
 usual mix of view ops, in-place ops, allocations and frees, event waits and record_stream.
 """
@@ -13,6 +19,7 @@ usual mix of view ops, in-place ops, allocations and frees, event waits and reco
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -110,8 +117,19 @@ def main() -> None:
 
         return go
 
+    def batched(depth):
+        """The recorder writing a file object: the buffered sink, events in batches of 512."""
+
+        def go():
+            with open(os.path.join(tmp, f"q{depth}.npusan"), "wb") as f:
+                with npusan.record(f, backend="sim", stack_depth=depth):
+                    return run(a.iters, w, x, side)
+
+        return go
+
     # Interleaved, best of ``repeat``: drifts in machine load hit every variant alike.
-    variants = {"plain": plain_run, "noop": noop, "floor": floor, "rec32": recorded(32), "rec0": recorded(0)}
+    variants = {"plain": plain_run, "noop": noop, "floor": floor, "rec32": recorded(32), "rec0": recorded(0),
+                "bat32": batched(32), "bat0": batched(0)}
     times = {k: float("inf") for k in variants}
     for _ in range(a.repeat):
         for k, fn in variants.items():
@@ -134,11 +152,17 @@ def main() -> None:
 
         return go
 
-    import contextlib
+    @contextlib.contextmanager
+    def batched_record(name, depth):
+        with open(os.path.join(tmp, name), "wb") as f:
+            with npusan.record(f, backend="sim", stack_depth=depth):
+                yield
 
     tv = {"plain": tight(contextlib.nullcontext), "noop": tight(NoopMode),
           "rec32": tight(lambda: npusan.record(os.path.join(tmp, "t32.npusan"), backend="sim")),
-          "rec0": tight(lambda: npusan.record(os.path.join(tmp, "t0.npusan"), backend="sim", stack_depth=0))}
+          "rec0": tight(lambda: npusan.record(os.path.join(tmp, "t0.npusan"), backend="sim", stack_depth=0)),
+          "bat32": tight(lambda: batched_record("tq32.npusan", 32)),
+          "bat0": tight(lambda: batched_record("tq0.npusan", 0))}
     tt = {k: float("inf") for k in tv}
     for _ in range(a.repeat):
         for k, fn in tv.items():
@@ -180,6 +204,12 @@ def main() -> None:
     print(f"tight loop of x.add_(1) ({n1} ops): plain {tt['plain'] / n1 * us:.2f}, no-op mode {tt['noop'] / n1 * us:.2f},"
           f" recorder {tt['rec32'] / n1 * us:.2f} (no stacks {tt['rec0'] / n1 * us:.2f}) us/op;"
           f" recorder / no-op mode {tt['rec32'] / tt['noop']:.2f}x (no stacks {tt['rec0'] / tt['noop']:.2f}x)")
+    print(f"batched recorder (file object, not kill-safe): mixed {times['bat32'] / ops * us:.2f} us/op"
+          f" (no stacks {times['bat0'] / ops * us:.2f}), tight loop {tt['bat32'] / n1 * us:.2f}"
+          f" (no stacks {tt['bat0'] / n1 * us:.2f}) us/op")
+    print(f"ratio kill-safe / batched recorder: mixed {t_rec / times['bat32']:.3f}x"
+          f" (no stacks {t_rec0 / times['bat0']:.3f}x), tight loop {tt['rec32'] / tt['bat32']:.3f}x"
+          f" (no stacks {tt['rec0'] / tt['bat0']:.3f}x)")
     print(f"stack capture alone (walk + dict lookup, depth ~15): {t_key * us:.2f} us;"
           f" traceback.StackSummary.extract: {t_extract * us:.1f} us")
 
