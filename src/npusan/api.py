@@ -256,9 +256,8 @@ def analyze(
         raise ValueError("run_label only applies with history")
     if send_traces and scheduler is None:
         raise ValueError("send_traces only applies with a scheduler")
-    if isinstance(scheduler, str) and "://" not in scheduler:
-        raise ValueError(f"scheduler expects an address such as tcp://host:8786 or a distributed.Client, got {scheduler!r}")
-    if scheduler is not None and not isinstance(scheduler, str) and not callable(getattr(scheduler, "submit", None)):
+    usable = "://" in scheduler if isinstance(scheduler, str) else callable(getattr(scheduler, "submit", None))
+    if scheduler is not None and not usable:
         raise ValueError(f"scheduler expects an address such as tcp://host:8786 or a distributed.Client, got {scheduler!r}")
     options = pipeline.AnalysisOptions.from_files(
         suppress=suppress, baseline=baseline, source_root=source_root, map_path=map_path,
