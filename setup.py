@@ -63,7 +63,7 @@ setup(
         Extension(
             "npusan.analyzer._core",
             ["src/npusan/analyzer/_core.c"],
-            extra_compile_args=["-O2", "-std=gnu11"],
+            extra_compile_args=["-O3", "-std=gnu11"],
             optional=True,
         )
     ],

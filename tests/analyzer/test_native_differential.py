@@ -12,11 +12,13 @@ erase_stream; malformed records, truncation and corrupted bytes are mixed in.
 from __future__ import annotations
 
 import io
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from npusan.analyzer import engine as engine_mod
 from npusan.analyzer import native, replay
 from npusan.analyzer.engine import Engine, RecordError
 from npusan.trace_format import TraceReader, TraceWriter
@@ -145,6 +147,27 @@ def check(data: bytes, check_leaks: bool = True):
 def test_same_findings_on_valid_programs(ops, check_leaks):
     ref = check(write_program(ops), check_leaks)
     assert ref[0] == "ok" and ref[6]
+
+
+_grid_op = st.one_of(
+    st.tuples(st.just("ranged"), st.integers(0, 3), st.lists(
+        st.tuples(st.integers(0, 2), st.booleans(), st.sampled_from(range(0, SIZE, 32)), st.sampled_from([32, 64])),
+        min_size=1, max_size=3)),
+    st.tuples(st.just("kernel"), st.integers(0, 3), st.lists(st.tuples(st.integers(0, 2), st.booleans()),
+                                                            min_size=1, max_size=2)),
+    st.tuples(st.just("record"), st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.just("wait"), st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.just("free"), st.integers(0, 2), st.integers(0, 3), st.integers(0, 1), st.booleans()),
+)
+
+
+@FUZZ
+@given(st.lists(_grid_op, max_size=80), st.sampled_from([3, 5, 32]))
+def test_same_findings_on_grid_aligned_ranges(ops, max_segments):
+    """Accesses on a grid of sub-ranges hit existing segments exactly (the core's no-split
+    path), next to splits, whole-block accesses and, with a small cap, merges."""
+    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
+        check(write_program(ops))
 
 
 def test_the_generator_produces_every_kind_of_finding():

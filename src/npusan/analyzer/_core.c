@@ -193,14 +193,14 @@ static int av_copy(accv_t *dst, accv_t *src) {
     return 0;
 }
 
-static acc_t *av_find(accv_t *v, int32_t stream) {
+static inline acc_t *av_find(accv_t *v, int32_t stream) {
     acc_t *it = av_items(v);
     for (uint32_t i = 0; i < v->n; i++) if (it[i].stream == stream) return &it[i];
     return NULL;
 }
 
 /* table[stream] = a */
-static int av_set(accv_t *v, const acc_t *a) {
+static inline int av_set(accv_t *v, const acc_t *a) {
     acc_t *cur = av_find(v, a->stream);
     if (cur) { *cur = *a; return 0; }
     return av_push(v, a);
@@ -1253,7 +1253,20 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
         if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL, NULL))) return -1;
     }
     uint32_t i, j;
-    if (split(c, b, lo, hi, &i, &j)) return -1;
+    /* An access that covers exactly one existing segment (the common case once a block's
+     * sub-ranges have all been touched) needs no split and leaves nothing to coalesce: the
+     * segment's new state holds this access, which no neighbour holds, and the number of
+     * segments does not change. */
+    int exact = 0;
+    {
+        uint32_t k = 0, top = b->nseg - 1;
+        while (k < top) {
+            uint32_t mid = (k + top) / 2;
+            if (b->ends[mid] <= lo) k = mid + 1; else top = mid;
+        }
+        if (seg_lo(b, k) == lo && b->ends[k] == hi) { i = k; j = k + 1; exact = 1; }
+    }
+    if (!exact && split(c, b, lo, hi, &i, &j)) return -1;
     c->nrep = 0;
     if (!acc->write) {
         for (uint32_t k = i; k < j; k++) {
@@ -1281,6 +1294,7 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
             return 0;
         }
     }
+    if (exact) return 0;
     return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
 }
 
@@ -1547,7 +1561,12 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
             for (size_t off = 0; off < sizeof(block_t); off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
         for (uint32_t i = 0; i < nacc; i++) {
             const block_t *b = c->targets[i].b;
-            if (b->segs) { __builtin_prefetch(b->ends); __builtin_prefetch((const char *)b->ends + 64); __builtin_prefetch(b->ord); }
+            if (b->segs) { /* the whole of a short ends array (the binary search below then hits the cache) */
+                size_t span = (size_t)b->nseg * sizeof(u128);
+                if (span > 1024) span = 1024;
+                for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->ends + off);
+                __builtin_prefetch(b->ord);
+            }
             else if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
             if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
         }
