@@ -1095,6 +1095,21 @@ static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
 #define SEG(b, k) (&(b)->segs[(b)->ord[k]])
 static inline u128 seg_lo(const block_t *b, uint32_t k) { return k ? b->ends[k - 1] : 0; }
 
+/* The first segment whose end is past byte `lo` (callers pass lo < the last end).
+ * Branch-free: on random offsets a branching binary search mispredicts about every
+ * other step, which cost more than the search's loads. */
+static inline uint32_t seg_find(const block_t *b, u128 lo) {
+    const u128 *e = b->ends;
+    uint32_t base = 0, len = b->nseg;
+    while (len > 1) {
+        uint32_t half = len / 2;
+        base = e[base + half] <= lo ? base + half : base;
+        len -= half;
+    }
+    base += e[base] <= lo;
+    return base < b->nseg ? base : b->nseg - 1; /* as the search it replaced, were lo past the end */
+}
+
 /* Room for one more segment; done before taking pointers into segs (realloc moves them). */
 static int seg_reserve(Core *c, block_t *b) {
     if (b->nseg < b->segcap) return 0;
@@ -1143,12 +1158,7 @@ static void seg_remove(block_t *b, uint32_t at) {
 
 /* split(segs, lo, hi) -> [i, j) */
 static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *pj) {
-    /* the first segment with hi > lo (binary search: segments are sorted and adjacent) */
-    uint32_t i = 0, top = b->nseg - 1;
-    while (i < top) {
-        uint32_t mid = (i + top) / 2;
-        if (b->ends[mid] <= lo) i = mid + 1; else top = mid;
-    }
+    uint32_t i = seg_find(b, lo), top; /* the first segment with hi > lo */
     if (seg_reserve(c, b)) return -1;
     if (seg_lo(b, i) < lo) {
         if (seg_insert(c, b, i + 1, b->ends[i], &SEG(b, i)->writes, &SEG(b, i)->reads)) return -1;
@@ -1259,11 +1269,7 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
      * segments does not change. */
     int exact = 0;
     {
-        uint32_t k = 0, top = b->nseg - 1;
-        while (k < top) {
-            uint32_t mid = (k + top) / 2;
-            if (b->ends[mid] <= lo) k = mid + 1; else top = mid;
-        }
+        uint32_t k = seg_find(b, lo);
         if (seg_lo(b, k) == lo && b->ends[k] == hi) { i = k; j = k + 1; exact = 1; }
     }
     if (!exact && split(c, b, lo, hi, &i, &j)) return -1;
@@ -1573,12 +1579,8 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
         for (uint32_t i = 0; i < nacc; i++) {
             const target_t *t = &c->targets[i];
             const block_t *b = t->b;
-            if (!b->segs || !t->ranged) continue;
-            uint32_t k = 0, top = b->nseg - 1;
-            while (k < top) {
-                uint32_t mid = (k + top) / 2;
-                if (b->ends[mid] <= (u128)t->off) k = mid + 1; else top = mid;
-            }
+            if (!b->segs || !t->ranged || (u128)t->off >= b->ends[b->nseg - 1]) continue;
+            uint32_t k = seg_find(b, (u128)t->off);
             const seg_t *sg = &b->segs[b->ord[k]];
             __builtin_prefetch(sg); __builtin_prefetch((const char *)sg + 64);
             if (k) __builtin_prefetch(&b->segs[b->ord[k - 1]]);
