@@ -265,7 +265,10 @@ typedef struct {
     occ_t *occ; uint32_t nocc, occcap;
 } finding_t;
 
-typedef struct { uint32_t bi; uint8_t write, ranged; uint64_t off, n; block_t *b; const shape_t *shape; } target_t;
+/* one access of the kernel being replayed; seg: the segment its first byte was found in by
+ * the prefetch pass (NO_SEG: not looked up), a hint range_access checks before it trusts it */
+typedef struct { uint32_t bi, seg; uint8_t write, ranged; uint64_t off, n; block_t *b; const shape_t *shape; } target_t;
+#define NO_SEG UINT32_MAX
 
 /* one parsed field of a record */
 enum { F_NIL, F_INT, F_OTHER };
@@ -319,6 +322,7 @@ typedef struct {
     int64_t vbudget_left, vgave_up;
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
+    uint32_t seg_hint; /* target_t.seg of the access being replayed */
     /* error */
     int err, err_field;
 } Core;
@@ -1269,7 +1273,8 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
      * segments does not change. */
     int exact = 0;
     {
-        uint32_t k = seg_find(b, lo);
+        uint32_t k = c->seg_hint; /* found by the prefetch pass, unless an earlier access of this kernel split it */
+        if (k >= b->nseg || seg_lo(b, k) > lo || b->ends[k] <= lo) k = seg_find(b, lo);
         if (seg_lo(b, k) == lo && b->ends[k] == hi) { i = k; j = k + 1; exact = 1; }
     }
     if (!exact && split(c, b, lo, hi, &i, &j)) return -1;
@@ -1537,6 +1542,7 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
         afield_t *a = &c->afields[i];
         target_t *t = &c->targets[i];
         t->bi = i;
+        t->seg = NO_SEG;
         t->shape = NULL;
         if (a->t == A_INT) {
             t->write = a->f[0].v < 0; t->ranged = 0; t->off = t->n = 0;
@@ -1577,10 +1583,10 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
             if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
         }
         for (uint32_t i = 0; i < nacc; i++) {
-            const target_t *t = &c->targets[i];
+            target_t *t = &c->targets[i];
             const block_t *b = t->b;
             if (!b->segs || !t->ranged || (u128)t->off >= b->ends[b->nseg - 1]) continue;
-            uint32_t k = seg_find(b, (u128)t->off);
+            uint32_t k = t->seg = seg_find(b, (u128)t->off);
             const seg_t *sg = &b->segs[b->ord[k]];
             __builtin_prefetch(sg); __builtin_prefetch((const char *)sg + 64);
             if (k) __builtin_prefetch(&b->segs[b->ord[k - 1]]);
@@ -1591,6 +1597,7 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
         acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
+        c->seg_hint = t->seg;
         if (one_access(c, t->b, S, vec, &acc, t->shape)) return -1;
     }
     return 0;
