@@ -1197,6 +1197,39 @@ static int same_state(seg_t *s, seg_t *t) {
     return 1;
 }
 
+/* The first pair of neighbours (m, m + 1) that spans the fewest bytes (Python's rule: the
+ * earliest of the narrowest). When the block's ends fit in 64 bits (always, but for blocks
+ * of unknown size or accesses past 2^64) the minimum is found first, over four independent
+ * lanes so that the comparisons do not wait on each other, then its first position: the
+ * same answer as one pass keeping the best so far, in a fraction of the time (this scan
+ * runs for every access that splits a block already at its cap of segments). */
+static uint32_t narrowest_pair(const block_t *b) {
+    const u128 *e = b->ends;
+    uint32_t n = b->nseg; /* >= 2 */
+    if (e[n - 1] <= UINT64_MAX) {
+#define W(m) ((uint64_t)e[(m) + 1] - (uint64_t)e[(m) - 1]) /* segments are adjacent from 0 */
+        uint64_t w0 = (uint64_t)e[1], l0 = w0, l1 = UINT64_MAX, l2 = UINT64_MAX, l3 = UINT64_MAX;
+        uint32_t m = 1;
+        for (; m + 4 < n; m += 4) {
+            uint64_t a = W(m), x = W(m + 1), y = W(m + 2), z = W(m + 3);
+            l0 = a < l0 ? a : l0; l1 = x < l1 ? x : l1; l2 = y < l2 ? y : l2; l3 = z < l3 ? z : l3;
+        }
+        for (; m + 1 < n; m++) { uint64_t a = W(m); l0 = a < l0 ? a : l0; }
+        l0 = l1 < l0 ? l1 : l0; l2 = l3 < l2 ? l3 : l2; l0 = l2 < l0 ? l2 : l0;
+        if (w0 == l0) return 0;
+        for (m = 1; m + 1 < n; m++) if (W(m) == l0) return m;
+#undef W
+        return 0; /* not reached */
+    }
+    uint32_t best = 0;
+    u128 bw = INF128;
+    for (uint32_t m = 0; m + 1 < n; m++) {
+        u128 w = e[m + 1] - (m ? e[m - 1] : 0);
+        if (w < bw) { bw = w; best = m; }
+    }
+    return best;
+}
+
 static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     uint32_t n = i;
     while (n + 1 < j && n + 1 < b->nseg) {
@@ -1209,12 +1242,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
         }
     }
     while ((long)b->nseg > c->L.max_segments) {
-        uint32_t best = 0;
-        u128 bw = INF128;
-        for (uint32_t m = 0; m + 1 < b->nseg; m++) {
-            u128 w = b->ends[m + 1] - (m ? b->ends[m - 1] : 0); /* segments are adjacent from 0 */
-            if (w < bw) { bw = w; best = m; }
-        }
+        uint32_t best = narrowest_pair(b);
         seg_t *s = SEG(b, best), *t = SEG(b, best + 1);
         accv_t writes, reads;
         av_init(&writes); av_init(&reads);
