@@ -189,7 +189,10 @@ class Recorder:
                     sink.autocommit = False  # committed per drain (see the module docstring)
                     self._commit = sink.commit
                     self._kmax = 1
-                    self._put = sink.put  # a kernel with nothing queued: written at once
+                    # Records are handed to the sink as they are encoded (a list append)
+                    # and packed in one call at each commit (once per op).
+                    self.enc.sink = sink.defer
+                    self._put = sink.defer  # the dispatch mode's kernels: kernel_now
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -536,7 +539,7 @@ class Recorder:
                     self._put(rec)
                     if q:  # a hook fired while encoding (a free from the garbage collector)
                         self._drain()
-                        self._commit()
+                    self._commit()
                 finally:
                     self._busy = False
         except Exception as e:
