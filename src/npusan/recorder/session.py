@@ -595,6 +595,26 @@ class Recorder:
     def _emit(self, meth: str, args: tuple, key) -> None:
         getattr(self.enc, meth)(*args, stack=self._stack(key))
 
+    def _alloc(self, ptr: int, handle: int, device: int, size: Optional[int], key) -> None:
+        """Encode a queued allocation (``_emit("memory_allocated", ...)`` without the look-ups)."""
+        if key is None:
+            stack = None
+        else:
+            stack = self._stack_ids.get(key)
+            if stack is None:
+                stack = self._stack(key)
+        self.enc.memory_allocated(ptr, handle, device, size, stack)
+
+    def _free(self, ptr: int, key) -> None:
+        """Encode a queued free."""
+        if key is None:
+            stack = None
+        else:
+            stack = self._stack_ids.get(key)
+            if stack is None:
+                stack = self._stack(key)
+        self.enc.memory_freed(ptr, stack)
+
     def _cb(self, meth: str, *args) -> None:
         if not self.active:
             return
@@ -660,7 +680,7 @@ class Recorder:
             except Exception:
                 key = None
         q = self._deferred
-        q.append((self._emit, ("memory_allocated", (ptr, handle, device, size), key)))
+        q.append((self._alloc, (ptr, handle, device, size, key)))
         if len(q) >= self._qmax:
             self._drain_now()
 
@@ -672,7 +692,7 @@ class Recorder:
         except Exception:
             key = None
         q = self._deferred
-        q.append((self._emit, ("memory_freed", (ptr,), key)))
+        q.append((self._free, (ptr, key)))
         if len(q) >= self._qmax:
             self._drain_now()
 
