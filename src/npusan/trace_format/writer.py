@@ -321,11 +321,19 @@ class MappedFileSink(FileSink):
         copied straight into the mapping: one pack, one copy.
         """
         buf = self._buf
-        if self._recs:
+        recs = self._recs
+        if recs:
             if buf:
                 self._pack_deferred()
             else:
-                data = self._packed_deferred()
+                # _packed_deferred, inlined: this is the kill-safe recorder's per-op commit
+                k = len(recs)
+                try:
+                    data = self._pack(recs[0]) if k == 1 else self._pack(recs)[1 if k < 16 else 3 if k < 0x10000 else 5:]
+                except BaseException:
+                    self._packed_deferred()  # the records before the bad one buffered; raises
+                    raise
+                recs.clear()
                 pos = self._pos
                 n = len(data)
                 if pos + n > self._limit:  # grow, or refuse (error, closed, forked child)
