@@ -192,7 +192,7 @@ class Recorder:
                     # Records are handed to the sink as they are encoded (a list append)
                     # and packed in one call at each commit (once per op).
                     self.enc.sink = sink.defer
-                    self._put = sink.defer  # the dispatch mode's kernels: kernel_now
+                    self._put = sink.put  # the dispatch mode's kernels: kernel_now
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -536,10 +536,10 @@ class Recorder:
                     rec = self._kernel_record(name, device, handle, spans, key)
                     counts = self.enc.counts
                     counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
-                    self._put(rec)
+                    self._put(rec)  # committed, with the records before it
                     if q:  # a hook fired while encoding (a free from the garbage collector)
                         self._drain()
-                    self._commit()
+                        self._commit()
                 finally:
                     self._busy = False
         except Exception as e:

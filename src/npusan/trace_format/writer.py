@@ -354,9 +354,25 @@ class MappedFileSink(FileSink):
             buf.clear()
 
     def put(self, rec: list) -> None:
-        """Append one record and commit everything buffered (it survives a kill from now on)."""
-        self._recs.append(rec)
-        self.commit()
+        """Append one record and commit everything buffered (it survives a kill from now on).
+
+        The kill-safe recorder's per-op path: with nothing deferred or buffered (a kernel
+        that needed no new definition, after no queued hook), the record is packed and
+        copied straight into the mapping.
+        """
+        if self._recs or self._buf:
+            self._recs.append(rec)
+            self.commit()
+            return
+        data = self._pack(rec)
+        pos = self._pos
+        n = len(data)
+        if pos + n > self._limit:  # grow, or refuse (error, closed, forked child)
+            self._buf += data
+            self._commit_slow()
+            return
+        self._map[pos:pos + n] = data  # type: ignore[index]
+        self._pos = pos + n
 
     def _commit_slow(self) -> None:
         buf = self._buf
