@@ -66,3 +66,28 @@ def test_a_record_that_cannot_be_packed_keeps_the_ones_before_it(tmp_path):
         sink.commit()
     assert sink.pending() == len(_packed_each(good))  # buffered, as if packed on arrival
     assert _committed(path, sink) == _packed_each(good)
+
+
+def test_records_that_pack_alone_but_not_as_one_list_are_committed(tmp_path):
+    """msgpack's nesting limit: a record nested just under it packs alone, not in a list."""
+    deep = 1
+    while True:  # the deepest record that packs alone
+        deeper = [deep]
+        try:
+            msgpack.packb(deeper)
+        except ValueError:
+            break
+        deep = deeper
+    with pytest.raises(ValueError):
+        msgpack.packb([deep, deep])
+    path = tmp_path / "deep.bin"
+    sink = MappedFileSink(path)
+    sink.autocommit = False
+    recs = [[1, "a"], deep, [2, "b"]]
+    for r in recs:
+        sink.defer(r)
+    sink.commit()
+    assert sink.pending() == 0
+    sink.defer([3])
+    sink.put([4])
+    assert _committed(path, sink) == _packed_each(recs + [[3], [4]])

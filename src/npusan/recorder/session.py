@@ -13,8 +13,9 @@ hold no tensor or storage (only pointers), so queuing never delays a free.
 
 When it is drained: a trace file on a regular file is written through a shared mapping
 (:class:`~npusan.trace_format.writer.MappedFileSink`), and the dispatch mode hands every
-kernel to :meth:`Recorder.kernel_now`, which drains what is queued, encodes the kernel and
-packs it straight into the mapping (``MappedFileSink.put``, one copy), so when an op
+kernel to :meth:`Recorder.kernel_now`, which drains what is queued and encodes the kernel;
+the encoder's sink is then a list append (``MappedFileSink.defer``) and the op's records are
+packed in one call and copied into the mapping once (``MappedFileSink.put``), so when an op
 returns to the program its record and everything before it are in the kernel's page
 cache: a SIGKILL right after a racing op leaves the race in the trace. Hooks (allocations, frees, events) queue up to
 :data:`QUEUE_RECORDS` and go out with the next kernel, at the flusher thread's next tick

@@ -276,8 +276,9 @@ class MappedFileSink(FileSink):
         """The deferred records packed back to back (and forgotten), as packing each would
         give them: one pack of the list, less the array header.
 
-        A record that cannot be packed raises, with the records before it in the buffer
-        (as if each had been packed on arrival) and the rest dropped.
+        If the list does not pack, each record is packed on its own: a record that cannot be
+        packed raises, with the records before it in the buffer (as if each had been packed
+        on arrival) and the rest dropped.
         """
         recs = self._recs
         n = len(recs)
@@ -287,12 +288,16 @@ class MappedFileSink(FileSink):
             else:
                 data = self._pack(recs)[1 if n < 16 else 3 if n < 0x10000 else 5:]
         except BaseException:
+            out = bytearray()
             try:
                 for r in recs:
-                    self._buf += self._pack(r)
+                    out += self._pack(r)
+            except BaseException:
+                self._buf += out
+                raise
             finally:
                 recs.clear()
-            raise
+            return bytes(out)
         recs.clear()
         return data
 
@@ -331,8 +336,11 @@ class MappedFileSink(FileSink):
                 try:
                     data = self._pack(recs[0]) if k == 1 else self._pack(recs)[1 if k < 16 else 3 if k < 0x10000 else 5:]
                 except BaseException:
-                    self._packed_deferred()  # the records before the bad one buffered; raises
-                    raise
+                    # one by one into the buffer: raises at a record that cannot be packed
+                    # (the ones before it buffered); else the buffer is committed
+                    self._pack_deferred()
+                    self.commit()
+                    return
                 recs.clear()
                 pos = self._pos
                 n = len(data)
