@@ -321,7 +321,8 @@ def test_hooks_fired_while_the_recorder_is_busy_are_queued_not_lost(tmp_path):
             before = len(rec._deferred)
             del x  # the storage dies now: its free must be queued
             assert len(rec._deferred) == before + 1
-            assert rec._deferred[-1][1][:2] == ("memory_freed", (ptr,))
+            fn, args = rec._deferred[-1]
+            assert fn == rec._free and args[0] == ptr
         finally:
             rec._busy = False
     rec.stop()

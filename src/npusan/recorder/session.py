@@ -13,8 +13,9 @@ hold no tensor or storage (only pointers), so queuing never delays a free.
 
 When it is drained: a trace file on a regular file is written through a shared mapping
 (:class:`~npusan.trace_format.writer.MappedFileSink`), and the dispatch mode hands every
-kernel to :meth:`Recorder.kernel_now`, which drains what is queued, encodes the kernel and
-packs it straight into the mapping (``MappedFileSink.put``, one copy), so when an op
+kernel to :meth:`Recorder.kernel_now`, which drains what is queued and encodes the kernel;
+the encoder's sink is then a list append (``MappedFileSink.defer``) and the op's records are
+packed in one call and copied into the mapping once (``MappedFileSink.put``), so when an op
 returns to the program its record and everything before it are in the kernel's page
 cache: a SIGKILL right after a racing op leaves the race in the trace. Hooks (allocations, frees, events) queue up to
 :data:`QUEUE_RECORDS` and go out with the next kernel, at the flusher thread's next tick
@@ -189,7 +190,10 @@ class Recorder:
                     sink.autocommit = False  # committed per drain (see the module docstring)
                     self._commit = sink.commit
                     self._kmax = 1
-                    self._put = sink.put  # a kernel with nothing queued: written at once
+                    # Records are handed to the sink as they are encoded (a list append)
+                    # and packed in one call at each commit (once per op).
+                    self.enc.sink = sink.defer
+                    self._put = sink.put  # the dispatch mode's kernels: kernel_now
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -533,7 +537,7 @@ class Recorder:
                     rec = self._kernel_record(name, device, handle, spans, key)
                     counts = self.enc.counts
                     counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
-                    self._put(rec)
+                    self._put(rec)  # committed, with the records before it
                     if q:  # a hook fired while encoding (a free from the garbage collector)
                         self._drain()
                         self._commit()
@@ -591,6 +595,26 @@ class Recorder:
 
     def _emit(self, meth: str, args: tuple, key) -> None:
         getattr(self.enc, meth)(*args, stack=self._stack(key))
+
+    def _alloc(self, ptr: int, handle: int, device: int, size: Optional[int], key) -> None:
+        """Encode a queued allocation (``_emit("memory_allocated", ...)`` without the look-ups)."""
+        if key is None:
+            stack = None
+        else:
+            stack = self._stack_ids.get(key)
+            if stack is None:
+                stack = self._stack(key)
+        self.enc.memory_allocated(ptr, handle, device, size, stack)
+
+    def _free(self, ptr: int, key) -> None:
+        """Encode a queued free."""
+        if key is None:
+            stack = None
+        else:
+            stack = self._stack_ids.get(key)
+            if stack is None:
+                stack = self._stack(key)
+        self.enc.memory_freed(ptr, stack)
 
     def _cb(self, meth: str, *args) -> None:
         if not self.active:
@@ -657,7 +681,7 @@ class Recorder:
             except Exception:
                 key = None
         q = self._deferred
-        q.append((self._emit, ("memory_allocated", (ptr, handle, device, size), key)))
+        q.append((self._alloc, (ptr, handle, device, size, key)))
         if len(q) >= self._qmax:
             self._drain_now()
 
@@ -669,7 +693,7 @@ class Recorder:
         except Exception:
             key = None
         q = self._deferred
-        q.append((self._emit, ("memory_freed", (ptr,), key)))
+        q.append((self._free, (ptr, key)))
         if len(q) >= self._qmax:
             self._drain_now()
 

@@ -17,6 +17,16 @@ from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
 from . import records as R
 from .strided import MAX_DIMS, Strided, entry, normalize
 
+_bisect_left = bisect.bisect_left
+_insort = bisect.insort
+_heappop = heapq.heappop
+_EVENT_CREATED = R.EVENT_CREATED
+_EVENT_DELETED = R.EVENT_DELETED
+_EVENT_RECORD = R.EVENT_RECORD
+_EVENT_WAIT = R.EVENT_WAIT
+_ALLOC = R.ALLOC
+_FREE = R.FREE
+
 Frame = Tuple[str, int, str]
 Sink = Callable[[list], None]
 #: An access as TraceWriter accepts it: a pointer (whole block), ``(ptr, nbytes)`` or a
@@ -152,17 +162,34 @@ class RecordEncoder:
     def stream_created(self, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
         self._emit([R.STREAM_CREATED, self.stream(handle, device), stack])
 
+    # The event, allocation and free records are as frequent as kernels: _emit, stream()
+    # and the block table's helpers are inlined (the same records as calling them).
+
     def event_created(self, event: int, stack: Optional[int] = None) -> None:
-        self._emit([R.EVENT_CREATED, event, stack])
+        counts = self.counts
+        counts[_EVENT_CREATED] = counts.get(_EVENT_CREATED, 0) + 1
+        self.sink([_EVENT_CREATED, event, stack])
 
     def event_deleted(self, event: int, stack: Optional[int] = None) -> None:
-        self._emit([R.EVENT_DELETED, event, stack])
+        counts = self.counts
+        counts[_EVENT_DELETED] = counts.get(_EVENT_DELETED, 0) + 1
+        self.sink([_EVENT_DELETED, event, stack])
 
     def event_recorded(self, event: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
-        self._emit([R.EVENT_RECORD, event, self.stream(handle, device), stack])
+        sidx = self._streams.get((device, handle))
+        if sidx is None:
+            sidx = self.stream(handle, device)
+        counts = self.counts
+        counts[_EVENT_RECORD] = counts.get(_EVENT_RECORD, 0) + 1
+        self.sink([_EVENT_RECORD, event, sidx, stack])
 
     def event_waited(self, event: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
-        self._emit([R.EVENT_WAIT, event, self.stream(handle, device), stack])
+        sidx = self._streams.get((device, handle))
+        if sidx is None:
+            sidx = self.stream(handle, device)
+        counts = self.counts
+        counts[_EVENT_WAIT] = counts.get(_EVENT_WAIT, 0) + 1
+        self.sink([_EVENT_WAIT, event, sidx, stack])
 
     def event_synchronized(self, event: int, stack: Optional[int] = None) -> None:
         self._emit([R.EVENT_SYNC, event, stack])
@@ -176,14 +203,29 @@ class RecordEncoder:
     def memory_allocated(
         self, ptr: int, handle: int, device: int = 0, size: Optional[int] = None, stack: Optional[int] = None
     ) -> None:
-        old = self._blocks.get(ptr)
-        if old is not None:  # allocation at a live base: the free was not seen
+        blocks = self._blocks
+        if ptr in blocks:  # allocation at a live base: the free was not seen
             self._drop_block(ptr)
+        bases = self._bases
         if size:
-            self._forget_unknown_blocks(ptr, ptr + size)
-        sidx = self.stream(handle, device)
-        bid = self._insert_block(ptr, size)
-        self._emit([R.ALLOC, bid, ptr, size, sidx, stack])
+            i = _bisect_left(bases, ptr)
+            if i < len(bases) and bases[i] < ptr + size:  # known bases inside: forget unknown ones
+                self._forget_unknown_blocks(ptr, ptr + size)
+        sidx = self._streams.get((device, handle))
+        if sidx is None:
+            sidx = self.stream(handle, device)
+        # _insert_block, inlined
+        free = self._free_bids
+        if free:
+            bid = _heappop(free)
+        else:
+            bid = self._next_bid
+            self._next_bid = bid + 1
+        blocks[ptr] = [bid, size, 1]
+        _insort(bases, ptr)
+        counts = self.counts
+        counts[_ALLOC] = counts.get(_ALLOC, 0) + 1
+        self.sink([_ALLOC, bid, ptr, size, sidx, stack])
 
     def _drop_block(self, ptr: int) -> int:
         bid = self._blocks.pop(ptr)[0]
@@ -193,10 +235,17 @@ class RecordEncoder:
         return bid
 
     def memory_freed(self, ptr: int, stack: Optional[int] = None) -> None:
-        if ptr not in self._blocks:
+        entry = self._blocks.pop(ptr, None)
+        if entry is None:
             return  # allocated before recording began: nothing is known about it
-        bid = self._drop_block(ptr)
-        self._emit([R.FREE, bid, stack])
+        # _drop_block, inlined
+        bid = entry[0]
+        bases = self._bases
+        del bases[_bisect_left(bases, ptr)]
+        heapq.heappush(self._free_bids, bid)
+        counts = self.counts
+        counts[_FREE] = counts.get(_FREE, 0) + 1
+        self.sink([_FREE, bid, stack])
 
     def set_block_size(self, ptr: int, size: int) -> None:
         """Remember the size of a live block whose allocation did not say (no record)."""

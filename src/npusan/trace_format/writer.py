@@ -250,6 +250,12 @@ class MappedFileSink(FileSink):
         self._limit = -1  # commit without growing while _pos + n <= _limit (-1: refuse)
         #: Commit after every record (TraceWriter's calls); the recorder commits per batch.
         self.autocommit = True
+        #: Records handed over by :attr:`defer` and not packed yet (packed in one call at the
+        #: next commit, in order, after everything in the buffer).
+        self._recs: list = []
+        #: ``list.append`` of those records: the kill-safe recorder's encoder sink (a C call
+        #: per record: no Python frame, no pack, no buffer append until the op commits).
+        self.defer = self._recs.append
         try:
             self._grow(0, MAP_RESERVE)
         except (OSError, ValueError) as e:
@@ -259,10 +265,44 @@ class MappedFileSink(FileSink):
             raise _CannotMap(e) from e
 
     def __call__(self, rec: list) -> None:
+        if self._recs:  # deferred records come first
+            self._pack_deferred()
         buf = self._buf
         buf += self._pack(rec)
         if self.autocommit or len(buf) >= self.flush_bytes:
             self.commit()
+
+    def _packed_deferred(self) -> bytes:
+        """The deferred records packed back to back (and forgotten), as packing each would
+        give them: one pack of the list, less the array header.
+
+        If the list does not pack, each record is packed on its own: a record that cannot be
+        packed raises, with the records before it in the buffer (as if each had been packed
+        on arrival) and the rest dropped.
+        """
+        recs = self._recs
+        n = len(recs)
+        try:
+            if n == 1:
+                data = self._pack(recs[0])
+            else:
+                data = self._pack(recs)[1 if n < 16 else 3 if n < 0x10000 else 5:]
+        except BaseException:
+            out = bytearray()
+            try:
+                for r in recs:
+                    out += self._pack(r)
+            except BaseException:
+                self._buf += out
+                raise
+            finally:
+                recs.clear()
+            return bytes(out)
+        recs.clear()
+        return data
+
+    def _pack_deferred(self) -> None:
+        self._buf += self._packed_deferred()
 
     def _grow(self, need: int, reserve: int) -> None:
         size = self._size
@@ -280,8 +320,37 @@ class MappedFileSink(FileSink):
         _MAPPED.add(self)
 
     def commit(self) -> None:
-        """Copy the buffered records into the mapped file (they survive a kill from now on)."""
+        """Copy the buffered records into the mapped file (they survive a kill from now on).
+
+        With nothing in the buffer, the deferred records (:attr:`defer`) are packed and
+        copied straight into the mapping: one pack, one copy.
+        """
         buf = self._buf
+        recs = self._recs
+        if recs:
+            if buf:
+                self._pack_deferred()
+            else:
+                # _packed_deferred, inlined: this is the kill-safe recorder's per-op commit
+                k = len(recs)
+                try:
+                    data = self._pack(recs[0]) if k == 1 else self._pack(recs)[1 if k < 16 else 3 if k < 0x10000 else 5:]
+                except BaseException:
+                    # one by one into the buffer: raises at a record that cannot be packed
+                    # (the ones before it buffered); else the buffer is committed
+                    self._pack_deferred()
+                    self.commit()
+                    return
+                recs.clear()
+                pos = self._pos
+                n = len(data)
+                if pos + n > self._limit:  # grow, or refuse (error, closed, forked child)
+                    buf += data
+                    self._commit_slow()
+                    return
+                self._map[pos:pos + n] = data  # type: ignore[index]
+                self._pos = pos + n
+                return
         n = len(buf)
         if n:
             pos = self._pos
@@ -295,19 +364,19 @@ class MappedFileSink(FileSink):
     def put(self, rec: list) -> None:
         """Append one record and commit everything buffered (it survives a kill from now on).
 
-        The kill-safe recorder's per-op path: with nothing buffered, the record is packed
-        and copied straight into the mapping (one copy, no buffer round trip).
+        The kill-safe recorder's per-op path: with nothing deferred or buffered (a kernel
+        that needed no new definition, after no queued hook), the record is packed and
+        copied straight into the mapping.
         """
-        data = self._pack(rec)
-        buf = self._buf
-        if buf:  # definitions the record needs come first
-            buf += data
+        if self._recs or self._buf:
+            self._recs.append(rec)
             self.commit()
             return
+        data = self._pack(rec)
         pos = self._pos
         n = len(data)
         if pos + n > self._limit:  # grow, or refuse (error, closed, forked child)
-            buf += data
+            self._buf += data
             self._commit_slow()
             return
         self._map[pos:pos + n] = data  # type: ignore[index]
@@ -317,9 +386,11 @@ class MappedFileSink(FileSink):
         buf = self._buf
         if self.error is not None or self.closed:
             buf.clear()
+            self._recs.clear()
             self._refuse()
         if os.getpid() != self._pid:
             buf.clear()
+            self._recs.clear()
             self._limit = -1
             self.error = OSError(f"this trace belongs to process {self._pid}; a forked child does not write to it")
             raise self.error
@@ -357,6 +428,10 @@ class MappedFileSink(FileSink):
             self._last_flush = time.monotonic()
             self.commit()
 
+    def pending(self) -> int:
+        """Bytes buffered and not yet committed (deferred records count as one byte each)."""
+        return len(self._buf) + len(self._recs)
+
     def finish_after_error(self, records: Sequence[list]) -> bool:
         """After a failed commit (a full disk), write ``records`` into the reserved space.
 
@@ -371,6 +446,7 @@ class MappedFileSink(FileSink):
         self._map[self._pos:self._pos + len(data)] = data
         self._pos += len(data)
         self._buf.clear()
+        self._recs.clear()
         return True
 
     def close(self) -> None:
