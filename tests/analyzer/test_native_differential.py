@@ -170,6 +170,31 @@ def test_same_findings_on_grid_aligned_ranges(ops, max_segments):
         check(write_program(ops))
 
 
+def test_same_findings_with_accesses_a_segment_cannot_pack():
+    """The core packs a segment's accesses when their values are small (offsets and sizes
+    below 2^32, an access index below 2^16); others are kept whole. Both kinds, side by
+    side in one segment and merged, must give the Python engine's findings."""
+    buf = io.BytesIO()
+    x, y = BASE, BASE + (1 << 40)
+    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.memory_allocated(x, HANDLES[0], size=1 << 36)
+        w.memory_allocated(y, HANDLES[1], size=1 << 36)
+        for i, (off, n) in enumerate([(8, 8), ((1 << 32) - 4, 8), (1 << 33, 1 << 32), (0, (1 << 32) + 1),
+                                      (16, 8), ((1 << 35) + 3, 5)]):
+            w.kernel(HANDLES[i % 4], f"aten::k{i}", reads=[(x + off, n)], writes=[(y + off, n)])
+        # the last accesses of a long kernel: indexes past 2^16, one 2^16 after an access to the
+        # bytes just before it (the two segments must not be merged as one access's)
+        z = BASE + (1 << 41) + 100  # a block of its own: small accesses only
+        w.memory_allocated(z - 100, HANDLES[2], size=4096)
+        w.kernel(HANDLES[1], "aten::cat", reads=[(z, 8)] + [y] * ((1 << 16) - 1) + [(z + 8, 8)],
+                 writes=[(x + (1 << 33), 8), (y + (1 << 33), 16)])
+        w.kernel(HANDLES[3], "aten::zero_", reads=[], writes=[(z + 10, 2)])
+        w.kernel(HANDLES[2], "aten::fill_", reads=[], writes=[(x, 1 << 34), (y + 8, 1 << 34)])
+        w.kernel(HANDLES[3], "aten::sum", reads=[x, y], writes=[])
+    ref = check(buf.getvalue())
+    assert ref[0] == "ok" and len(ref[1]) > 5
+
+
 def test_the_generator_produces_every_kind_of_finding():
     ops = [("kernel", 1, [(0, True)]), ("kernel", 2, [(0, False)]),  # a data race
            ("kernel", 1, [(2, False)]), ("free", 2, 0, 0, True),  # a missing record_stream

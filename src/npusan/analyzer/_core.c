@@ -181,18 +181,6 @@ static inline int av_push(accv_t *v, const acc_t *a) {
     return 0;
 }
 
-static int av_copy(accv_t *dst, accv_t *src) {
-    if (src->n <= 1) { /* the common case: at most one entry, kept inline */
-        av_init(dst);
-        if (src->n) { dst->one = av_items(src)[0]; dst->n = 1; }
-        return 0;
-    }
-    av_init(dst);
-    for (uint32_t i = 0; i < src->n; i++)
-        if (av_push(dst, &av_items(src)[i])) return -1;
-    return 0;
-}
-
 static inline acc_t *av_find(accv_t *v, int32_t stream) {
     acc_t *it = av_items(v);
     for (uint32_t i = 0; i < v->n; i++) if (it[i].stream == stream) return &it[i];
@@ -206,18 +194,36 @@ static inline int av_set(accv_t *v, const acc_t *a) {
     return av_push(v, a);
 }
 
-/* latest(table, key, acc): keep the newer by seq */
-static int av_latest(accv_t *v, int32_t key, const acc_t *a) {
-    acc_t *it = av_items(v);
-    for (uint32_t i = 0; i < v->n; i++)
-        if (it[i].stream == key) { if (it[i].seq < a->seq) it[i] = *a; return 0; }
-    return av_push(v, a);
-}
-
 /* ------------------------------------------------------------------ blocks */
 
-/* a segment's state; its bytes are [ends[k-1] (0 for k == 0), ends[k]) where k is its place */
-typedef struct { accv_t writes, reads; } seg_t;
+/* A segment's state; its bytes are [ends[k-1] (0 for k == 0), ends[k]) where k is its place.
+ *
+ * Its writes and reads (a dict by stream each, writes first) are kept in one of two forms:
+ *  - inline: at most two accesses, packed (pacc_t, 28 bytes: a seq below 2^48, a stream slot
+ *    and an idx below 2^16, off and n below 2^32), so that the state is one 64-byte line;
+ *  - wide: any number of whole accesses, on the heap (wide_t).
+ * Which one is a matter of space only: every operation reads the accesses back whole
+ * (seg_get) and the form is chosen again whenever the state is written (seg_assign). The
+ * inline form holds the common states (nothing, a write, a write and a read, two reads:
+ * 94% of the segments of the ranged16 benchmark; the rest are a write and reads from two
+ * streams): with two lines per segment (two lists of 48-byte accesses) the segments of
+ * that benchmark were twice the L2 cache, and replaying range blocks waits on memory. */
+typedef struct {
+    uint32_t seq_lo; uint16_t seq_hi; uint16_t stream;
+    int32_t op, stack;
+    uint16_t idx; uint8_t write, ranged;
+    uint32_t off, n;
+} pacc_t;
+
+typedef struct { uint32_t nw, nr, cap; acc_t items[]; } wide_t; /* writes: items[0, nw), reads after */
+
+#define SEG_INLINE 2
+typedef struct {
+    uint8_t nw, nr; /* inline form: the counts (nw + nr <= SEG_INLINE) */
+    uint8_t wide;   /* 1: the state is u.w */
+    union { pacc_t in[SEG_INLINE]; wide_t *w; } u;
+} seg_t; /* (a pool of them is aligned on a line by hand: seg_reserve) */
+_Static_assert(sizeof(seg_t) == 64, "a segment's state is one cache line");
 
 typedef struct { uint64_t ptr, size; uint8_t size_known; acc_t use; } ghost_t;
 
@@ -242,6 +248,7 @@ typedef struct {
      * move only the packed ends and ord arrays (ord lives in the same allocation, after
      * segcap ends): a search touches a few cache lines, not every segment. */
     seg_t *segs; uint32_t nseg, segcap;
+    void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
     u128 *ends;
     uint16_t *ord;
     accv_t uses;
@@ -323,6 +330,7 @@ typedef struct {
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
     uint32_t seg_hint; /* target_t.seg of the access being replayed */
+    acc_t *ascr; size_t ascap; /* scratch for segments' states (seg_scratch) */
     /* error */
     int err, err_field;
 } Core;
@@ -766,14 +774,134 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
     return occ_add(c, f, acc->seq, earlier->seq, b->ptr);
 }
 
+/* ------------------------------------------------------------------ segment states (see seg_t) */
+
+static inline int packs(const acc_t *a) {
+    return (uint64_t)a->seq < (1ull << 48) && (uint32_t)a->stream <= UINT16_MAX && a->idx <= UINT16_MAX &&
+           a->off <= UINT32_MAX && a->n <= UINT32_MAX;
+}
+
+static inline void pack(pacc_t *p, const acc_t *a) {
+    p->seq_lo = (uint32_t)a->seq; p->seq_hi = (uint16_t)((uint64_t)a->seq >> 32); p->stream = (uint16_t)a->stream;
+    p->op = a->op; p->stack = a->stack; p->idx = (uint16_t)a->idx; p->write = a->write; p->ranged = a->ranged;
+    p->off = (uint32_t)a->off; p->n = (uint32_t)a->n;
+}
+
+static inline acc_t unpack(const pacc_t *p) {
+    acc_t a = {(int64_t)((uint64_t)p->seq_hi << 32 | p->seq_lo), p->stream, p->op, p->stack, p->idx, p->write,
+               p->ranged, p->off, p->n};
+    return a;
+}
+
+static inline void seg_init(seg_t *s) { s->nw = s->nr = 0; s->wide = 0; }
+static inline void seg_clear(seg_t *s) { if (s->wide) free(s->u.w); seg_init(s); }
+static inline uint32_t seg_nw(const seg_t *s) { return s->wide ? s->u.w->nw : s->nw; }
+static inline uint32_t seg_nr(const seg_t *s) { return s->wide ? s->u.w->nr : s->nr; }
+
+/* the q-th access of the state (writes first, then reads) */
+static inline acc_t seg_get(const seg_t *s, uint32_t q) { return s->wide ? s->u.w->items[q] : unpack(&s->u.in[q]); }
+
+/* s's state := writes w[0, nw), reads r[0, nr) (neither in s's own storage) */
+static int seg_assign(seg_t *s, const acc_t *w, uint32_t nw, const acc_t *r, uint32_t nr) {
+    int fit = (size_t)nw + nr <= SEG_INLINE;
+    for (uint32_t q = 0; fit && q < nw; q++) fit = packs(&w[q]);
+    for (uint32_t q = 0; fit && q < nr; q++) fit = packs(&r[q]);
+    if (fit) {
+        seg_clear(s);
+        for (uint32_t q = 0; q < nw; q++) pack(&s->u.in[q], &w[q]);
+        for (uint32_t q = 0; q < nr; q++) pack(&s->u.in[nw + q], &r[q]);
+        s->nw = (uint8_t)nw; s->nr = (uint8_t)nr;
+        return 0;
+    }
+    size_t n = (size_t)nw + nr;
+    if (!s->wide || s->u.w->cap < n) { /* wide storage, grown by doubling */
+        size_t cap = s->wide ? s->u.w->cap : 4;
+        while (cap < n) cap *= 2;
+        if (cap > UINT32_MAX) return -1;
+        wide_t *x = malloc(sizeof(wide_t) + cap * sizeof(acc_t));
+        if (!x) return -1;
+        x->cap = (uint32_t)cap;
+        seg_clear(s);
+        s->wide = 1; s->u.w = x;
+    }
+    wide_t *x = s->u.w;
+    if (nw) memcpy(x->items, w, nw * sizeof(acc_t));
+    if (nr) memcpy(x->items + nw, r, nr * sizeof(acc_t));
+    x->nw = nw; x->nr = nr;
+    return 0;
+}
+
+/* room for n accesses in the core's scratch list (never NULL on success, even for n == 0) */
+static acc_t *seg_scratch(Core *c, size_t n) {
+    if (n > c->ascap || !c->ascr) {
+        size_t cap = c->ascap ? c->ascap : 16;
+        while (cap < n) cap *= 2;
+        acc_t *p = realloc(c->ascr, cap * sizeof(acc_t));
+        if (!p) { oom(c); return NULL; }
+        c->ascr = p; c->ascap = cap;
+    }
+    return c->ascr;
+}
+
+/* the state whole, in to[0, nw + nr) */
+static void seg_unpack(const seg_t *s, acc_t *to) {
+    if (s->wide) memcpy(to, s->u.w->items, ((size_t)s->u.w->nw + s->u.w->nr) * sizeof(acc_t));
+    else for (uint32_t q = 0; q < (uint32_t)s->nw + s->nr; q++) to[q] = unpack(&s->u.in[q]);
+}
+
+/* a copy of `from` into the empty dst */
+static int seg_copy(seg_t *dst, const seg_t *from) {
+    if (!from->wide) { *dst = *from; return 0; }
+    const wide_t *x = from->u.w;
+    seg_init(dst);
+    return seg_assign(dst, x->items, x->nw, x->items + x->nw, x->nr);
+}
+
+/* writes = {a.stream: a}, reads = {} */
+static int seg_write(seg_t *s, const acc_t *a) {
+    if (packs(a)) { seg_clear(s); pack(&s->u.in[0], a); s->nw = 1; return 0; }
+    return seg_assign(s, a, 1, NULL, 0);
+}
+
+/* latest(table, key, a) on a list: keep the newer by seq */
+static inline void acc_latest(acc_t *v, uint32_t *n, const acc_t *a) {
+    for (uint32_t q = 0; q < *n; q++)
+        if (v[q].stream == a->stream) { if (v[q].seq < a->seq) v[q] = *a; return; }
+    v[(*n)++] = *a;
+}
+
+/* reads[a.stream] = a (in place when the form allows it, else through the scratch list) */
+static int seg_set_read(Core *c, seg_t *s, const acc_t *a) {
+    uint32_t nw = seg_nw(s), nr = seg_nr(s);
+    if (!s->wide && packs(a)) {
+        for (uint32_t q = nw; q < nw + nr; q++)
+            if (s->u.in[q].stream == a->stream) { pack(&s->u.in[q], a); return 0; }
+        if (nw + nr < SEG_INLINE) { pack(&s->u.in[nw + nr], a); s->nr++; return 0; }
+    }
+    if (s->wide) {
+        wide_t *x = s->u.w;
+        for (uint32_t q = nw; q < nw + nr; q++) if (x->items[q].stream == a->stream) { x->items[q] = *a; return 0; }
+        if (nw + nr < x->cap) { x->items[nw + nr] = *a; x->nr++; return 0; }
+    }
+    acc_t *t = seg_scratch(c, (size_t)nw + nr + 1);
+    if (!t) return -1;
+    seg_unpack(s, t);
+    uint32_t q = nw;
+    while (q < nw + nr && t[q].stream != a->stream) q++;
+    t[q] = *a;
+    if (q == nw + nr) nr++;
+    if (seg_assign(s, t, nw, t + nw, nr)) return oom(c);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ blocks */
 
 /* the block's own allocations (not the struct) */
 static void block_clear(block_t *b) {
     av_clear(&b->reads);
     av_clear(&b->uses);
-    for (uint32_t i = 0; i < b->nseg; i++) { av_clear(&b->segs[i].writes); av_clear(&b->segs[i].reads); }
-    free(b->segs);
+    for (uint32_t i = 0; i < b->nseg; i++) seg_clear(&b->segs[i]);
+    free(b->segmem);
     free(b->ends); /* and ord */
     free(b->recorded);
     free(b->ghosts);
@@ -826,7 +954,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
     b->has_write = 0;
     av_init(&b->reads); av_init(&b->uses);
-    b->segs = NULL; b->nseg = b->segcap = 0; b->ends = NULL; b->ord = NULL;
+    b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->ends = NULL; b->ord = NULL;
     b->recorded = NULL; b->nrec = b->reccap = 0;
     b->ghosts = NULL; b->ng = 0;
     b->views = NULL; b->nviews = 0;
@@ -1119,9 +1247,14 @@ static int seg_reserve(Core *c, block_t *b) {
     if (b->nseg < b->segcap) return 0;
     uint32_t cap = b->segcap ? b->segcap * 2 : 4;
     if (cap > 65535) return oom(c); /* ord holds 16-bit slots (segments are capped far below) */
-    seg_t *s = realloc(b->segs, cap * sizeof(seg_t));
-    if (!s) return oom(c);
-    b->segs = s;
+    /* each state in one cache line: the pool starts on a line (malloc aligns to 16 only;
+     * aligned_alloc costs more, in glibc, than this copy) */
+    void *mem = malloc(cap * sizeof(seg_t) + 63);
+    if (!mem) return oom(c);
+    seg_t *s = (seg_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    if (b->nseg) memcpy(s, b->segs, b->nseg * sizeof(seg_t));
+    free(b->segmem);
+    b->segs = s; b->segmem = mem;
     u128 *e = realloc(b->ends, cap * sizeof(u128) + cap * sizeof(uint16_t));
     if (!e) return oom(c);
     uint16_t *ord = (uint16_t *)(e + cap);
@@ -1132,14 +1265,13 @@ static int seg_reserve(Core *c, block_t *b) {
 
 static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->ends[k] = hi; }
 
-/* Insert a segment ending at hi, with copies of `writes` and `reads` (room was reserved:
- * seg_reserve); it starts where the segment before it ends. */
-static int seg_insert(Core *c, block_t *b, uint32_t at, u128 hi, accv_t *writes, accv_t *reads) {
-    accv_t w, r;
-    av_init(&w); av_init(&r);
-    if ((writes && av_copy(&w, writes)) || (reads && av_copy(&r, reads))) { av_clear(&w); av_clear(&r); return oom(c); }
+/* Insert a segment ending at hi, with a copy of the state `from` (NULL: empty) (room was
+ * reserved: seg_reserve); it starts where the segment before it ends. */
+static int seg_insert(Core *c, block_t *b, uint32_t at, u128 hi, seg_t *from) {
     uint32_t slot = b->nseg; /* the pool is dense: slots 0 .. nseg-1 are in use */
-    b->segs[slot].writes = w; b->segs[slot].reads = r;
+    seg_t *s = &b->segs[slot];
+    seg_init(s);
+    if (from && seg_copy(s, from)) return oom(c);
     memmove(&b->ends[at + 1], &b->ends[at], (b->nseg - at) * sizeof(u128));
     memmove(&b->ord[at + 1], &b->ord[at], (b->nseg - at) * sizeof(uint16_t));
     b->ends[at] = hi;
@@ -1150,7 +1282,7 @@ static int seg_insert(Core *c, block_t *b, uint32_t at, u128 hi, accv_t *writes,
 
 static void seg_remove(block_t *b, uint32_t at) {
     uint16_t slot = b->ord[at], last = (uint16_t)(b->nseg - 1);
-    av_clear(&b->segs[slot].writes); av_clear(&b->segs[slot].reads);
+    seg_clear(&b->segs[slot]);
     memmove(&b->ends[at], &b->ends[at + 1], (b->nseg - at - 1) * sizeof(u128));
     memmove(&b->ord[at], &b->ord[at + 1], (b->nseg - at - 1) * sizeof(uint16_t));
     b->nseg--;
@@ -1165,7 +1297,7 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
     uint32_t i = seg_find(b, lo), top; /* the first segment with hi > lo */
     if (seg_reserve(c, b)) return -1;
     if (seg_lo(b, i) < lo) {
-        if (seg_insert(c, b, i + 1, b->ends[i], &SEG(b, i)->writes, &SEG(b, i)->reads)) return -1;
+        if (seg_insert(c, b, i + 1, b->ends[i], SEG(b, i))) return -1;
         seg_sethi(b, i, lo);
         i++;
     }
@@ -1177,22 +1309,26 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
     }
     if (seg_reserve(c, b)) return -1;
     if (b->ends[j] > hi) {
-        if (seg_insert(c, b, j + 1, b->ends[j], &SEG(b, j)->writes, &SEG(b, j)->reads)) return -1;
+        if (seg_insert(c, b, j + 1, b->ends[j], SEG(b, j))) return -1;
         seg_sethi(b, j, hi);
     }
     *pi = i; *pj = j + 1;
     return 0;
 }
 
-static int same_state(seg_t *s, seg_t *t) {
-    if (s->writes.n != t->writes.n) return 0;
-    acc_t *a = av_items(&s->writes), *x = av_items(&t->writes);
-    for (uint32_t i = 0; i < s->writes.n; i++) if (!same_acc(&a[i], &x[i])) return 0;
-    if (s->reads.n != t->reads.n) return 0;
-    a = av_items(&s->reads);
-    for (uint32_t i = 0; i < s->reads.n; i++) {
-        acc_t *o = av_find(&t->reads, a[i].stream);
-        if (!o || !same_acc(o, &a[i])) return 0;
+static int same_state(const seg_t *s, const seg_t *t) {
+    uint32_t nw = seg_nw(s), nr = seg_nr(s);
+    if (nw != seg_nw(t) || nr != seg_nr(t)) return 0;
+    for (uint32_t i = 0; i < nw; i++) {
+        acc_t a = seg_get(s, i), x = seg_get(t, i);
+        if (!same_acc(&a, &x)) return 0;
+    }
+    for (uint32_t i = nw; i < nw + nr; i++) {
+        acc_t a = seg_get(s, i);
+        uint32_t k = nw;
+        acc_t o;
+        while (k < nw + nr && (o = seg_get(t, k)).stream != a.stream) k++;
+        if (k == nw + nr || !same_acc(&o, &a)) return 0;
     }
     return 1;
 }
@@ -1244,20 +1380,20 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     while ((long)b->nseg > c->L.max_segments) {
         uint32_t best = narrowest_pair(b);
         seg_t *s = SEG(b, best), *t = SEG(b, best + 1);
-        accv_t writes, reads;
-        av_init(&writes); av_init(&reads);
-        acc_t *it = av_items(&s->writes);
-        for (uint32_t k = 0; k < s->writes.n; k++) if (av_latest(&writes, it[k].stream, &it[k])) return oom(c);
-        it = av_items(&t->writes);
-        for (uint32_t k = 0; k < t->writes.n; k++) if (av_latest(&writes, it[k].stream, &it[k])) return oom(c);
-        accv_t *srcs[3] = {&s->reads, &t->reads, &writes};
-        for (int q = 0; q < 3; q++) {
-            it = av_items(srcs[q]);
-            for (uint32_t k = 0; k < srcs[q]->n; k++) if (av_latest(&reads, it[k].stream, &it[k])) return oom(c);
-        }
+        /* writes: latest of both; reads: latest of both and of the merged writes */
+        uint32_t snw = seg_nw(s), sn = snw + seg_nr(s), tnw = seg_nw(t), tn = tnw + seg_nr(t);
+        acc_t *si = seg_scratch(c, 3 * ((size_t)sn + tn)); /* s, t, the merged writes, the merged reads */
+        if (!si) return -1;
+        acc_t *ti = si + sn, *w = ti + tn, *r = w + sn + tn;
+        seg_unpack(s, si); seg_unpack(t, ti);
+        uint32_t nw = 0, nr = 0;
+        for (uint32_t k = 0; k < snw; k++) acc_latest(w, &nw, &si[k]);
+        for (uint32_t k = 0; k < tnw; k++) acc_latest(w, &nw, &ti[k]);
+        for (uint32_t k = snw; k < sn; k++) acc_latest(r, &nr, &si[k]);
+        for (uint32_t k = tnw; k < tn; k++) acc_latest(r, &nr, &ti[k]);
+        for (uint32_t k = 0; k < nw; k++) acc_latest(r, &nr, &w[k]);
         seg_sethi(b, best, b->ends[best + 1]);
-        av_clear(&s->writes); av_clear(&s->reads);
-        s->writes = writes; s->reads = reads;
+        if (seg_assign(s, w, nw, r, nr)) return oom(c);
         seg_remove(b, best + 1);
     }
     return 0;
@@ -1276,11 +1412,25 @@ static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, con
     return report(c, K_DATA_RACE, acc, e, b);
 }
 
+/* check_earlier against the accesses q in [from, to) of a segment's state */
+static int check_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const seg_t *s,
+                     uint32_t from, uint32_t to) {
+    for (uint32_t q = from; q < to; q++) {
+        if (!s->wide) { /* the test of check_earlier first, on the packed fields */
+            const pacc_t *p = &s->u.in[q];
+            if (p->stream == S || vec[p->stream] >= (int64_t)((uint64_t)p->seq_hi << 32 | p->seq_lo)) continue;
+        }
+        acc_t e = seg_get(s, q);
+        if (check_earlier(c, b, S, vec, acc, &e)) return -1;
+    }
+    return 0;
+}
+
 /* whole mode -> range mode: one segment with the whole state */
 static int to_segments(Core *c, block_t *b) {
     u128 end = b->size_known && b->size ? (u128)b->size : INF128;
-    if (seg_reserve(c, b) || seg_insert(c, b, 0, end, NULL, &b->reads)) return -1;
-    if (b->has_write && av_push(&SEG(b, 0)->writes, &b->write)) return oom(c);
+    if (seg_reserve(c, b) || seg_insert(c, b, 0, end, NULL)) return -1;
+    if (seg_assign(SEG(b, 0), &b->write, b->has_write, av_items(&b->reads), b->reads.n)) return oom(c);
     b->has_write = 0;
     av_clear(&b->reads);
     return 0;
@@ -1292,7 +1442,7 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
         lo = acc->off; hi = (u128)acc->off + acc->n;
-        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL, NULL))) return -1;
+        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
     }
     uint32_t i, j;
     /* An access that covers exactly one existing segment (the common case once a block's
@@ -1310,24 +1460,19 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     if (!acc->write) {
         for (uint32_t k = i; k < j; k++) {
             seg_t *s = SEG(b, k);
-            acc_t *w = av_items(&s->writes);
-            for (uint32_t q = 0; q < s->writes.n; q++) if (check_earlier(c, b, S, vec, acc, &w[q])) return -1;
-            if (av_set(&SEG(b, k)->reads, acc)) return oom(c);
+            if (check_seg(c, b, S, vec, acc, s, 0, seg_nw(s)) || seg_set_read(c, s, acc)) return -1;
         }
     } else {
         for (uint32_t k = i; k < j; k++) {
             seg_t *s = SEG(b, k);
-            accv_t *src = s->reads.n ? &s->reads : &s->writes;
-            acc_t *e = av_items(src);
-            for (uint32_t q = 0; q < src->n; q++) if (check_earlier(c, b, S, vec, acc, &e[q])) return -1;
-            s = SEG(b, k);
-            av_reset(&s->writes); av_reset(&s->reads);
-            if (av_push(&s->writes, acc)) return oom(c);
+            uint32_t nw = seg_nw(s), nr = seg_nr(s);
+            if (check_seg(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1; /* the reads, else the writes */
+            if (seg_write(s, acc)) return oom(c);
         }
         if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
-            for (uint32_t k = 0; k < b->nseg; k++) { av_clear(&b->segs[k].writes); av_clear(&b->segs[k].reads); }
-            free(b->segs); free(b->ends);
-            b->segs = NULL; b->ends = NULL; b->ord = NULL; b->nseg = b->segcap = 0;
+            for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
+            free(b->segmem); free(b->ends);
+            b->segs = NULL; b->segmem = NULL; b->ends = NULL; b->ord = NULL; b->nseg = b->segcap = 0;
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
             return 0;
@@ -1360,8 +1505,9 @@ static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
 
 /* ------------------------------------------------------------------ strided accesses (Engine.strided_access ...) */
 
-/* the race rules of one piece of contiguous state, which a strided access does not change */
-static int check_piece(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, accv_t *writes,
+/* the race rules of one piece of contiguous state, which a strided access does not change:
+ * a whole block's (one_write: its write or NULL) */
+static int check_piece(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc,
                        const acc_t *one_write, accv_t *reads) {
     if (acc->write && reads->n) {
         acc_t *r = av_items(reads);
@@ -1369,11 +1515,14 @@ static int check_piece(Core *c, block_t *b, int32_t S, const int64_t *vec, const
         return 0;
     }
     if (one_write) return check_earlier(c, b, S, vec, acc, one_write);
-    if (writes) {
-        acc_t *w = av_items(writes);
-        for (uint32_t q = 0; q < writes->n; q++) if (check_earlier(c, b, S, vec, acc, &w[q])) return -1;
-    }
     return 0;
+}
+
+/* ... and a segment's */
+static int check_piece_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, seg_t *sg) {
+    uint32_t nw = seg_nw(sg), nr = seg_nr(sg);
+    if (acc->write && nr) return check_seg(c, b, S, vec, acc, sg, nw, nw + nr);
+    return check_seg(c, b, S, vec, acc, sg, 0, nw);
 }
 
 /* any access against the block's strided entries: report, then drop the redundant ones */
@@ -1401,27 +1550,31 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
     if (!b->segs && to_segments(c, b)) return -1;
     u128 end = b->ends[b->nseg - 1], lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
-    if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL, NULL))) return -1;
+    if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
     for (uint32_t k = i; k < j; k++) {
         seg_t *sg = SEG(b, k);
+        uint32_t nw = seg_nw(sg), nr = seg_nr(sg);
+        acc_t *t = seg_scratch(c, 2 * ((size_t)nw + nr + 1)); /* the state, then its new writes */
+        if (!t) return -1;
+        seg_unpack(sg, t);
         if (e->acc.write) {
-            acc_t *w = av_items(&sg->writes);
             int newer = 0;
-            for (uint32_t q = 0; q < sg->writes.n; q++) if (w[q].stream == P && w[q].seq >= e->acc.seq) newer = 1;
-            if (!newer) {
-                accv_t nw;
-                av_init(&nw);
-                for (uint32_t q = 0; q < sg->writes.n; q++)
-                    if (w[q].stream != P && av_push(&nw, &w[q])) return oom(c);
-                if (av_push(&nw, &e->acc)) return oom(c);
-                av_clear(&sg->writes);
-                sg->writes = nw;
+            for (uint32_t q = 0; q < nw; q++) if (t[q].stream == P && t[q].seq >= e->acc.seq) newer = 1;
+            if (!newer) { /* writes = {the others..., P: e} */
+                acc_t *w = t + nw + nr;
+                uint32_t n = 0;
+                for (uint32_t q = 0; q < nw; q++) if (t[q].stream != P) w[n++] = t[q];
+                w[n++] = e->acc;
+                memcpy(w + n, t + nw, nr * sizeof(acc_t));
+                if (seg_assign(sg, w, n, w + n, nr)) return oom(c);
+                nw = n; t = w; /* the state is now w */
             }
         }
-        acc_t *r = av_find(&sg->reads, P);
-        if (!r || r->seq < e->acc.seq) { if (av_set(&sg->reads, &e->acc)) return oom(c); }
+        uint32_t q = nw;
+        while (q < nw + nr && t[q].stream != P) q++;
+        if (q == nw + nr || t[q].seq < e->acc.seq) { if (seg_set_read(c, sg, &e->acc)) return -1; }
     }
     return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
 }
@@ -1429,7 +1582,7 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
     c->nrep = 0;
     if (!b->segs) {
-        if (check_piece(c, b, S, vec, acc, NULL, b->has_write ? &b->write : NULL, &b->reads)) return -1;
+        if (check_piece(c, b, S, vec, acc, b->has_write ? &b->write : NULL, &b->reads)) return -1;
     } else {
         u128 lo = (u128)shape->lo, hi = (u128)shape_hi(shape);
         for (uint32_t k = 0; k < b->nseg; k++) {
@@ -1438,7 +1591,7 @@ static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, co
             if (shi <= lo) continue;
             if (slo >= hi) break;
             if (voverlaps_range(c, shape, slo, shi) &&
-                check_piece(c, b, S, vec, acc, &sg->writes, NULL, &sg->reads)) return -1;
+                check_piece_seg(c, b, S, vec, acc, sg)) return -1;
         }
     }
     if (b->nviews && views_meet(c, b, S, vec, acc, shape)) return -1;
@@ -1616,7 +1769,7 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
             if (!b->segs || !t->ranged || (u128)t->off >= b->ends[b->nseg - 1]) continue;
             uint32_t k = t->seg = seg_find(b, (u128)t->off);
             const seg_t *sg = &b->segs[b->ord[k]];
-            __builtin_prefetch(sg); __builtin_prefetch((const char *)sg + 64);
+            __builtin_prefetch(sg); /* one line (seg_t) */
             if (k) __builtin_prefetch(&b->segs[b->ord[k - 1]]);
             if (k + 1 < b->nseg) __builtin_prefetch(&b->segs[b->ord[k + 1]]);
         }
@@ -2038,7 +2191,7 @@ static void Core_dealloc(Core *c) {
     for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
     free(c->targets); free(c->afields); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
-    free(c->bdense); free(c->sdense);
+    free(c->bdense); free(c->sdense); free(c->ascr);
     if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
