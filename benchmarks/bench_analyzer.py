@@ -530,7 +530,8 @@ def main() -> None:
     today = datetime.date.today().isoformat()
     synthetic = [r for r in rows if r["shape"] in TARGET_SHAPES]
     met = [r["shape"] for r in synthetic if r["native_rate"] >= 5e6 and (r["ratio"] or 0) >= 50]
-    missed = [r["shape"] for r in synthetic if r["shape"] not in met]
+    missed = [f"{r['shape']} ({' and '.join(m for m, bad in (('rate', r['native_rate'] < 5e6), ('ratio', (r['ratio'] or 0) < 50)) if bad)})"
+              for r in synthetic if r["shape"] not in met]
     real = [r for r in rows if r["shape"] == "real"]
     verdict = (f"Targets (>= 5M kernel events/s and >= 50x CSAN on each synthetic shape): met by "
                f"{', '.join(met) or 'none'}; not met by {', '.join(missed) or 'none'}.")
