@@ -579,9 +579,9 @@ state then fits the caches) replay ranged16 about 1.7x faster; with 2000 blocks,
 its segment ends and the segment are three dependent cache misses per access, overlapped
 across the accesses of one kernel by prefetching but not across kernels (gathering runs of
 kernels to prefetch for all of them made the other shapes slower). With 256 ranges per
-block nearly every access also splits a segment and merges the narrowest pair back under
-the cap of 32 segments: the benchmark never reaches a state where accesses match existing
-segments.
+block nearly every access also splits a segment: a million kernels over 2000 blocks do not
+touch each block's 256 ranges often enough for accesses to find their segment already
+there.
 """
     path = update_docs(section)
     print(f"updated {os.path.relpath(path, ROOT)}")

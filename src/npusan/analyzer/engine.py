@@ -63,8 +63,14 @@ from . import strided
 from .findings import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
 from .overlap import Budget, overlaps_range
 
-#: Distinct byte-range segments kept per block before neighbours are merged.
-MAX_SEGMENTS = 32
+#: Distinct byte-range segments kept per block before neighbours are merged. Merging is
+#: conservative (it can add a report, never drop one), so this is how many separately
+#: touched slices of one buffer are told apart exactly: a flat buffer whose slices are
+#: written by different streams (gradient buckets, flattened parameters, a chunked copy
+#: pipeline) needs one segment per slice. The cap bounds what a block in range mode holds
+#: (about 80 bytes per segment in the compiled core) and, on a trace that keeps splitting a
+#: block already at the cap, the time per access, which grows with it (docs/security.md).
+MAX_SEGMENTS = 256
 #: Distinct streams one trace may use.
 MAX_STREAMS = 4096
 #: Distinct findings kept per trace; later distinct ones are only counted (``dropped``).
