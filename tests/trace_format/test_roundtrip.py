@@ -489,3 +489,22 @@ def test_a_nonzero_byte_after_the_zeros_is_corrupt_in_every_input_mode(tmp_path,
     with pytest.raises(TraceFormatError) as e:
         list(TraceReader(sources[mode]).records())
     assert str(e.value) == f"{where} is not a record (a integer, expected an array)"
+
+
+def test_a_range_past_its_block_goes_on_into_the_next_one(tmp_path):
+    """(ptr, nbytes) over two adjacent allocations is two accesses; the second block's part
+    races with another stream's read there (it was cut at the first block's end)."""
+    from npusan.analyzer.replay import analyze_traces
+
+    path = str(tmp_path / "t.npusan")
+    p = 0x10000
+    with TraceWriter(path, backend="cuda") as w:
+        w.memory_allocated(p, 0, size=64)
+        w.memory_allocated(p + 64, 0, size=64)
+        w.kernel(0x51, "aten::fill_", writes=[(p, 128 + 16)])  # both blocks, then 16 bytes of unknown memory
+        w.kernel(0x52, "aten::sum", reads=[(p + 72, 4)])
+    with open(path, "rb") as f:
+        kernels = [r for r in raw_records(f.read())[1] if r[0] == R.KERNEL]
+    assert kernels[0][4:] == [~0, ~1, [~2, 0, 16]]
+    races = analyze_traces([path]).findings
+    assert [(f.kind.value, f.block.address) for f in races] == [("data-race", p + 64)]

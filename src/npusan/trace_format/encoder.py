@@ -278,6 +278,24 @@ class RecordEncoder:
             return a
         return [a, ptr - base, int(nbytes)]
 
+    def _ranges(self, ptr: int, nbytes: int, write: bool, views: list, rec: list) -> None:
+        """The accesses of the bytes ``[ptr, ptr + nbytes)``, one per block they fall in.
+
+        A range that runs past the end of a block of known size goes on into the memory
+        after it (the next block, or memory from before recording, which becomes a block of
+        unknown size): a writer that hands over raw pointer ranges must not lose the bytes
+        past the first block, where another stream's access would then go unseen.
+        """
+        while True:
+            bid, base = self.block(ptr)
+            size = self._blocks[base][1]
+            inside = nbytes if size is None else min(nbytes, base + size - ptr)
+            if inside <= 0 or inside == nbytes:
+                rec.append(self._access((ptr, nbytes), write, views))
+                return
+            rec.append(self._access((ptr, inside), write, views))
+            ptr, nbytes = ptr + inside, nbytes - inside
+
     def _strided(self, p: Strided, write: bool, views: list):
         """A view's access: its exact range, or its hull plus a views entry (see strided.py)."""
         shape = normalize(0, p.sizes, p.strides, p.itemsize)
@@ -361,6 +379,9 @@ class RecordEncoder:
         views: list = []
         for group, write in ((reads, False), (writes, True)):
             for p in group:
+                if p.__class__ is tuple and len(p) == 2:
+                    self._ranges(p[0], p[1], write, views, rec)
+                    continue
                 acc = self._access(p, write, views)
                 if acc is not None:
                     rec.append(acc)
