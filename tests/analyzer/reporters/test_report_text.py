@@ -183,3 +183,16 @@ def test_the_article_is_the_one_the_size_is_read_with(words, expected):
     from npusan.analyzer.reporters.describe import article
 
     assert article(words) == expected
+
+
+def test_a_bug_seen_on_two_streams_names_both():
+    """Two side streams made by one line and used by one line: one entry (one fingerprint),
+    whose seen line names the stream its first finding does not."""
+    one = make_finding("missing-record-stream", later_seq=0, earlier_seq=2)
+    two = make_finding("missing-record-stream", later_seq=0, earlier_seq=3, side_handle=0x52, side_index=2,
+                       side_number=2, address=0x7F0000200000)
+    out = text([one, two])
+    assert "npusan: 1 finding" in out
+    seen = [l for l in out.splitlines() if l.strip().startswith("seen:")]
+    assert len(seen) == 1 and "also on stream #2 (cuda:0)" in seen[0]
+    assert "also on" not in text([one])
