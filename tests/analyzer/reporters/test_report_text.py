@@ -196,3 +196,11 @@ def test_a_bug_seen_on_two_streams_names_both():
     seen = [l for l in out.splitlines() if l.strip().startswith("seen:")]
     assert len(seen) == 1 and "also on stream #2 (cuda:0)" in seen[0]
     assert "also on" not in text([one])
+
+
+@pytest.mark.parametrize("n, expected", [(512, "512 B"), (4096, "4.0 KiB"), (3 << 30, "3.0 GiB"),
+                                         (4 << 40, "4.0 TiB"), ((1 << 64) - 1, "16.0 EiB")])
+def test_sizes_are_written_with_the_unit_that_fits(n, expected):
+    from npusan.analyzer.reporters.describe import human_size
+
+    assert human_size(n) == expected

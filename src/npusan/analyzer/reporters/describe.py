@@ -153,8 +153,8 @@ def assigned_name(fr: Optional[Frame], sources: Optional[SourceCache]) -> Option
 def human_size(n: Optional[int]) -> str:
     if n is None:
         return "unknown-size"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
             return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"  # pragma: no cover
