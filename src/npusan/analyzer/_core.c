@@ -329,7 +329,6 @@ typedef struct {
     int64_t vbudget_left, vgave_up;
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
-    uint32_t seg_hint; /* target_t.seg of the access being replayed */
     acc_t *ascr; size_t ascap; /* scratch for segments' states (seg_scratch) */
     /* error */
     int err, err_field;
@@ -1436,7 +1435,9 @@ static int to_segments(Core *c, block_t *b) {
     return 0;
 }
 
-static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+/* hint: the segment the kernel's prefetch pass found for acc's first byte (NO_SEG: none),
+ * checked before it is trusted (an earlier access of the same kernel may have split it) */
+static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, uint32_t hint) {
     if (!b->segs && to_segments(c, b)) return -1;
     u128 end = b->ends[b->nseg - 1], lo, hi;
     if (!acc->ranged) { lo = 0; hi = end; }
@@ -1451,7 +1452,7 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
      * segments does not change. */
     int exact = 0;
     {
-        uint32_t k = c->seg_hint; /* found by the prefetch pass, unless an earlier access of this kernel split it */
+        uint32_t k = hint;
         if (k >= b->nseg || seg_lo(b, k) > lo || b->ends[k] <= lo) k = seg_find(b, lo);
         if (seg_lo(b, k) == lo && b->ends[k] == hi) { i = k; j = k + 1; exact = 1; }
     }
@@ -1485,13 +1486,14 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
 static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
 
-static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
+static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape,
+                      uint32_t hint) {
     if (b->ng && check_ghosts(c, b, S, vec, acc)) return -1;
     if (shape) {
         if (strided_access(c, b, S, vec, acc, shape)) return -1;
     } else {
         if (!acc->ranged && !b->segs) { if (whole_access(c, b, S, vec, acc)) return -1; }
-        else if (range_access(c, b, S, vec, acc)) return -1;
+        else if (range_access(c, b, S, vec, acc, hint)) return -1;
         if (b->nviews) {
             shape_t r = {(i128)acc->off, (i128)acc->n, 0, {0}, {0}};
             c->nrep = 0;
@@ -1778,8 +1780,7 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
         acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
-        c->seg_hint = t->seg;
-        if (one_access(c, t->b, S, vec, &acc, t->shape)) return -1;
+        if (one_access(c, t->b, S, vec, &acc, t->shape, t->seg)) return -1;
     }
     return 0;
 }
