@@ -269,6 +269,10 @@ class RecordEncoder:
             return self._strided(p, write, views)
         ptr, nbytes = p
         bid, base = self.block(ptr)
+        return self._in_block(bid, base, ptr, nbytes, write)
+
+    def _in_block(self, bid: int, base: int, ptr: int, nbytes: int, write: bool):
+        """The access to ``[ptr, ptr + nbytes)`` of block ``bid`` (based at ``base``)."""
         a = ~bid if write else bid
         entry = self._blocks[base]
         size = entry[1]
@@ -278,7 +282,7 @@ class RecordEncoder:
             return a
         return [a, ptr - base, int(nbytes)]
 
-    def _ranges(self, ptr: int, nbytes: int, write: bool, views: list, rec: list) -> None:
+    def _ranges(self, ptr: int, nbytes: int, write: bool, rec: list) -> None:
         """The accesses of the bytes ``[ptr, ptr + nbytes)``, one per block they fall in.
 
         A range that runs past the end of a block of known size goes on into the memory
@@ -291,9 +295,9 @@ class RecordEncoder:
             size = self._blocks[base][1]
             inside = nbytes if size is None else min(nbytes, base + size - ptr)
             if inside <= 0 or inside == nbytes:
-                rec.append(self._access((ptr, nbytes), write, views))
+                rec.append(self._in_block(bid, base, ptr, nbytes, write))
                 return
-            rec.append(self._access((ptr, inside), write, views))
+            rec.append(self._in_block(bid, base, ptr, inside, write))
             ptr, nbytes = ptr + inside, nbytes - inside
 
     def _strided(self, p: Strided, write: bool, views: list):
@@ -379,8 +383,9 @@ class RecordEncoder:
         views: list = []
         for group, write in ((reads, False), (writes, True)):
             for p in group:
-                if p.__class__ is tuple and len(p) == 2:
-                    self._ranges(p[0], p[1], write, views, rec)
+                if not isinstance(p, (int, Strided)):  # (ptr, nbytes): maybe over several blocks
+                    ptr, nbytes = p
+                    self._ranges(ptr, nbytes, write, rec)
                     continue
                 acc = self._access(p, write, views)
                 if acc is not None:
