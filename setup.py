@@ -65,6 +65,12 @@ setup(
             ["src/npusan/analyzer/_core.c"],
             extra_compile_args=["-O3", "-std=gnu11"],
             optional=True,
-        )
+        ),
+        Extension(
+            "npusan.recorder._kernelpack",
+            ["src/npusan/recorder/_kernelpack.c"],
+            extra_compile_args=["-O2", "-std=gnu11"],
+            optional=True,
+        ),
     ],
 )

@@ -43,6 +43,10 @@ from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
 from ..trace_format.records import KERNEL as _KERNEL
+from . import kernelpack
+
+_kpack = kernelpack.pack
+_kput = kernelpack.put
 from .backends import Backend, select_backend
 from . import signals, status
 from .errors import RaceError, format_finding
@@ -126,6 +130,7 @@ class Recorder:
         #: the dispatch mode then encodes a kernel at once when nothing is queued
         #: (:meth:`kernel_now`), None otherwise (kernels are queued).
         self._put = None
+        self._put_packed = None  # the sink's put_packed, beside _put
         self._kernel_fn = self._kernel
         # Stack key of the op the dispatch mode is handling in this thread, for the
         # allocations its outputs report (same user stack: no second walk).
@@ -194,6 +199,7 @@ class Recorder:
                     # and packed in one call at each commit (once per op).
                     self.enc.sink = sink.defer
                     self._put = sink.put  # the dispatch mode's kernels: kernel_now
+                    self._put_packed = sink.put_packed
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -534,10 +540,15 @@ class Recorder:
                 try:
                     if q:  # queued events (the op's allocations, frees, event hooks) come first
                         self._drain()
-                    rec = self._kernel_record(name, device, handle, spans, key)
-                    counts = self.enc.counts
+                    enc = self.enc
+                    data = None if _kpack is None else _kpack(self._op_sids, self._sidx, self._stack_ids, enc._blocks,
+                                                              name, device, handle, spans, key)
+                    counts = enc.counts
                     counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
-                    self._put(rec)  # committed, with the records before it
+                    if data is None:  # a definition first, a strided view...: the Python encoder
+                        self._put(self._kernel_record(name, device, handle, spans, key))
+                    else:
+                        self._put_packed(data, _kput)  # committed, with the records before it
                     if q:  # a hook fired while encoding (a free from the garbage collector)
                         self._drain()
                         self._commit()

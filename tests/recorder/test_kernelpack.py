@@ -1,0 +1,168 @@
+"""The compiled KERNEL packer of the kill-safe recorder (``_kernelpack``) writes exactly the
+bytes the Python encoder's record packs to, or hands the kernel back to it."""
+
+from __future__ import annotations
+
+import types
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import torch
+
+import npusan
+from npusan import sim
+from npusan.recorder import kernelpack, session
+from npusan.recorder.session import Recorder
+from npusan.trace_format import records as R
+from npusan.trace_format.encoder import RecordEncoder
+from npusan.trace_format.writer import MappedFileSink
+
+from .test_batching import _shape
+
+pytestmark = pytest.mark.skipif(kernelpack.pack is None, reason="the _kernelpack extension is not built")
+
+_PACK = msgpack.Packer(use_bin_type=True, unicode_errors="replace").pack
+# every msgpack int size, at and beside each boundary, both signs
+_EDGES = sorted({s * ((1 << b) + d) for b in (0, 5, 7, 8, 15, 16, 31, 32, 62) for d in (-1, 0, 1) for s in (1, -1)})
+ints = st.one_of(st.sampled_from([e for e in _EDGES if e >= 0]), st.integers(0, (1 << 63) - 1))
+
+
+def _python_side(blocks, names, streams, stacks):
+    """A recorder stand-in with the state ``Recorder._kernel_record`` reads, and the records
+    its encoder emits."""
+    emitted = []
+    enc = RecordEncoder(emitted.append)
+    for base, (bid, size, extent) in blocks.items():
+        enc._blocks[base] = [bid, size, extent]
+        enc._bases.append(base)
+    enc._bases.sort()
+    fake = types.SimpleNamespace(enc=enc, _op_sids=dict(names), _sidx=dict(streams), _stack_ids=dict(stacks))
+    fake._stack = lambda key: Recorder._stack(fake, key)
+    fake.stacks = types.SimpleNamespace(resolve=lambda key: None)
+    return fake, emitted
+
+
+def _both(blocks, names, streams, stacks, name, device, handle, spans, key):
+    """(compiled bytes or None, Python record, definitions the Python side emitted first,
+    block table after each)."""
+    fast, _ = _python_side(blocks, names, streams, stacks)
+    data = kernelpack.pack(fast._op_sids, fast._sidx, fast._stack_ids, fast.enc._blocks,
+                           name, device, handle, spans, key)
+    slow, emitted = _python_side(blocks, names, streams, stacks)
+    rec = Recorder._kernel_record(slow, name, device, handle, spans, key)
+    return data, rec, emitted, fast.enc._blocks, slow.enc._blocks
+
+
+@st.composite
+def kernels(draw):
+    nblocks = draw(st.integers(1, 6))
+    blocks = {}
+    for i in range(nblocks):
+        base = 0x10000 * (i + 1)
+        size = draw(st.one_of(st.none(), ints))
+        blocks[base] = (draw(st.integers(0, 70000)), size, draw(st.integers(0, 1 << 40)))
+    names = {"aten::mm": draw(ints), "aten::add_": 3}
+    streams = {(0, 0): 0, (0, 0x7F00): draw(ints), (1, 5): 300}
+    stacks = {("k", 1): draw(st.one_of(st.none(), ints)), ("k", 2): 70000}
+    nspans = draw(st.sampled_from([0, 1, 2, 11, 12, 13, 40]))  # record arrays of 4 + n: 15/16/17 items
+    spans = []
+    for _ in range(nspans):
+        base = draw(st.sampled_from(list(blocks) + [0x999999]))  # mostly known blocks
+        off = draw(st.one_of(st.just(0), ints))
+        ext = draw(ints)
+        total = draw(st.sampled_from([ext, ext + 1, max(ext - 1, 0), draw(ints)]))
+        view = draw(st.sampled_from([None] * 12 + [(4, ((2, 8),))]))
+        spans.append((base, off, ext, total, draw(st.booleans()), view))
+    name = draw(st.sampled_from(list(names) + ["aten::new_op"]))
+    device, handle = draw(st.sampled_from(list(streams) + [(0, 0xBEEF)]))
+    key = draw(st.sampled_from(list(stacks) + [None, ("k", 3)]))
+    return blocks, names, streams, stacks, name, device, handle, spans, key
+
+
+@settings(max_examples=400, deadline=None)
+@given(kernels())
+def test_compiled_bytes_are_the_python_records_packed(case):
+    data, rec, emitted, fast_blocks, slow_blocks = _both(*case)
+    if data is not None:
+        assert emitted == []  # the compiled path is only taken when no definition is due
+        assert data == _PACK(rec)
+        assert fast_blocks == slow_blocks  # unknown-size blocks grew alike
+        assert msgpack.unpackb(data, strict_map_key=False) == rec
+
+
+def test_the_common_kernel_is_packed_natively():
+    """The path is really taken: known op, stream, stack and blocks (one of unknown size),
+    whole and partial accesses."""
+    blocks = {0x1000: (5, 64, 1), 0x2000: (200, None, 8)}
+    spans = [(0x1000, 0, 64, 64, True, None), (0x2000, 16, 32, 4096, False, None), (0x1000, 8, 8, 64, False, None)]
+    case = (blocks, {"aten::mm": 1}, {(0, 7): 2}, {("k",): 3}, "aten::mm", 0, 7, spans, ("k",))
+    data, rec, emitted, fast_blocks, slow_blocks = _both(*case)
+    assert data == _PACK(rec) and emitted == []
+    assert rec == [17, 2, 1, 3, ~5, [200, 16, 32], [5, 8, 8]]
+    assert fast_blocks[0x2000] == slow_blocks[0x2000] == [200, None, 48]  # grew to 16 + 32
+
+
+@pytest.mark.parametrize("why", ["new name", "new stream", "new stack", "new block", "strided view"])
+def test_kernels_that_need_the_python_encoder_are_handed_back(why):
+    spans = [(0x1000, 0, 64, 64, True, (8, ((2, 16),)) if why == "strided view" else None)]
+    args = [{"aten::mm": 1}, {(0, 7): 2}, {("k",): 3}, {0x1000: [5, 64, 1]}, "aten::mm", 0, 7, spans, ("k",)]
+    if why == "new name":
+        args[4] = "aten::relu"
+    elif why == "new stream":
+        args[6] = 8
+    elif why == "new stack":
+        args[8] = ("other",)
+    elif why == "new block":
+        args[3] = {}
+    assert kernelpack.pack(*args) is None
+
+
+def test_put_copies_head_past_its_header_then_data_and_refuses_what_does_not_fit(tmp_path):
+    sink = MappedFileSink(tmp_path / "p.bin")
+    m = sink._map
+    assert kernelpack.put(m, 10, 100, b"\x92abc", 1, b"XY") == 15
+    assert m[10:15] == b"abcXY"
+    assert kernelpack.put(m, 10, 14, b"\x92abc", 1, b"XY") == -1  # past the limit: nothing copied
+    assert kernelpack.put(m, 0, -1, b"", 0, b"Z") == -1  # a refusing sink (limit -1)
+    assert kernelpack.put(m, len(m) - 1, 1 << 40, b"", 0, b"ZZ") == -1  # past the mapping
+    with pytest.raises(ValueError):
+        kernelpack.put(m, 0, 100, b"ab", 3, b"")
+    sink.close()
+
+
+def _program():
+    side = sim.Stream()
+    w = torch.randn(4, 4)
+    before = torch.ones(64)  # allocated before recording: a block of unknown size
+    with npusan.record(str(_program.path), backend="sim"):
+        for i in range(40):
+            side.wait_stream(sim.current_stream())
+            with sim.stream(side):
+                h = torch.mm(w, w)
+                h.relu_()
+                before[i % 8:].add_(1)  # the unknown-size block grows
+            sim.current_stream().wait_stream(side)
+            h.record_stream(sim.current_stream())
+            y = h.t() + 1.0  # a strided view: the Python encoder's VIEWS path
+            z = torch.empty(1 << (i % 12))
+            z.fill_(i)
+            del h, y, z
+
+
+def test_a_recorded_trace_is_the_same_with_and_without_the_compiled_path(tmp_path, monkeypatch):
+    shapes = []
+    calls = []
+    compiled = session._kpack
+    monkeypatch.setattr(session, "_kpack", lambda *a: calls.append(1) or compiled(*a))
+    for mode in ("compiled", "python"):
+        if mode == "python":
+            monkeypatch.setattr(session, "_kpack", None)
+        _program.path = tmp_path / f"{mode}.npusan"
+        _program()
+        shapes.append(_shape(_program.path))
+    assert shapes[0] == shapes[1]
+    assert sum(1 for s in shapes[0] if s[0] == R.KERNEL) >= 40 * 5
+    assert len(calls) >= 40 * 5
