@@ -120,16 +120,17 @@ def test_kernels_that_need_the_python_encoder_are_handed_back(why):
     assert kernelpack.pack(*args) is None
 
 
-def test_put_copies_head_past_its_header_then_data_and_refuses_what_does_not_fit(tmp_path):
+def test_put_copies_head_then_data_and_refuses_what_does_not_fit(tmp_path):
     sink = MappedFileSink(tmp_path / "p.bin")
     m = sink._map
-    assert kernelpack.put(m, 10, 100, b"\x92abc", 1, b"XY") == 15
+    assert kernelpack.put(m, 10, 100, b"abc", b"XY") == 15
     assert m[10:15] == b"abcXY"
-    assert kernelpack.put(m, 10, 14, b"\x92abc", 1, b"XY") == -1  # past the limit: nothing copied
-    assert kernelpack.put(m, 0, -1, b"", 0, b"Z") == -1  # a refusing sink (limit -1)
-    assert kernelpack.put(m, len(m) - 1, 1 << 40, b"", 0, b"ZZ") == -1  # past the mapping
+    assert kernelpack.put(m, 10, 14, b"abc", b"XY") == -1  # past the limit: nothing copied
+    assert m[10:15] == b"abcXY"
+    assert kernelpack.put(m, 0, -1, b"", b"Z") == -1  # a refusing sink (limit -1)
+    assert kernelpack.put(m, len(m) - 1, 1 << 40, b"", b"ZZ") == -1  # past the mapping
     with pytest.raises(ValueError):
-        kernelpack.put(m, 0, 100, b"ab", 3, b"")
+        kernelpack.put(m, -1, 100, b"ab", b"")
     sink.close()
 
 
@@ -159,10 +160,124 @@ def test_a_recorded_trace_is_the_same_with_and_without_the_compiled_path(tmp_pat
     monkeypatch.setattr(session, "_kpack", lambda *a: calls.append(1) or compiled(*a))
     for mode in ("compiled", "python"):
         if mode == "python":
-            monkeypatch.setattr(session, "_kpack", None)
+            monkeypatch.setattr(session, "_kdrain", None)  # no drain spec: the Python encoder only
         _program.path = tmp_path / f"{mode}.npusan"
         _program()
         shapes.append(_shape(_program.path))
     assert shapes[0] == shapes[1]
     assert sum(1 for s in shapes[0] if s[0] == R.KERNEL) >= 40 * 5
     assert len(calls) >= 40 * 5
+
+
+# -- the queue of one op: _kernelpack.drain against Recorder._drain ---------------------------
+
+class _Stacks:
+    depth = 32
+
+    @staticmethod
+    def resolve(key):
+        return [("prog.py", len(key), "f")]
+
+
+def _recorder():
+    """A recorder with only what draining needs: its encoder packs into a list."""
+    rec = Recorder.__new__(Recorder)
+    out: list = []
+    rec.enc = RecordEncoder(out.append)
+    rec._stack_ids = {}
+    rec._op_sids, rec._sidx = {}, {}
+    rec.stacks = _Stacks()
+    rec.engine = None
+    rec._kernel_fn = rec._kernel
+    rec._deferred = __import__("collections").deque()
+    for handle in (0, 1):  # streams already defined
+        rec.enc.stream(handle, 0)
+    rec._stack(("known",))
+    before = rec.enc.block(0x900000)  # a block of unknown size (from before recording)
+    out.clear()
+    return rec, out, before
+
+
+def _queue(rec, ops):
+    q = rec._deferred
+    for op, a, b in ops:
+        if op == "alloc":
+            q.append((rec._alloc, (a, b % 3, 0, (None, 0, 16, 4096, 1 << 20)[b % 5], (None, ("known",), ("new", b))[b % 3])))
+        elif op == "free":
+            q.append((rec._free, (a, (None, ("known",), ("new", b))[b % 3])))
+        elif op == "created":
+            q.append((rec.enc.event_created, (b,)))
+        elif op == "deleted":
+            q.append((rec.enc.event_deleted, (b,)))
+        elif op == "recorded":
+            q.append((rec.enc.event_recorded, (b, a % 3, 0)))
+        elif op == "waited":
+            q.append((rec.enc.event_waited, (b, a % 3, 0)))
+        elif op == "record_stream":  # not encoded natively: called, and its records packed in place
+            q.append((rec._emit, ("record_stream", (a, b % 2, 0), ("known",))))
+        else:  # a kernel queued by another thread
+            q.append((rec._kernel_fn, ("aten::mm", 0, b % 3, [(a, 0, 16, 4096, True, None)], None)))
+
+
+def _state(rec):
+    e = rec.enc
+    return (e._blocks, e._bases, sorted(e._free_bids), e._next_bid, e.counts, e._streams, rec._stack_ids)
+
+
+ops = st.lists(st.tuples(st.sampled_from(["alloc", "alloc", "free", "free", "created", "deleted", "recorded",
+                                          "waited", "record_stream", "kernel"]),
+                         st.sampled_from([0x1000, 0x1010, 0x2000, 0x3000, 0x900000, 0x900008]),
+                         st.integers(0, 1 << 40)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=4))
+def test_compiled_drain_writes_what_the_python_drain_writes(batches):
+    py, py_out, _ = _recorder()
+    cc, cc_out, _ = _recorder()
+    spec = cc._compiled_drain_spec(types.SimpleNamespace(_recs=cc_out, _pack=_PACK, _buf=bytearray()))
+    want = got = b""
+    for batch in batches:  # the state carries over from one op's queue to the next
+        _queue(py, batch)
+        _queue(cc, batch)
+        py._drain()
+        want += b"".join(_PACK(r) for r in py_out)
+        py_out.clear()
+        got += kernelpack.drain(spec, cc._deferred)
+        assert not cc_out and not cc._deferred
+    assert got == want
+    assert _state(cc) == _state(py)
+
+
+def test_compiled_drain_encodes_the_common_hooks_itself(monkeypatch):
+    """Allocations, frees and event hooks that need no definition never reach Python."""
+    rec, out, _ = _recorder()
+    spec = rec._compiled_drain_spec(types.SimpleNamespace(_recs=out, _pack=_PACK, _buf=bytearray()))
+    _queue(rec, [("alloc", 0x1000, 1), ("created", 0, 7), ("recorded", 1, 7), ("waited", 0, 7), ("deleted", 0, 7),
+                 ("free", 0x1000, 1)])
+    for name in ("_alloc", "_free", "_emit"):
+        monkeypatch.setattr(Recorder, name, lambda *a: pytest.fail(f"{name} was called"), raising=True)
+    queued = list(rec._deferred)
+    rec._deferred.clear()
+    rec._deferred.extend(queued)  # bound methods made before the patch: the compiled path must take them
+    data = kernelpack.drain(spec, rec._deferred)
+    u = msgpack.Unpacker()
+    u.feed(data)
+    assert [r[0] for r in u] == [R.ALLOC, R.EVENT_CREATED, R.EVENT_RECORD, R.EVENT_WAIT, R.EVENT_DELETED, R.FREE]
+
+
+def test_an_error_while_draining_keeps_the_records_before_it():
+    rec, out, _ = _recorder()
+    buf = bytearray()
+    spec = rec._compiled_drain_spec(types.SimpleNamespace(_recs=out, _pack=_PACK, _buf=buf))
+    _queue(rec, [("created", 0, 5)])
+
+    def boom():
+        raise RuntimeError("boom")
+
+    rec._deferred.append((boom, ()))
+    _queue(rec, [("created", 0, 6)])
+    with pytest.raises(RuntimeError):
+        kernelpack.drain(spec, rec._deferred)
+    assert bytes(buf) == _PACK([R.EVENT_CREATED, 5, None])
+    assert len(rec._deferred) == 1  # what comes after the failing entry stays queued

@@ -114,6 +114,8 @@ static inline PyObject *lookup(PyObject *d, PyObject *k)
     return v;
 }
 
+static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 #define SPAN_MAX 28 /* one access: array header + 3 ints of 9 bytes */
 #define HEAD_MAX 41 /* the record's array header + 4 ints */
 #define STACK_BUF 4096
@@ -229,36 +231,468 @@ fallback:
     Py_RETURN_NONE;
 }
 
-/* put(mapping, pos, limit, head, skip, data) -> new pos, or -1 when it does not fit
+/* ------------------------------------------------------------------ the queue of one op */
+
+/* A growable output buffer. */
+typedef struct {
+    unsigned char *base, *end;
+    out_t o;
+} obuf_t;
+
+static int ob_reserve(obuf_t *b, size_t n)
+{
+    if ((size_t)(b->end - b->o.p) >= n)
+        return 0;
+    size_t used = (size_t)(b->o.p - b->base), cap = (size_t)(b->end - b->base);
+    size_t want = cap ? cap : 1024;
+    while (want - used < n)
+        want *= 2;
+    unsigned char *nb = PyMem_Realloc(b->base, want);
+    if (nb == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->base = nb;
+    b->o.p = nb + used;
+    b->end = nb + want;
+    return 0;
+}
+
+static int ob_bytes(obuf_t *b, PyObject *bytes)
+{
+    Py_ssize_t n = PyBytes_GET_SIZE(bytes);
+    if (ob_reserve(b, (size_t)n) < 0)
+        return -1;
+    memcpy(b->o.p, PyBytes_AS_STRING(bytes), (size_t)n);
+    b->o.p += n;
+    return 0;
+}
+
+/* The fields of the spec tuple Recorder builds at start (session.py, _drain_spec). */
+enum {
+    S_ENC, S_EV_CREATED, S_EV_DELETED, S_EV_RECORDED, S_EV_WAITED, S_REC, S_ALLOC, S_FREE,
+    S_STREAMS, S_STACK_IDS, S_BLOCKS, S_BASES, S_FREE_BIDS, S_COUNTS, S_HEAPPUSH, S_HEAPPOP,
+    S_RECS, S_PACK, S_BUF, S_NEXT_BID_NAME, S_KERNEL, S_KERNEL_RECORD, S_OP_SIDS, S_SIDX, S_LEN
+};
+
+#define T_EVENT_CREATED 6
+#define T_EVENT_DELETED 7
+#define T_EVENT_RECORD 8
+#define T_EVENT_WAIT 9
+#define T_ALLOC 13
+#define T_FREE 14
+
+static int count(PyObject *counts, int t)
+{
+    PyObject *k = PyLong_FromLong(t);
+    if (k == NULL)
+        return -1;
+    PyObject *v = PyDict_GetItemWithError(counts, k);
+    long n = 0;
+    if (v != NULL) {
+        n = PyLong_AsLong(v);
+        if (n == -1 && PyErr_Occurred()) {
+            Py_DECREF(k);
+            return -1;
+        }
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(k);
+        return -1;
+    }
+    PyObject *nv = PyLong_FromLong(n + 1);
+    int r = nv == NULL ? -1 : PyDict_SetItem(counts, k, nv);
+    Py_XDECREF(nv);
+    Py_DECREF(k);
+    return r;
+}
+
+/* The stream index of (device, handle) in the encoder, or -1 when not defined yet. */
+static int64_t stream_of(PyObject *streams, PyObject *handle, PyObject *device)
+{
+    PyObject *k = PyTuple_Pack(2, device, handle);
+    if (k == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    PyObject *v = lookup(streams, k);
+    Py_DECREF(k);
+    int ok = 1;
+    int64_t s = v == NULL ? -1 : as_i64(v, &ok);
+    return ok ? s : -1;
+}
+
+/* The stack id of a stack key: 1 with *has set (or cleared for no stack), 0 when the
+ * Python side must resolve it (a key not seen yet). */
+static int stack_of(PyObject *stack_ids, PyObject *key, int64_t *sid, int *has)
+{
+    *has = 0;
+    if (key == Py_None)
+        return 1;
+    PyObject *v = lookup(stack_ids, key);
+    if (v == NULL || v == Py_None)
+        return 0;
+    int ok = 1;
+    *sid = as_i64(v, &ok);
+    *has = 1;
+    return ok;
+}
+
+static inline void put_stack(out_t *o, int has, int64_t sid)
+{
+    if (has)
+        put_int(o, sid);
+    else
+        put_u8(o, 0xc0);
+}
+
+/* bisect.bisect_left / bisect_right over a list of ints; -1 when an item is not an int. */
+static Py_ssize_t bisect(PyObject *list, int64_t x, int right)
+{
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(list);
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) / 2;
+        int ok = 1;
+        int64_t v = as_i64(PyList_GET_ITEM(list, mid), &ok);
+        if (!ok)
+            return -1;
+        if (right ? x < v : !(v < x))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+/* One queued allocation, as Recorder._alloc -> RecordEncoder.memory_allocated encodes it,
+ * when nothing unusual is due: 1 done, 0 for the Python side (nothing changed), -1 error. */
+static int enc_alloc(PyObject *const *sp, PyObject *args, obuf_t *b)
+{
+    if (PyTuple_GET_SIZE(args) != 5)
+        return 0;
+    PyObject *ptr = PyTuple_GET_ITEM(args, 0), *handle = PyTuple_GET_ITEM(args, 1);
+    PyObject *device = PyTuple_GET_ITEM(args, 2), *size = PyTuple_GET_ITEM(args, 3);
+    int64_t sid = 0;
+    int has = 0, ok = 1;
+    if (!stack_of(sp[S_STACK_IDS], PyTuple_GET_ITEM(args, 4), &sid, &has))
+        return 0;
+    PyObject *blocks = sp[S_BLOCKS], *bases = sp[S_BASES];
+    int64_t p = as_i64(ptr, &ok);
+    int64_t n = size == Py_None ? 0 : as_i64(size, &ok);
+    if (!ok || p < 0 || n < 0 || p > INT64_MAX - n)
+        return 0;
+    PyObject *live = lookup(blocks, ptr);
+    if (live != NULL)
+        return 0; /* an allocation at a live base: the free was not seen */
+    Py_ssize_t i = bisect(bases, p, 0);
+    if (i < 0)
+        return 0;
+    if (n && i < PyList_GET_SIZE(bases)) {
+        int64_t nx = as_i64(PyList_GET_ITEM(bases, i), &ok);
+        if (!ok || nx < p + n)
+            return 0; /* known bases inside: the Python side forgets them */
+    }
+    int64_t sidx = stream_of(sp[S_STREAMS], handle, device);
+    if (sidx < 0)
+        return 0;
+    /* nothing can send it back to Python from here on */
+    PyObject *bid;
+    if (PyList_GET_SIZE(sp[S_FREE_BIDS])) {
+        bid = PyObject_CallOneArg(sp[S_HEAPPOP], sp[S_FREE_BIDS]);
+    } else {
+        bid = PyObject_GetAttr(sp[S_ENC], sp[S_NEXT_BID_NAME]);
+        if (bid != NULL) {
+            int64_t v = as_i64(bid, &ok);
+            PyObject *next = ok && v < INT64_MAX ? PyLong_FromLongLong(v + 1) : NULL;
+            if (next == NULL && !PyErr_Occurred())
+                PyErr_SetString(PyExc_OverflowError, "block id out of range");
+            if (next == NULL || PyObject_SetAttr(sp[S_ENC], sp[S_NEXT_BID_NAME], next) < 0) {
+                Py_XDECREF(next);
+                Py_CLEAR(bid);
+            } else {
+                Py_DECREF(next);
+            }
+        }
+    }
+    if (bid == NULL)
+        return -1;
+    int64_t bidv = as_i64(bid, &ok);
+    PyObject *entry = PyList_New(3);
+    if (entry == NULL || !ok) {
+        Py_XDECREF(entry);
+        Py_DECREF(bid);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_OverflowError, "block id out of range");
+        return -1;
+    }
+    Py_INCREF(size);
+    PyList_SET_ITEM(entry, 0, bid); /* steals bid */
+    PyList_SET_ITEM(entry, 1, size);
+    PyList_SET_ITEM(entry, 2, PyLong_FromLong(1));
+    if (PyList_GET_ITEM(entry, 2) == NULL || PyDict_SetItem(blocks, ptr, entry) < 0) {
+        Py_DECREF(entry);
+        return -1;
+    }
+    Py_DECREF(entry);
+    Py_ssize_t at = bisect(bases, p, 1);
+    if (at < 0 || PyList_Insert(bases, at, ptr) < 0 || count(sp[S_COUNTS], T_ALLOC) < 0)
+        return -1;
+    if (ob_reserve(b, 1 + 6 * 9) < 0)
+        return -1;
+    put_u8(&b->o, 0x96);
+    put_int(&b->o, T_ALLOC);
+    put_int(&b->o, bidv);
+    put_int(&b->o, p);
+    if (size == Py_None)
+        put_u8(&b->o, 0xc0);
+    else
+        put_int(&b->o, n);
+    put_int(&b->o, sidx);
+    put_stack(&b->o, has, sid);
+    return 1;
+}
+
+/* One queued free, as Recorder._free -> RecordEncoder.memory_freed encodes it. */
+static int enc_free(PyObject *const *sp, PyObject *args, obuf_t *b)
+{
+    if (PyTuple_GET_SIZE(args) != 2)
+        return 0;
+    PyObject *ptr = PyTuple_GET_ITEM(args, 0);
+    int64_t sid = 0;
+    int has = 0, ok = 1;
+    if (!stack_of(sp[S_STACK_IDS], PyTuple_GET_ITEM(args, 1), &sid, &has))
+        return 0;
+    PyObject *entry = lookup(sp[S_BLOCKS], ptr);
+    if (entry == NULL)
+        return 0; /* not a live block (allocated before recording): nothing to write */
+    int64_t p = as_i64(ptr, &ok);
+    if (!ok || !PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 3)
+        return 0;
+    PyObject *bid = PyList_GET_ITEM(entry, 0);
+    int64_t bidv = as_i64(bid, &ok);
+    PyObject *bases = sp[S_BASES];
+    Py_ssize_t i = bisect(bases, p, 0);
+    if (!ok || i < 0 || i >= PyList_GET_SIZE(bases))
+        return 0;
+    Py_INCREF(bid);
+    int r = PyDict_DelItem(sp[S_BLOCKS], ptr);
+    if (r == 0)
+        r = PySequence_DelItem(bases, i);
+    if (r == 0) {
+        PyObject *res = PyObject_CallFunctionObjArgs(sp[S_HEAPPUSH], sp[S_FREE_BIDS], bid, NULL);
+        r = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+    }
+    Py_DECREF(bid);
+    if (r < 0 || count(sp[S_COUNTS], T_FREE) < 0 || ob_reserve(b, 1 + 3 * 9) < 0)
+        return -1;
+    put_u8(&b->o, 0x93);
+    put_int(&b->o, T_FREE);
+    put_int(&b->o, bidv);
+    put_stack(&b->o, has, sid);
+    return 1;
+}
+
+/* One queued event hook (created, deleted, recorded, waited: no stack). */
+static int enc_event(PyObject *const *sp, int t, PyObject *args, obuf_t *b)
+{
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    int with_stream = t == T_EVENT_RECORD || t == T_EVENT_WAIT;
+    if (na != (with_stream ? 3 : 1))
+        return 0;
+    int ok = 1;
+    int64_t ev = as_i64(PyTuple_GET_ITEM(args, 0), &ok);
+    if (!ok)
+        return 0;
+    int64_t sidx = 0;
+    if (with_stream) {
+        sidx = stream_of(sp[S_STREAMS], PyTuple_GET_ITEM(args, 1), PyTuple_GET_ITEM(args, 2));
+        if (sidx < 0)
+            return 0;
+    }
+    if (count(sp[S_COUNTS], t) < 0 || ob_reserve(b, 1 + 4 * 9) < 0)
+        return -1;
+    put_u8(&b->o, with_stream ? 0x94 : 0x93);
+    put_int(&b->o, t);
+    put_int(&b->o, ev);
+    if (with_stream)
+        put_int(&b->o, sidx);
+    put_u8(&b->o, 0xc0);
+    return 1;
+}
+
+static int take_recs(PyObject *const *sp, obuf_t *b);
+
+/* A kernel queued by another thread (Recorder._drain's kernel path): packed here when no
+ * definition is due, else Recorder._kernel_record builds it. */
+static int enc_kernel(PyObject *const *sp, PyObject *args, obuf_t *b)
+{
+    if (PyTuple_GET_SIZE(args) != 5)
+        return 0;
+    PyObject *pa[9] = {sp[S_OP_SIDS], sp[S_SIDX], sp[S_STACK_IDS], sp[S_BLOCKS], PyTuple_GET_ITEM(args, 0),
+                       PyTuple_GET_ITEM(args, 1), PyTuple_GET_ITEM(args, 2), PyTuple_GET_ITEM(args, 3),
+                       PyTuple_GET_ITEM(args, 4)};
+    PyObject *data = pack(NULL, pa, 9);
+    if (data == NULL)
+        return -1;
+    if (data == Py_None) {
+        Py_DECREF(data);
+        PyObject *rec = PyObject_Call(sp[S_KERNEL_RECORD], args, NULL);
+        if (rec == NULL)
+            return -1;
+        data = take_recs(sp, b) < 0 ? NULL : PyObject_CallOneArg(sp[S_PACK], rec); /* its definitions first */
+        Py_DECREF(rec);
+        if (data == NULL)
+            return -1;
+    }
+    int r = PyBytes_Check(data) ? ob_bytes(b, data) : -1;
+    Py_DECREF(data);
+    if (r < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "pack() returned no bytes");
+        return -1;
+    }
+    return count(sp[S_COUNTS], KERNEL_TYPE) < 0 ? -1 : 1;
+}
+
+/* Pack what the Python side handed to the sink (its deferred list) into the output. */
+static int take_recs(PyObject *const *sp, obuf_t *b)
+{
+    PyObject *recs = sp[S_RECS];
+    Py_ssize_t n = PyList_GET_SIZE(recs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *data = PyObject_CallOneArg(sp[S_PACK], PyList_GET_ITEM(recs, i));
+        if (data == NULL)
+            return -1;
+        int r = PyBytes_Check(data) ? ob_bytes(b, data) : -1;
+        if (r < 0 && !PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "pack() returned no bytes");
+        Py_DECREF(data);
+        if (r < 0)
+            return -1;
+    }
+    return PyList_SetSlice(recs, 0, n, NULL);
+}
+
+/* drain(spec, queue) -> bytes
  *
- * Copies head[skip:] and then data into the writable buffer ``mapping`` (an mmap) at
- * ``pos``, when pos + their length <= limit: the kill-safe commit of one op (the records
- * its hooks deferred, packed as one list whose array header is skipped, then its kernel)
- * in one call and one copy, without the slices and bytes objects of doing it in Python.
- * The buffer is released before returning, so the mapping can still be resized. */
+ * Encodes every (fn, args) of the recorder's queue, in order, as Recorder._drain would,
+ * and returns the packed records. Allocations, frees and event hooks that need no new
+ * definition are encoded here; anything else is called (fn(*args)) and what it hands
+ * the sink is packed in its place. On an error the records encoded before it go to the
+ * sink's buffer (as the Python drain would have left them), then it raises. */
+static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != S_LEN) {
+        PyErr_SetString(PyExc_TypeError, "drain(spec, queue)");
+        return NULL;
+    }
+    PyObject *const *sp = &PyTuple_GET_ITEM(args[0], 0);
+    if (!PyList_CheckExact(sp[S_RECS]) || !PyByteArray_Check(sp[S_BUF]) || !PyDict_CheckExact(sp[S_BLOCKS]) ||
+        !PyList_CheckExact(sp[S_BASES]) || !PyList_CheckExact(sp[S_FREE_BIDS]) || !PyDict_CheckExact(sp[S_STREAMS]) ||
+        !PyDict_CheckExact(sp[S_STACK_IDS]) || !PyDict_CheckExact(sp[S_COUNTS]) || !PyDict_CheckExact(sp[S_OP_SIDS]) ||
+        !PyDict_CheckExact(sp[S_SIDX])) {
+        PyErr_SetString(PyExc_TypeError, "drain(): a malformed spec");
+        return NULL;
+    }
+    PyObject *popleft = PyObject_GetAttrString(args[1], "popleft");
+    if (popleft == NULL)
+        return NULL;
+    obuf_t b = {NULL, NULL, {NULL}};
+    int failed = PyList_GET_SIZE(sp[S_RECS]) ? take_recs(sp, &b) < 0 : 0;
+    while (!failed && PyObject_Length(args[1]) > 0) {
+        PyObject *item = PyObject_CallNoArgs(popleft);
+        if (item == NULL) {
+            failed = 1;
+            break;
+        }
+        int r = 0;
+        if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 && PyTuple_CheckExact(PyTuple_GET_ITEM(item, 1))) {
+            PyObject *fn = PyTuple_GET_ITEM(item, 0), *fa = PyTuple_GET_ITEM(item, 1);
+            if (PyMethod_Check(fn)) {
+                PyObject *f = PyMethod_GET_FUNCTION(fn), *me = PyMethod_GET_SELF(fn);
+                if (me == sp[S_ENC]) {
+                    if (f == sp[S_EV_CREATED])
+                        r = enc_event(sp, T_EVENT_CREATED, fa, &b);
+                    else if (f == sp[S_EV_DELETED])
+                        r = enc_event(sp, T_EVENT_DELETED, fa, &b);
+                    else if (f == sp[S_EV_RECORDED])
+                        r = enc_event(sp, T_EVENT_RECORD, fa, &b);
+                    else if (f == sp[S_EV_WAITED])
+                        r = enc_event(sp, T_EVENT_WAIT, fa, &b);
+                } else if (me == sp[S_REC]) {
+                    if (f == sp[S_ALLOC])
+                        r = enc_alloc(sp, fa, &b);
+                    else if (f == sp[S_FREE])
+                        r = enc_free(sp, fa, &b);
+                    else if (f == sp[S_KERNEL])
+                        r = enc_kernel(sp, fa, &b);
+                }
+            }
+            if (r == 0) { /* the Python side: fn(*args), then what it handed the sink */
+                PyObject *res = PyObject_Call(fn, fa, NULL);
+                r = res == NULL ? -1 : take_recs(sp, &b);
+                Py_XDECREF(res);
+            }
+        } else {
+            PyErr_SetString(PyExc_TypeError, "drain(): a malformed queue entry");
+            r = -1;
+        }
+        Py_DECREF(item);
+        if (r < 0)
+            failed = 1;
+    }
+    Py_DECREF(popleft);
+    size_t used = (size_t)(b.o.p - b.base);
+    PyObject *out = NULL;
+    if (failed) {
+        if (used) { /* keep what was encoded before the error */
+            PyObject *exc, *val, *tb;
+            PyErr_Fetch(&exc, &val, &tb);
+            PyObject *buf = sp[S_BUF];
+            Py_ssize_t old = PyByteArray_GET_SIZE(buf);
+            if (PyByteArray_Resize(buf, old + (Py_ssize_t)used) == 0)
+                memcpy(PyByteArray_AS_STRING(buf) + old, b.base, used);
+            else
+                PyErr_Clear();
+            PyErr_Restore(exc, val, tb);
+        }
+    } else {
+        out = PyBytes_FromStringAndSize((const char *)b.base, (Py_ssize_t)used);
+    }
+    PyMem_Free(b.base);
+    return out;
+}
+
+/* put(mapping, pos, limit, head, data) -> new pos, or -1 when it does not fit
+ *
+ * Copies head and then data into the writable buffer ``mapping`` (an mmap) at ``pos``,
+ * when pos + their length <= limit: the kill-safe commit of one op (the records its hooks
+ * queued, then its kernel) in one call and one copy, without the slices and bytes objects
+ * of doing it in Python. The buffer is released before returning, so the mapping can
+ * still be resized. */
 static PyObject *put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "put() takes 6 arguments");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "put() takes 5 arguments");
         return NULL;
     }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
     Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t skip = PyLong_AsSsize_t(args[4]);
-    if ((pos == -1 || limit == -1 || skip == -1) && PyErr_Occurred())
+    if ((pos == -1 || limit == -1) && PyErr_Occurred())
         return NULL;
-    PyObject *head = args[3], *data = args[5];
+    PyObject *head = args[3], *data = args[4];
     if (!PyBytes_Check(head) || !PyBytes_Check(data)) {
         PyErr_SetString(PyExc_TypeError, "put() copies bytes");
         return NULL;
     }
-    Py_ssize_t nh = PyBytes_GET_SIZE(head), nd = PyBytes_GET_SIZE(data);
-    if (skip < 0 || skip > nh || pos < 0) {
-        PyErr_SetString(PyExc_ValueError, "put(): bad offsets");
+    if (pos < 0) {
+        PyErr_SetString(PyExc_ValueError, "put(): a negative position");
         return NULL;
     }
-    Py_ssize_t n = nh - skip + nd;
+    Py_ssize_t nh = PyBytes_GET_SIZE(head), nd = PyBytes_GET_SIZE(data);
+    Py_ssize_t n = nh + nd;
     if (limit < 0 || n > limit - pos)
         return PyLong_FromLong(-1);
     Py_buffer view;
@@ -269,15 +703,17 @@ static PyObject *put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return PyLong_FromLong(-1);
     }
     char *dst = (char *)view.buf + pos;
-    memcpy(dst, PyBytes_AS_STRING(head) + skip, (size_t)(nh - skip));
-    memcpy(dst + (nh - skip), PyBytes_AS_STRING(data), (size_t)nd);
+    memcpy(dst, PyBytes_AS_STRING(head), (size_t)nh);
+    memcpy(dst + nh, PyBytes_AS_STRING(data), (size_t)nd);
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(pos + n);
 }
 
 static PyMethodDef methods[] = {
+    {"drain", (PyCFunction)(void (*)(void))drain, METH_FASTCALL,
+     "drain(spec, queue) -> bytes: the recorder's queue encoded and packed, in order"},
     {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
-     "put(mapping, pos, limit, head, skip, data) -> new pos, or -1 when it does not fit"},
+     "put(mapping, pos, limit, head, data) -> new pos, or -1 when it does not fit"},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,
      "pack(op_sids, sidx, stack_ids, blocks, name, device, handle, spans, key) -> bytes | None\n\n"
      "The msgpack bytes of the kernel's KERNEL record, or None when the Python encoder must "

@@ -16,8 +16,10 @@ from typing import Callable, Optional
 from ..trace_format.records import KERNEL
 
 pack: Optional[Callable[..., Optional[bytes]]] = None
-#: ``_kernelpack.put`` (copies packed records into the trace's mapping), set with ``pack``.
+#: ``_kernelpack.put`` (copies packed records into the trace's mapping) and
+#: ``_kernelpack.drain`` (encodes the recorder's queue), set with ``pack``.
 put: Optional[Callable[..., int]] = None
+drain: Optional[Callable[..., bytes]] = None
 
 if os.environ.get("NPUSAN_RECORDER") != "python":
     try:
@@ -28,3 +30,4 @@ if os.environ.get("NPUSAN_RECORDER") != "python":
         if _kernelpack.KERNEL == KERNEL:
             pack = _kernelpack.pack
             put = _kernelpack.put
+            drain = _kernelpack.drain

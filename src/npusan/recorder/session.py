@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import heapq
 import os
 import signal
 import sys
@@ -47,6 +48,7 @@ from . import kernelpack
 
 _kpack = kernelpack.pack
 _kput = kernelpack.put
+_kdrain = kernelpack.drain
 from .backends import Backend, select_backend
 from . import signals, status
 from .errors import RaceError, format_finding
@@ -131,6 +133,9 @@ class Recorder:
         #: (:meth:`kernel_now`), None otherwise (kernels are queued).
         self._put = None
         self._put_packed = None  # the sink's put_packed, beside _put
+        #: What ``_kernelpack.drain`` needs to encode this recorder's queue (durable file
+        #: mode with the extension built), else None.
+        self._drain_spec: Optional[tuple] = None
         self._kernel_fn = self._kernel
         # Stack key of the op the dispatch mode is handling in this thread, for the
         # allocations its outputs report (same user stack: no second walk).
@@ -200,6 +205,7 @@ class Recorder:
                     self.enc.sink = sink.defer
                     self._put = sink.put  # the dispatch mode's kernels: kernel_now
                     self._put_packed = sink.put_packed
+                    self._drain_spec = self._compiled_drain_spec(sink)
             if self.online is not None:
                 from ..analyzer.native import make_engine
                 from ..trace_format.header import build_header
@@ -538,17 +544,24 @@ class Recorder:
                     return
                 self._busy = True
                 try:
-                    if q:  # queued events (the op's allocations, frees, event hooks) come first
-                        self._drain()
-                    enc = self.enc
-                    data = None if _kpack is None else _kpack(self._op_sids, self._sidx, self._stack_ids, enc._blocks,
-                                                              name, device, handle, spans, key)
-                    counts = enc.counts
-                    counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
-                    if data is None:  # a definition first, a strided view...: the Python encoder
+                    spec = self._drain_spec
+                    if spec is None:  # the Python encoder only (the extension is not built)
+                        if q:  # queued events (the op's allocations, frees, event hooks) come first
+                            self._drain()
                         self._put(self._kernel_record(name, device, handle, spans, key))
                     else:
-                        self._put_packed(data, _kput)  # committed, with the records before it
+                        # the same records, packed by compiled code where no definition is due
+                        head = _kdrain(spec, q) if q else b""
+                        enc = self.enc
+                        data = _kpack(self._op_sids, self._sidx, self._stack_ids, enc._blocks,
+                                      name, device, handle, spans, key)
+                        if data is None:  # a definition first, a strided view...: the Python encoder
+                            self._put_packed(b"", _kput, head)
+                            self._put(self._kernel_record(name, device, handle, spans, key))
+                        else:
+                            self._put_packed(data, _kput, head)  # committed, with the records before it
+                    counts = self.enc.counts
+                    counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
                     if q:  # a hook fired while encoding (a free from the garbage collector)
                         self._drain()
                         self._commit()
@@ -556,6 +569,19 @@ class Recorder:
                     self._busy = False
         except Exception as e:
             self._fail(e)
+
+    def _compiled_drain_spec(self, sink) -> Optional[tuple]:
+        """The state ``_kernelpack.drain`` reads and updates, as the Python encoder does
+        (the order is the C side's ``S_*`` fields), or None without the extension."""
+        if _kdrain is None:
+            return None
+        enc = self.enc
+        E = type(enc)
+        return (enc, E.event_created, E.event_deleted, E.event_recorded, E.event_waited,
+                self, type(self)._alloc, type(self)._free, enc._streams, self._stack_ids, enc._blocks,
+                enc._bases, enc._free_bids, enc.counts, heapq.heappush, heapq.heappop,
+                sink._recs, sink._pack, sink._buf, "_next_bid", type(self)._kernel, self._kernel_record,
+                self._op_sids, self._sidx)
 
     def _stack(self, key) -> Optional[int]:
         if key is None:

@@ -382,33 +382,22 @@ class MappedFileSink(FileSink):
         self._map[pos:pos + n] = data  # type: ignore[index]
         self._pos = pos + n
 
-    def put_packed(self, data: bytes, copy) -> None:
-        """:meth:`put` for a record packed already: the recorder's compiled kernel path.
+    def put_packed(self, data: bytes, copy, head: bytes = b"") -> None:
+        """:meth:`put` for records packed already (the recorder's compiled path): ``head``
+        (an op's queued records) then ``data`` (its kernel), committed.
 
-        ``copy`` is ``_kernelpack.put``: the deferred records (packed as one list, less its
-        array header) and ``data`` are copied into the mapping in one call.
+        ``copy`` is ``_kernelpack.put``, which copies both into the mapping in one call.
         """
         buf = self._buf
-        recs = self._recs
-        if buf or not recs:
-            head = b""
-            skip = 0
-        else:
-            k = len(recs)
-            try:
-                head = self._pack(recs)
-            except BaseException:
-                head = None
-            skip = 1 if k < 16 else 3 if k < 0x10000 else 5
-        if head is None or buf:  # a record that does not pack (raises below), or bytes buffered
+        if self._recs or buf:
             self._pack_deferred()
+            buf += head
             buf += data
             self.commit()
             return
-        recs.clear()
-        pos = copy(self._map, self._pos, self._limit, head, skip, data)
+        pos = copy(self._map, self._pos, self._limit, head, data)
         if pos < 0:  # grow, or refuse (error, closed, forked child)
-            buf += head[skip:]
+            buf += head
             buf += data
             self._commit_slow()
             return
