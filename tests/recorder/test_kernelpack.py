@@ -3,6 +3,7 @@ bytes the Python encoder's record packs to, or hands the kernel back to it."""
 
 from __future__ import annotations
 
+import os
 import types
 
 import msgpack
@@ -20,6 +21,7 @@ from npusan.trace_format import records as R
 from npusan.trace_format.encoder import RecordEncoder
 from npusan.trace_format.writer import MappedFileSink
 
+from .conftest import records
 from .test_batching import _shape
 
 pytestmark = pytest.mark.skipif(kernelpack.pack is None, reason="the _kernelpack extension is not built")
@@ -120,20 +122,6 @@ def test_kernels_that_need_the_python_encoder_are_handed_back(why):
     assert kernelpack.pack(*args) is None
 
 
-def test_put_copies_head_then_data_and_refuses_what_does_not_fit(tmp_path):
-    sink = MappedFileSink(tmp_path / "p.bin")
-    m = sink._map
-    assert kernelpack.put(m, 10, 100, b"abc", b"XY") == 15
-    assert m[10:15] == b"abcXY"
-    assert kernelpack.put(m, 10, 14, b"abc", b"XY") == -1  # past the limit: nothing copied
-    assert m[10:15] == b"abcXY"
-    assert kernelpack.put(m, 0, -1, b"", b"Z") == -1  # a refusing sink (limit -1)
-    assert kernelpack.put(m, len(m) - 1, 1 << 40, b"", b"ZZ") == -1  # past the mapping
-    with pytest.raises(ValueError):
-        kernelpack.put(m, -1, 100, b"ab", b"")
-    sink.close()
-
-
 def _program():
     side = sim.Stream()
     w = torch.randn(4, 4)
@@ -156,17 +144,36 @@ def _program():
 def test_a_recorded_trace_is_the_same_with_and_without_the_compiled_path(tmp_path, monkeypatch):
     shapes = []
     calls = []
-    compiled = session._kpack
-    monkeypatch.setattr(session, "_kpack", lambda *a: calls.append(1) or compiled(*a))
+    compiled = session._kop
+    monkeypatch.setattr(session, "_kop", lambda *a: calls.append(1) or compiled(*a))
     for mode in ("compiled", "python"):
         if mode == "python":
-            monkeypatch.setattr(session, "_kdrain", None)  # no drain spec: the Python encoder only
+            monkeypatch.setattr(session, "_kop", None)  # the Python encoder only
         _program.path = tmp_path / f"{mode}.npusan"
         _program()
         shapes.append(_shape(_program.path))
     assert shapes[0] == shapes[1]
     assert sum(1 for s in shapes[0] if s[0] == R.KERNEL) >= 40 * 5
     assert len(calls) >= 40 * 5
+
+
+def test_a_long_run_grows_the_mapping_through_the_compiled_commit(tmp_path, monkeypatch):
+    from npusan.trace_format.writer import MAP_STEP_MIN
+
+    calls = []
+    compiled = session._kop
+    monkeypatch.setattr(session, "_kop", lambda *a: calls.append(compiled(*a)) or calls[-1])
+    path = tmp_path / "long.npusan"
+    x = torch.ones(4)
+    n = 60000
+    with npusan.record(str(path), backend="sim"):
+        for _ in range(n):
+            x.add_(1)
+    assert os.path.getsize(path) > MAP_STEP_MIN  # past the first mapping: grown on the way
+    recs, _ = records(path)
+    assert sum(1 for r in recs if r[0] == R.KERNEL) == n
+    assert calls.count(True) >= n - 2  # all but the first kernels packed natively
+    assert torch.equal(x, torch.full((4,), float(n + 1)))
 
 
 # -- the queue of one op: _kernelpack.drain against Recorder._drain ---------------------------

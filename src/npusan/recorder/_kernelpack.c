@@ -22,6 +22,9 @@
 #include <stdint.h>
 #include <string.h>
 
+/* attribute names, interned at import */
+static PyObject *str_map, *str_pos, *str_limit, *str_commit, *str_commit_slow, *str_next_bid;
+
 #define KERNEL_TYPE 17 /* records.KERNEL, checked at import by the Python side */
 
 typedef struct {
@@ -38,7 +41,7 @@ static inline void put_be(out_t *o, uint64_t v, int n)
 
 /* msgpack's smallest form, as msgpack-python packs a Python int (unsigned forms for
  * values >= 0). At most 9 bytes. */
-static inline void put_int(out_t *o, int64_t d)
+static __attribute__((noinline)) void put_int(out_t *o, int64_t d)
 {
     if (d < -(1LL << 5)) {
         if (d < -(1LL << 15)) {
@@ -114,125 +117,6 @@ static inline PyObject *lookup(PyObject *d, PyObject *k)
     return v;
 }
 
-static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-
-#define SPAN_MAX 28 /* one access: array header + 3 ints of 9 bytes */
-#define HEAD_MAX 41 /* the record's array header + 4 ints */
-#define STACK_BUF 4096
-
-static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)self;
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "pack() takes 9 arguments");
-        return NULL;
-    }
-    PyObject *op_sids = args[0], *sidx_map = args[1], *stack_ids = args[2], *blocks = args[3];
-    PyObject *name = args[4], *device = args[5], *handle = args[6], *spans = args[7], *key = args[8];
-    if (!PyDict_CheckExact(op_sids) || !PyDict_CheckExact(sidx_map) || !PyDict_CheckExact(stack_ids) ||
-        !PyDict_CheckExact(blocks) || !PyList_CheckExact(spans))
-        Py_RETURN_NONE;
-    int ok = 1;
-
-    PyObject *op = lookup(op_sids, name);
-    if (op == NULL)
-        Py_RETURN_NONE;
-    int64_t op_id = as_i64(op, &ok);
-    PyObject *skey = PyTuple_Pack(2, device, handle);
-    if (skey == NULL)
-        return NULL;
-    PyObject *sv = lookup(sidx_map, skey);
-    Py_DECREF(skey);
-    if (sv == NULL)
-        Py_RETURN_NONE;
-    int64_t sidx = as_i64(sv, &ok);
-    int64_t stack = 0;
-    int has_stack = 0;
-    if (key != Py_None) {
-        PyObject *st = lookup(stack_ids, key);
-        if (st == NULL)
-            Py_RETURN_NONE;
-        if (st != Py_None) {
-            stack = as_i64(st, &ok);
-            has_stack = 1;
-        }
-    }
-    if (!ok)
-        Py_RETURN_NONE;
-
-    Py_ssize_t n = PyList_GET_SIZE(spans);
-    size_t cap = HEAD_MAX + (size_t)n * SPAN_MAX;
-    unsigned char local[STACK_BUF];
-    unsigned char *buf = local;
-    if (cap > sizeof(local)) {
-        buf = PyMem_Malloc(cap);
-        if (buf == NULL)
-            return PyErr_NoMemory();
-    }
-    out_t o = {buf};
-    put_array(&o, 4 + n);
-    put_int(&o, KERNEL_TYPE);
-    put_int(&o, sidx);
-    put_int(&o, op_id);
-    if (has_stack)
-        put_int(&o, stack);
-    else
-        put_u8(&o, 0xc0);
-
-    PyObject *result = Py_None;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *sp = PyList_GET_ITEM(spans, i);
-        if (!PyTuple_CheckExact(sp) || PyTuple_GET_SIZE(sp) != 6 || PyTuple_GET_ITEM(sp, 5) != Py_None)
-            goto fallback; /* a strided view (a VIEWS record) or an odd span */
-        PyObject *entry = lookup(blocks, PyTuple_GET_ITEM(sp, 0));
-        if (entry == NULL || !PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 3)
-            goto fallback; /* first seen here: a BLOCK_DEF comes first */
-        int64_t bid = as_i64(PyList_GET_ITEM(entry, 0), &ok);
-        int64_t off = as_i64(PyTuple_GET_ITEM(sp, 1), &ok);
-        int64_t ext = as_i64(PyTuple_GET_ITEM(sp, 2), &ok);
-        int64_t total = as_i64(PyTuple_GET_ITEM(sp, 3), &ok);
-        PyObject *w = PyTuple_GET_ITEM(sp, 4);
-        if (!ok || (w != Py_True && w != Py_False) || off < 0 || ext < 0 || off > INT64_MAX - ext)
-            goto fallback;
-        if (PyList_GET_ITEM(entry, 1) == Py_None) {
-            /* a block of unknown size (from before recording): its extent grows to cover
-             * what is accessed, as the Python encoder does (a fallback later redoes it: the
-             * same maximum) */
-            int64_t extent = as_i64(PyList_GET_ITEM(entry, 2), &ok);
-            if (!ok)
-                goto fallback;
-            if (off + ext > extent) {
-                PyObject *grown = PyLong_FromLongLong(off + ext);
-                if (grown == NULL) {
-                    PyErr_Clear();
-                    goto fallback;
-                }
-                PyList_SetItem(entry, 2, grown); /* steals grown, drops the old extent */
-            }
-        }
-        int64_t a = w == Py_True ? ~bid : bid;
-        if (off == 0 && ext >= total) {
-            put_int(&o, a);
-        } else {
-            put_u8(&o, 0x93);
-            put_int(&o, a);
-            put_int(&o, off);
-            put_int(&o, ext);
-        }
-    }
-    result = PyBytes_FromStringAndSize((const char *)buf, (Py_ssize_t)(o.p - buf));
-    if (buf != local)
-        PyMem_Free(buf);
-    return result;
-
-fallback:
-    if (buf != local)
-        PyMem_Free(buf);
-    Py_RETURN_NONE;
-}
-
-/* ------------------------------------------------------------------ the queue of one op */
-
 /* A growable output buffer. */
 typedef struct {
     unsigned char *base, *end;
@@ -268,11 +152,125 @@ static int ob_bytes(obuf_t *b, PyObject *bytes)
     return 0;
 }
 
+#define SPAN_MAX 28 /* one access: array header + 3 ints of 9 bytes */
+#define HEAD_MAX 41 /* the record's array header + 4 ints */
+
+/* The KERNEL record of (op_sids, sidx, stack_ids, blocks, name, device, handle, spans, key)
+ * appended to b: 1, or 0 with b unchanged when the Python encoder must build it, -1 on an
+ * error (out of memory). */
+static int pack_kernel(PyObject *const *args, obuf_t *b)
+{
+    PyObject *op_sids = args[0], *sidx_map = args[1], *stack_ids = args[2], *blocks = args[3];
+    PyObject *name = args[4], *device = args[5], *handle = args[6], *spans = args[7], *key = args[8];
+    if (!PyDict_CheckExact(op_sids) || !PyDict_CheckExact(sidx_map) || !PyDict_CheckExact(stack_ids) ||
+        !PyDict_CheckExact(blocks) || !PyList_CheckExact(spans))
+        return 0;
+    int ok = 1;
+    PyObject *op = lookup(op_sids, name);
+    if (op == NULL)
+        return 0;
+    int64_t op_id = as_i64(op, &ok);
+    PyObject *skey = PyTuple_Pack(2, device, handle);
+    if (skey == NULL)
+        return -1;
+    PyObject *sv = lookup(sidx_map, skey);
+    Py_DECREF(skey);
+    if (sv == NULL)
+        return 0;
+    int64_t sidx = as_i64(sv, &ok);
+    int64_t stack = 0;
+    int has_stack = 0;
+    if (key != Py_None) {
+        PyObject *st = lookup(stack_ids, key);
+        if (st == NULL)
+            return 0;
+        if (st != Py_None) {
+            stack = as_i64(st, &ok);
+            has_stack = 1;
+        }
+    }
+    if (!ok)
+        return 0;
+    Py_ssize_t n = PyList_GET_SIZE(spans);
+    if (ob_reserve(b, HEAD_MAX + (size_t)n * SPAN_MAX) < 0)
+        return -1;
+    unsigned char *start = b->o.p;
+    out_t *o = &b->o;
+    put_array(o, 4 + n);
+    put_int(o, KERNEL_TYPE);
+    put_int(o, sidx);
+    put_int(o, op_id);
+    if (has_stack)
+        put_int(o, stack);
+    else
+        put_u8(o, 0xc0);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *sp = PyList_GET_ITEM(spans, i);
+        if (!PyTuple_CheckExact(sp) || PyTuple_GET_SIZE(sp) != 6 || PyTuple_GET_ITEM(sp, 5) != Py_None)
+            goto fallback; /* a strided view (a VIEWS record) or an odd span */
+        PyObject *entry = lookup(blocks, PyTuple_GET_ITEM(sp, 0));
+        if (entry == NULL || !PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 3)
+            goto fallback; /* first seen here: a BLOCK_DEF comes first */
+        int64_t bid = as_i64(PyList_GET_ITEM(entry, 0), &ok);
+        int64_t off = as_i64(PyTuple_GET_ITEM(sp, 1), &ok);
+        int64_t ext = as_i64(PyTuple_GET_ITEM(sp, 2), &ok);
+        int64_t total = as_i64(PyTuple_GET_ITEM(sp, 3), &ok);
+        PyObject *w = PyTuple_GET_ITEM(sp, 4);
+        if (!ok || (w != Py_True && w != Py_False) || off < 0 || ext < 0 || off > INT64_MAX - ext)
+            goto fallback;
+        if (PyList_GET_ITEM(entry, 1) == Py_None) {
+            /* a block of unknown size (from before recording): its extent grows to cover
+             * what is accessed, as the Python encoder does (a fallback later redoes it: the
+             * same maximum) */
+            int64_t extent = as_i64(PyList_GET_ITEM(entry, 2), &ok);
+            if (!ok)
+                goto fallback;
+            if (off + ext > extent) {
+                PyObject *grown = PyLong_FromLongLong(off + ext);
+                if (grown == NULL) {
+                    PyErr_Clear();
+                    goto fallback;
+                }
+                PyList_SetItem(entry, 2, grown); /* steals grown, drops the old extent */
+            }
+        }
+        int64_t a = w == Py_True ? ~bid : bid;
+        if (off == 0 && ext >= total) {
+            put_int(o, a);
+        } else {
+            put_u8(o, 0x93);
+            put_int(o, a);
+            put_int(o, off);
+            put_int(o, ext);
+        }
+    }
+    return 1;
+
+fallback:
+    o->p = start;
+    return 0;
+}
+
+static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "pack() takes 9 arguments");
+        return NULL;
+    }
+    obuf_t b = {NULL, NULL, {NULL}};
+    int r = pack_kernel(args, &b);
+    PyObject *out = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None)
+                                         : PyBytes_FromStringAndSize((const char *)b.base, b.o.p - b.base);
+    PyMem_Free(b.base);
+    return out;
+}
+
 /* The fields of the spec tuple Recorder builds at start (session.py, _drain_spec). */
 enum {
     S_ENC, S_EV_CREATED, S_EV_DELETED, S_EV_RECORDED, S_EV_WAITED, S_REC, S_ALLOC, S_FREE,
     S_STREAMS, S_STACK_IDS, S_BLOCKS, S_BASES, S_FREE_BIDS, S_COUNTS, S_HEAPPUSH, S_HEAPPOP,
-    S_RECS, S_PACK, S_BUF, S_NEXT_BID_NAME, S_KERNEL, S_KERNEL_RECORD, S_OP_SIDS, S_SIDX, S_LEN
+    S_RECS, S_PACK, S_BUF, S_KERNEL, S_KERNEL_RECORD, S_OP_SIDS, S_SIDX, S_SINK, S_LEN
 };
 
 #define T_EVENT_CREATED 6
@@ -399,13 +397,13 @@ static int enc_alloc(PyObject *const *sp, PyObject *args, obuf_t *b)
     if (PyList_GET_SIZE(sp[S_FREE_BIDS])) {
         bid = PyObject_CallOneArg(sp[S_HEAPPOP], sp[S_FREE_BIDS]);
     } else {
-        bid = PyObject_GetAttr(sp[S_ENC], sp[S_NEXT_BID_NAME]);
+        bid = PyObject_GetAttr(sp[S_ENC], str_next_bid);
         if (bid != NULL) {
             int64_t v = as_i64(bid, &ok);
             PyObject *next = ok && v < INT64_MAX ? PyLong_FromLongLong(v + 1) : NULL;
             if (next == NULL && !PyErr_Occurred())
                 PyErr_SetString(PyExc_OverflowError, "block id out of range");
-            if (next == NULL || PyObject_SetAttr(sp[S_ENC], sp[S_NEXT_BID_NAME], next) < 0) {
+            if (next == NULL || PyObject_SetAttr(sp[S_ENC], str_next_bid, next) < 0) {
                 Py_XDECREF(next);
                 Py_CLEAR(bid);
             } else {
@@ -531,26 +529,22 @@ static int enc_kernel(PyObject *const *sp, PyObject *args, obuf_t *b)
     PyObject *pa[9] = {sp[S_OP_SIDS], sp[S_SIDX], sp[S_STACK_IDS], sp[S_BLOCKS], PyTuple_GET_ITEM(args, 0),
                        PyTuple_GET_ITEM(args, 1), PyTuple_GET_ITEM(args, 2), PyTuple_GET_ITEM(args, 3),
                        PyTuple_GET_ITEM(args, 4)};
-    PyObject *data = pack(NULL, pa, 9);
-    if (data == NULL)
-        return -1;
-    if (data == Py_None) {
-        Py_DECREF(data);
+    int r = pack_kernel(pa, b);
+    if (r == 0) {
         PyObject *rec = PyObject_Call(sp[S_KERNEL_RECORD], args, NULL);
         if (rec == NULL)
             return -1;
-        data = take_recs(sp, b) < 0 ? NULL : PyObject_CallOneArg(sp[S_PACK], rec); /* its definitions first */
+        PyObject *data = take_recs(sp, b) < 0 ? NULL : PyObject_CallOneArg(sp[S_PACK], rec); /* its definitions first */
         Py_DECREF(rec);
         if (data == NULL)
             return -1;
-    }
-    int r = PyBytes_Check(data) ? ob_bytes(b, data) : -1;
-    Py_DECREF(data);
-    if (r < 0) {
-        if (!PyErr_Occurred())
+        r = PyBytes_Check(data) ? ob_bytes(b, data) : -1;
+        Py_DECREF(data);
+        if (r < 0 && !PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "pack() returned no bytes");
-        return -1;
     }
+    if (r < 0)
+        return -1;
     return count(sp[S_COUNTS], KERNEL_TYPE) < 0 ? -1 : 1;
 }
 
@@ -573,147 +567,221 @@ static int take_recs(PyObject *const *sp, obuf_t *b)
     return PyList_SetSlice(recs, 0, n, NULL);
 }
 
-/* drain(spec, queue) -> bytes
- *
- * Encodes every (fn, args) of the recorder's queue, in order, as Recorder._drain would,
- * and returns the packed records. Allocations, frees and event hooks that need no new
- * definition are encoded here; anything else is called (fn(*args)) and what it hands
- * the sink is packed in its place. On an error the records encoded before it go to the
- * sink's buffer (as the Python drain would have left them), then it raises. */
-static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static int check_spec(PyObject *spec)
 {
-    (void)self;
-    if (nargs != 2 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != S_LEN) {
-        PyErr_SetString(PyExc_TypeError, "drain(spec, queue)");
-        return NULL;
+    if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != S_LEN) {
+        PyErr_SetString(PyExc_TypeError, "a malformed spec");
+        return -1;
     }
-    PyObject *const *sp = &PyTuple_GET_ITEM(args[0], 0);
+    PyObject *const *sp = &PyTuple_GET_ITEM(spec, 0);
     if (!PyList_CheckExact(sp[S_RECS]) || !PyByteArray_Check(sp[S_BUF]) || !PyDict_CheckExact(sp[S_BLOCKS]) ||
         !PyList_CheckExact(sp[S_BASES]) || !PyList_CheckExact(sp[S_FREE_BIDS]) || !PyDict_CheckExact(sp[S_STREAMS]) ||
         !PyDict_CheckExact(sp[S_STACK_IDS]) || !PyDict_CheckExact(sp[S_COUNTS]) || !PyDict_CheckExact(sp[S_OP_SIDS]) ||
         !PyDict_CheckExact(sp[S_SIDX])) {
-        PyErr_SetString(PyExc_TypeError, "drain(): a malformed spec");
-        return NULL;
+        PyErr_SetString(PyExc_TypeError, "a malformed spec");
+        return -1;
     }
-    PyObject *popleft = PyObject_GetAttrString(args[1], "popleft");
+    return 0;
+}
+
+/* Every (fn, args) of the queue, in order, encoded into b as Recorder._drain would encode
+ * it: allocations, frees, event hooks and kernels that need no new definition here,
+ * anything else called (fn(*args)) and what it handed the sink packed in its place.
+ * 0, or -1 on an error (what was encoded before it stays in b). */
+static int drain_into(PyObject *const *sp, PyObject *q, obuf_t *b)
+{
+    if (PyList_GET_SIZE(sp[S_RECS]) && take_recs(sp, b) < 0)
+        return -1;
+    if (PyObject_Length(q) <= 0)
+        return 0;
+    PyObject *popleft = PyObject_GetAttrString(q, "popleft");
     if (popleft == NULL)
-        return NULL;
-    obuf_t b = {NULL, NULL, {NULL}};
-    int failed = PyList_GET_SIZE(sp[S_RECS]) ? take_recs(sp, &b) < 0 : 0;
-    while (!failed && PyObject_Length(args[1]) > 0) {
+        return -1;
+    int r = 0;
+    while (r >= 0 && PyObject_Length(q) > 0) {
         PyObject *item = PyObject_CallNoArgs(popleft);
         if (item == NULL) {
-            failed = 1;
+            r = -1;
             break;
         }
-        int r = 0;
+        r = 0;
         if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 && PyTuple_CheckExact(PyTuple_GET_ITEM(item, 1))) {
             PyObject *fn = PyTuple_GET_ITEM(item, 0), *fa = PyTuple_GET_ITEM(item, 1);
             if (PyMethod_Check(fn)) {
                 PyObject *f = PyMethod_GET_FUNCTION(fn), *me = PyMethod_GET_SELF(fn);
                 if (me == sp[S_ENC]) {
                     if (f == sp[S_EV_CREATED])
-                        r = enc_event(sp, T_EVENT_CREATED, fa, &b);
+                        r = enc_event(sp, T_EVENT_CREATED, fa, b);
                     else if (f == sp[S_EV_DELETED])
-                        r = enc_event(sp, T_EVENT_DELETED, fa, &b);
+                        r = enc_event(sp, T_EVENT_DELETED, fa, b);
                     else if (f == sp[S_EV_RECORDED])
-                        r = enc_event(sp, T_EVENT_RECORD, fa, &b);
+                        r = enc_event(sp, T_EVENT_RECORD, fa, b);
                     else if (f == sp[S_EV_WAITED])
-                        r = enc_event(sp, T_EVENT_WAIT, fa, &b);
+                        r = enc_event(sp, T_EVENT_WAIT, fa, b);
                 } else if (me == sp[S_REC]) {
                     if (f == sp[S_ALLOC])
-                        r = enc_alloc(sp, fa, &b);
+                        r = enc_alloc(sp, fa, b);
                     else if (f == sp[S_FREE])
-                        r = enc_free(sp, fa, &b);
+                        r = enc_free(sp, fa, b);
                     else if (f == sp[S_KERNEL])
-                        r = enc_kernel(sp, fa, &b);
+                        r = enc_kernel(sp, fa, b);
                 }
             }
             if (r == 0) { /* the Python side: fn(*args), then what it handed the sink */
                 PyObject *res = PyObject_Call(fn, fa, NULL);
-                r = res == NULL ? -1 : take_recs(sp, &b);
+                r = res == NULL ? -1 : take_recs(sp, b);
                 Py_XDECREF(res);
             }
         } else {
-            PyErr_SetString(PyExc_TypeError, "drain(): a malformed queue entry");
+            PyErr_SetString(PyExc_TypeError, "a malformed queue entry");
             r = -1;
         }
         Py_DECREF(item);
-        if (r < 0)
-            failed = 1;
     }
     Py_DECREF(popleft);
-    size_t used = (size_t)(b.o.p - b.base);
-    PyObject *out = NULL;
-    if (failed) {
-        if (used) { /* keep what was encoded before the error */
-            PyObject *exc, *val, *tb;
-            PyErr_Fetch(&exc, &val, &tb);
-            PyObject *buf = sp[S_BUF];
-            Py_ssize_t old = PyByteArray_GET_SIZE(buf);
-            if (PyByteArray_Resize(buf, old + (Py_ssize_t)used) == 0)
-                memcpy(PyByteArray_AS_STRING(buf) + old, b.base, used);
-            else
-                PyErr_Clear();
-            PyErr_Restore(exc, val, tb);
-        }
-    } else {
-        out = PyBytes_FromStringAndSize((const char *)b.base, (Py_ssize_t)used);
+    return r < 0 ? -1 : 0;
+}
+
+/* b's bytes appended to the sink's buffer (where the Python side commits them from),
+ * keeping any pending exception. */
+static int to_sink_buffer(PyObject *const *sp, obuf_t *b)
+{
+    size_t used = (size_t)(b->o.p - b->base);
+    if (!used)
+        return 0;
+    PyObject *exc, *val, *tb;
+    PyErr_Fetch(&exc, &val, &tb);
+    PyObject *buf = sp[S_BUF];
+    Py_ssize_t old = PyByteArray_GET_SIZE(buf);
+    int r = PyByteArray_Resize(buf, old + (Py_ssize_t)used);
+    if (r == 0)
+        memcpy(PyByteArray_AS_STRING(buf) + old, b->base, used);
+    if (exc != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(exc, val, tb);
     }
+    b->o.p = b->base;
+    return r;
+}
+
+/* drain(spec, queue) -> bytes: the queue encoded (see drain_into). On an error the records
+ * encoded before it go to the sink's buffer, as the Python drain would leave them. */
+static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "drain(spec, queue)");
+        return NULL;
+    }
+    if (check_spec(args[0]) < 0)
+        return NULL;
+    PyObject *const *sp = &PyTuple_GET_ITEM(args[0], 0);
+    obuf_t b = {NULL, NULL, {NULL}};
+    PyObject *out = NULL;
+    if (drain_into(sp, args[1], &b) < 0)
+        to_sink_buffer(sp, &b);
+    else
+        out = PyBytes_FromStringAndSize((const char *)b.base, b.o.p - b.base);
     PyMem_Free(b.base);
     return out;
 }
 
-/* put(mapping, pos, limit, head, data) -> new pos, or -1 when it does not fit
+/* b committed by the sink (MappedFileSink): copied into its mapping when nothing else is
+ * waiting and it fits, else handed to its buffer and its own commit. */
+static int commit(PyObject *const *sp, obuf_t *b)
+{
+    PyObject *sink = sp[S_SINK];
+    PyObject *how = NULL;
+    Py_ssize_t n = b->o.p - b->base;
+    if (PyByteArray_GET_SIZE(sp[S_BUF]) || PyList_GET_SIZE(sp[S_RECS])) {
+        how = str_commit;
+    } else {
+        PyObject *pos_o = PyObject_GetAttr(sink, str_pos);
+        PyObject *limit_o = pos_o == NULL ? NULL : PyObject_GetAttr(sink, str_limit);
+        Py_ssize_t pos = pos_o == NULL ? -1 : PyLong_AsSsize_t(pos_o);
+        Py_ssize_t limit = limit_o == NULL ? -1 : PyLong_AsSsize_t(limit_o);
+        Py_XDECREF(pos_o);
+        Py_XDECREF(limit_o);
+        if (PyErr_Occurred())
+            return -1;
+        if (pos < 0 || limit < 0 || n > limit - pos) {
+            how = str_commit_slow; /* grow, or refuse (error, closed, forked child) */
+        } else {
+            PyObject *map = PyObject_GetAttr(sink, str_map);
+            if (map == NULL)
+                return -1;
+            Py_buffer view;
+            int r = PyObject_GetBuffer(map, &view, PyBUF_WRITABLE);
+            Py_DECREF(map);
+            if (r < 0)
+                return -1;
+            if (pos + n > view.len) {
+                PyBuffer_Release(&view);
+                how = str_commit_slow;
+            } else {
+                memcpy((char *)view.buf + pos, b->base, (size_t)n);
+                PyBuffer_Release(&view);
+                b->o.p = b->base;
+                PyObject *np = PyLong_FromSsize_t(pos + n);
+                r = np == NULL ? -1 : PyObject_SetAttr(sink, str_pos, np);
+                Py_XDECREF(np);
+                return r;
+            }
+        }
+    }
+    if (to_sink_buffer(sp, b) < 0)
+        return -1;
+    PyObject *res = PyObject_CallMethodNoArgs(sink, how);
+    Py_XDECREF(res);
+    return res == NULL ? -1 : 0;
+}
+
+/* op(spec, queue, name, device, handle, spans, key) -> bool
  *
- * Copies head and then data into the writable buffer ``mapping`` (an mmap) at ``pos``,
- * when pos + their length <= limit: the kill-safe commit of one op (the records its hooks
- * queued, then its kernel) in one call and one copy, without the slices and bytes objects
- * of doing it in Python. The buffer is released before returning, so the mapping can
- * still be resized. */
-static PyObject *put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+ * One op of the kill-safe recorder: its queue encoded (drain_into), then its kernel packed,
+ * all committed into the trace's mapping: True. False when the kernel needs the Python
+ * encoder: the queue's records are then in the sink's buffer, and Recorder._kernel_record
+ * and the sink's put() do the rest. */
+static PyObject *op(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "put() takes 5 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "op(spec, queue, name, device, handle, spans, key)");
         return NULL;
     }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
-    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
-    if ((pos == -1 || limit == -1) && PyErr_Occurred())
+    if (check_spec(args[0]) < 0)
         return NULL;
-    PyObject *head = args[3], *data = args[4];
-    if (!PyBytes_Check(head) || !PyBytes_Check(data)) {
-        PyErr_SetString(PyExc_TypeError, "put() copies bytes");
-        return NULL;
+    PyObject *const *sp = &PyTuple_GET_ITEM(args[0], 0);
+    obuf_t b = {NULL, NULL, {NULL}};
+    PyObject *out = NULL;
+    if (drain_into(sp, args[1], &b) < 0) {
+        to_sink_buffer(sp, &b);
+        goto done;
     }
-    if (pos < 0) {
-        PyErr_SetString(PyExc_ValueError, "put(): a negative position");
-        return NULL;
+    PyObject *pa[9] = {sp[S_OP_SIDS], sp[S_SIDX], sp[S_STACK_IDS], sp[S_BLOCKS], args[2], args[3], args[4], args[5],
+                       args[6]};
+    int r = pack_kernel(pa, &b);
+    if (r <= 0) {
+        to_sink_buffer(sp, &b);
+        if (r == 0)
+            out = Py_NewRef(Py_False);
+        goto done;
     }
-    Py_ssize_t nh = PyBytes_GET_SIZE(head), nd = PyBytes_GET_SIZE(data);
-    Py_ssize_t n = nh + nd;
-    if (limit < 0 || n > limit - pos)
-        return PyLong_FromLong(-1);
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
-        return NULL;
-    if (pos + n > view.len) {
-        PyBuffer_Release(&view);
-        return PyLong_FromLong(-1);
+    if (count(sp[S_COUNTS], KERNEL_TYPE) < 0 || commit(sp, &b) < 0) {
+        to_sink_buffer(sp, &b);
+        goto done;
     }
-    char *dst = (char *)view.buf + pos;
-    memcpy(dst, PyBytes_AS_STRING(head), (size_t)nh);
-    memcpy(dst + nh, PyBytes_AS_STRING(data), (size_t)nd);
-    PyBuffer_Release(&view);
-    return PyLong_FromSsize_t(pos + n);
+    out = Py_NewRef(Py_True);
+done:
+    PyMem_Free(b.base);
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"drain", (PyCFunction)(void (*)(void))drain, METH_FASTCALL,
      "drain(spec, queue) -> bytes: the recorder's queue encoded and packed, in order"},
-    {"put", (PyCFunction)(void (*)(void))put, METH_FASTCALL,
-     "put(mapping, pos, limit, head, data) -> new pos, or -1 when it does not fit"},
+    {"op", (PyCFunction)(void (*)(void))op, METH_FASTCALL,
+     "op(spec, queue, name, device, handle, spans, key) -> bool: one op encoded and committed"},
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL,
      "pack(op_sids, sidx, stack_ids, blocks, name, device, handle, spans, key) -> bytes | None\n\n"
      "The msgpack bytes of the kernel's KERNEL record, or None when the Python encoder must "
@@ -728,6 +796,13 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__kernelpack(void)
 {
+    if ((str_map = PyUnicode_InternFromString("_map")) == NULL ||
+        (str_pos = PyUnicode_InternFromString("_pos")) == NULL ||
+        (str_limit = PyUnicode_InternFromString("_limit")) == NULL ||
+        (str_commit = PyUnicode_InternFromString("commit")) == NULL ||
+        (str_commit_slow = PyUnicode_InternFromString("_commit_slow")) == NULL ||
+        (str_next_bid = PyUnicode_InternFromString("_next_bid")) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "KERNEL", KERNEL_TYPE) < 0) {
         Py_DECREF(m);

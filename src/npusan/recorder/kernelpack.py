@@ -1,11 +1,17 @@
-"""The kill-safe recorder's KERNEL records, packed by compiled code when it is built.
+"""The kill-safe recorder's records, encoded by compiled code when it is built.
 
-:data:`pack` is ``_kernelpack.pack`` (see ``_kernelpack.c``): the msgpack bytes of the
-record :meth:`Recorder._kernel_record <npusan.recorder.session.Recorder._kernel_record>`
-would build for a kernel that needs no new definition, else None. Where the extension is
-not built (no compiler when the package was installed) it is None and every kernel goes
-through the Python encoder: the same trace, a little slower to record. ``NPUSAN_RECORDER=python``
-turns it off (to compare the two).
+With a durable trace (a regular file) every op is encoded and committed before it
+returns. ``_kernelpack.c`` does that for the common op: :data:`op` encodes the op's queued
+allocations, frees and event hooks and its KERNEL record exactly as
+:meth:`Recorder._drain <npusan.recorder.session.Recorder._drain>` and
+:meth:`Recorder._kernel_record <npusan.recorder.session.Recorder._kernel_record>` would,
+and copies the bytes into the trace's mapping; whatever needs a definition first (a new
+op name, stream, stack or block, a strided view) is handed to the Python encoder in its
+place. :data:`pack` and :data:`drain` are its two halves, for the tests.
+
+Where the extension is not built (no compiler when the package was installed) these are
+None and the Python encoder does everything: the same trace, a little slower to record.
+``NPUSAN_RECORDER=python`` turns it off on purpose (to compare the two).
 """
 
 from __future__ import annotations
@@ -15,10 +21,8 @@ from typing import Callable, Optional
 
 from ..trace_format.records import KERNEL
 
+op: Optional[Callable[..., bool]] = None
 pack: Optional[Callable[..., Optional[bytes]]] = None
-#: ``_kernelpack.put`` (copies packed records into the trace's mapping) and
-#: ``_kernelpack.drain`` (encodes the recorder's queue), set with ``pack``.
-put: Optional[Callable[..., int]] = None
 drain: Optional[Callable[..., bytes]] = None
 
 if os.environ.get("NPUSAN_RECORDER") != "python":
@@ -28,6 +32,4 @@ if os.environ.get("NPUSAN_RECORDER") != "python":
         pass
     else:
         if _kernelpack.KERNEL == KERNEL:
-            pack = _kernelpack.pack
-            put = _kernelpack.put
-            drain = _kernelpack.drain
+            op, pack, drain = _kernelpack.op, _kernelpack.pack, _kernelpack.drain

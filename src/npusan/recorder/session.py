@@ -46,9 +46,7 @@ from ..trace_format.encoder import RecordEncoder
 from ..trace_format.records import KERNEL as _KERNEL
 from . import kernelpack
 
-_kpack = kernelpack.pack
-_kput = kernelpack.put
-_kdrain = kernelpack.drain
+_kop = kernelpack.op
 from .backends import Backend, select_backend
 from . import signals, status
 from .errors import RaceError, format_finding
@@ -132,9 +130,8 @@ class Recorder:
         #: the dispatch mode then encodes a kernel at once when nothing is queued
         #: (:meth:`kernel_now`), None otherwise (kernels are queued).
         self._put = None
-        self._put_packed = None  # the sink's put_packed, beside _put
-        #: What ``_kernelpack.drain`` needs to encode this recorder's queue (durable file
-        #: mode with the extension built), else None.
+        #: What ``_kernelpack.op`` needs to encode and commit an op (durable file mode with
+        #: the extension built), else None.
         self._drain_spec: Optional[tuple] = None
         self._kernel_fn = self._kernel
         # Stack key of the op the dispatch mode is handling in this thread, for the
@@ -204,7 +201,6 @@ class Recorder:
                     # and packed in one call at each commit (once per op).
                     self.enc.sink = sink.defer
                     self._put = sink.put  # the dispatch mode's kernels: kernel_now
-                    self._put_packed = sink.put_packed
                     self._drain_spec = self._compiled_drain_spec(sink)
             if self.online is not None:
                 from ..analyzer.native import make_engine
@@ -545,23 +541,14 @@ class Recorder:
                 self._busy = True
                 try:
                     spec = self._drain_spec
-                    if spec is None:  # the Python encoder only (the extension is not built)
+                    if spec is None or not _kop(spec, q, name, device, handle, spans, key):
+                        # the Python encoder: the extension is not built, or this kernel needs
+                        # a definition first (a new name, stream, stack or block, a strided view)
                         if q:  # queued events (the op's allocations, frees, event hooks) come first
                             self._drain()
                         self._put(self._kernel_record(name, device, handle, spans, key))
-                    else:
-                        # the same records, packed by compiled code where no definition is due
-                        head = _kdrain(spec, q) if q else b""
-                        enc = self.enc
-                        data = _kpack(self._op_sids, self._sidx, self._stack_ids, enc._blocks,
-                                      name, device, handle, spans, key)
-                        if data is None:  # a definition first, a strided view...: the Python encoder
-                            self._put_packed(b"", _kput, head)
-                            self._put(self._kernel_record(name, device, handle, spans, key))
-                        else:
-                            self._put_packed(data, _kput, head)  # committed, with the records before it
-                    counts = self.enc.counts
-                    counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
+                        counts = self.enc.counts
+                        counts[_KERNEL] = counts.get(_KERNEL, 0) + 1
                     if q:  # a hook fired while encoding (a free from the garbage collector)
                         self._drain()
                         self._commit()
@@ -571,17 +558,17 @@ class Recorder:
             self._fail(e)
 
     def _compiled_drain_spec(self, sink) -> Optional[tuple]:
-        """The state ``_kernelpack.drain`` reads and updates, as the Python encoder does
-        (the order is the C side's ``S_*`` fields), or None without the extension."""
-        if _kdrain is None:
+        """The state ``_kernelpack.op`` reads and updates, as the Python encoder and the
+        sink do (the order is the C side's ``S_*`` fields), or None without the extension."""
+        if _kop is None:
             return None
         enc = self.enc
         E = type(enc)
         return (enc, E.event_created, E.event_deleted, E.event_recorded, E.event_waited,
                 self, type(self)._alloc, type(self)._free, enc._streams, self._stack_ids, enc._blocks,
                 enc._bases, enc._free_bids, enc.counts, heapq.heappush, heapq.heappop,
-                sink._recs, sink._pack, sink._buf, "_next_bid", type(self)._kernel, self._kernel_record,
-                self._op_sids, self._sidx)
+                sink._recs, sink._pack, sink._buf, type(self)._kernel, self._kernel_record,
+                self._op_sids, self._sidx, sink)
 
     def _stack(self, key) -> Optional[int]:
         if key is None:

@@ -382,27 +382,6 @@ class MappedFileSink(FileSink):
         self._map[pos:pos + n] = data  # type: ignore[index]
         self._pos = pos + n
 
-    def put_packed(self, data: bytes, copy, head: bytes = b"") -> None:
-        """:meth:`put` for records packed already (the recorder's compiled path): ``head``
-        (an op's queued records) then ``data`` (its kernel), committed.
-
-        ``copy`` is ``_kernelpack.put``, which copies both into the mapping in one call.
-        """
-        buf = self._buf
-        if self._recs or buf:
-            self._pack_deferred()
-            buf += head
-            buf += data
-            self.commit()
-            return
-        pos = copy(self._map, self._pos, self._limit, head, data)
-        if pos < 0:  # grow, or refuse (error, closed, forked child)
-            buf += head
-            buf += data
-            self._commit_slow()
-            return
-        self._pos = pos
-
     def _commit_slow(self) -> None:
         buf = self._buf
         if self.error is not None or self.closed:
