@@ -305,3 +305,32 @@ def test_same_stream_is_always_ordered():
         p.write(S1, X)
         p.read(S1, X)
     assert p.findings() == []
+
+
+# -- a hand-made range past the end of a block of known size -------------------------------
+
+
+def _raw(p: Prog, stream: int, access) -> None:
+    """A kernel whose access is written as given (npusan's writers split ranges at a block's
+    end; a hand-made trace need not)."""
+    p.enc.kernel_blocks(p.enc.stream(stream), p.enc.string("aten::raw"), [access])
+
+
+@pytest.mark.parametrize(
+    "second, races",
+    [
+        (lambda bid: [bid, 105, 10], 1),  # the same bytes past the end: a conflict
+        (lambda bid: bid, 1),  # the whole block
+        (lambda bid: [bid, 0, 50], 0),  # bytes inside, apart from the range
+        (lambda bid: [bid, 110, 4], 0),  # past the end, apart from the range
+    ],
+)
+def test_a_range_past_the_end_of_its_block_is_not_clipped(second, races):
+    p = Prog()
+    p.stream_created(S1)
+    p.stream_created(S2)
+    p.memory_allocated(X, S0, size=100)
+    bid = p.enc.block(X)[0]
+    _raw(p, S1, [~bid, 90, 20])  # writes [90, 110) of a 100-byte block
+    _raw(p, S2, second(bid))
+    assert len(p.races()) == races
