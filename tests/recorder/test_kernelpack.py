@@ -288,3 +288,17 @@ def test_an_error_while_draining_keeps_the_records_before_it():
         kernelpack.drain(spec, rec._deferred)
     assert bytes(buf) == _PACK([R.EVENT_CREATED, 5, None])
     assert len(rec._deferred) == 1  # what comes after the failing entry stays queued
+
+
+def test_a_record_that_does_not_pack_keeps_the_ones_before_it_and_drops_the_rest():
+    """As the sink's own deferred packing does (test_deferred_commit.py)."""
+    rec, out, _ = _recorder()
+    buf = bytearray()
+    spec = rec._compiled_drain_spec(types.SimpleNamespace(_recs=out, _pack=_PACK, _buf=buf))
+    out.extend([[R.NOTE, "info", "a"], [R.NOTE, "info", 1 << 70], [R.NOTE, "info", "c"]])  # 2^70 does not pack
+    _queue(rec, [("created", 0, 5)])
+    with pytest.raises(OverflowError):
+        kernelpack.drain(spec, rec._deferred)
+    assert bytes(buf) == _PACK([R.NOTE, "info", "a"])
+    assert out == []
+    assert len(rec._deferred) == 1  # nothing of the queue was encoded yet

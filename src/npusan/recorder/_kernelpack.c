@@ -551,20 +551,22 @@ static int enc_kernel(PyObject *const *sp, PyObject *args, obuf_t *b)
 /* Pack what the Python side handed to the sink (its deferred list) into the output. */
 static int take_recs(PyObject *const *sp, obuf_t *b)
 {
+    /* as MappedFileSink._packed_deferred: a record that does not pack raises, with the
+     * records before it packed and the rest dropped */
     PyObject *recs = sp[S_RECS];
-    Py_ssize_t n = PyList_GET_SIZE(recs);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *data = PyObject_CallOneArg(sp[S_PACK], PyList_GET_ITEM(recs, i));
-        if (data == NULL)
-            return -1;
-        int r = PyBytes_Check(data) ? ob_bytes(b, data) : -1;
+    int r = 0;
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_GET_SIZE(recs); i++) {
+        PyObject *rec = Py_NewRef(PyList_GET_ITEM(recs, i));
+        PyObject *data = PyObject_CallOneArg(sp[S_PACK], rec);
+        Py_DECREF(rec);
+        r = data == NULL ? -1 : PyBytes_Check(data) ? ob_bytes(b, data) : -1;
         if (r < 0 && !PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "pack() returned no bytes");
-        Py_DECREF(data);
-        if (r < 0)
-            return -1;
+        Py_XDECREF(data);
     }
-    return PyList_SetSlice(recs, 0, n, NULL);
+    if (PyList_SetSlice(recs, 0, PyList_GET_SIZE(recs), NULL) < 0)
+        r = -1;
+    return r;
 }
 
 static int check_spec(PyObject *spec)
