@@ -569,11 +569,17 @@ static int take_recs(PyObject *const *sp, obuf_t *b)
     return r;
 }
 
-static int check_spec(PyObject *spec)
+/* The fields of a call's spec (its first argument), checked; NULL with an error. */
+static PyObject *const *spec_of(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *usage)
 {
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    PyObject *spec = args[0];
     if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != S_LEN) {
         PyErr_SetString(PyExc_TypeError, "a malformed spec");
-        return -1;
+        return NULL;
     }
     PyObject *const *sp = &PyTuple_GET_ITEM(spec, 0);
     if (!PyList_CheckExact(sp[S_RECS]) || !PyByteArray_Check(sp[S_BUF]) || !PyDict_CheckExact(sp[S_BLOCKS]) ||
@@ -581,9 +587,9 @@ static int check_spec(PyObject *spec)
         !PyDict_CheckExact(sp[S_STACK_IDS]) || !PyDict_CheckExact(sp[S_COUNTS]) || !PyDict_CheckExact(sp[S_OP_SIDS]) ||
         !PyDict_CheckExact(sp[S_SIDX])) {
         PyErr_SetString(PyExc_TypeError, "a malformed spec");
-        return -1;
+        return NULL;
     }
-    return 0;
+    return sp;
 }
 
 /* Every (fn, args) of the queue, in order, encoded into b as Recorder._drain would encode
@@ -671,13 +677,9 @@ static int to_sink_buffer(PyObject *const *sp, obuf_t *b)
 static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "drain(spec, queue)");
+    PyObject *const *sp = spec_of(args, nargs, 2, "drain(spec, queue)");
+    if (sp == NULL)
         return NULL;
-    }
-    if (check_spec(args[0]) < 0)
-        return NULL;
-    PyObject *const *sp = &PyTuple_GET_ITEM(args[0], 0);
     obuf_t b = {NULL, NULL, {NULL}};
     PyObject *out = NULL;
     if (drain_into(sp, args[1], &b) < 0)
@@ -747,13 +749,9 @@ static int commit(PyObject *const *sp, obuf_t *b)
 static PyObject *op(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "op(spec, queue, name, device, handle, spans, key)");
+    PyObject *const *sp = spec_of(args, nargs, 7, "op(spec, queue, name, device, handle, spans, key)");
+    if (sp == NULL)
         return NULL;
-    }
-    if (check_spec(args[0]) < 0)
-        return NULL;
-    PyObject *const *sp = &PyTuple_GET_ITEM(args[0], 0);
     obuf_t b = {NULL, NULL, {NULL}};
     PyObject *out = NULL;
     if (drain_into(sp, args[1], &b) < 0) {
