@@ -23,7 +23,7 @@
 #include <string.h>
 
 /* attribute names, interned at import */
-static PyObject *str_map, *str_pos, *str_limit, *str_commit, *str_commit_slow, *str_next_bid;
+static PyObject *str_map, *str_pos, *str_limit, *str_commit, *str_commit_slow, *str_next_bid, *str_popleft;
 
 #define KERNEL_TYPE 17 /* records.KERNEL, checked at import by the Python side */
 
@@ -121,6 +121,7 @@ static inline PyObject *lookup(PyObject *d, PyObject *k)
 typedef struct {
     unsigned char *base, *end;
     out_t o;
+    uint32_t counts[32]; /* records encoded, by type: added to the encoder's counts at the end */
 } obuf_t;
 
 static int ob_reserve(obuf_t *b, size_t n)
@@ -258,7 +259,7 @@ static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "pack() takes 9 arguments");
         return NULL;
     }
-    obuf_t b = {NULL, NULL, {NULL}};
+    obuf_t b = {NULL, NULL, {NULL}, {0}};
     int r = pack_kernel(args, &b);
     PyObject *out = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None)
                                          : PyBytes_FromStringAndSize((const char *)b.base, b.o.p - b.base);
@@ -280,27 +281,34 @@ enum {
 #define T_ALLOC 13
 #define T_FREE 14
 
-static int count(PyObject *counts, int t)
+/* The records b holds, added to the encoder's counts (a dict by record type); an
+ * exception already pending is kept. */
+static int flush_counts(PyObject *const *sp, obuf_t *b)
 {
-    PyObject *k = PyLong_FromLong(t);
-    if (k == NULL)
-        return -1;
-    PyObject *v = PyDict_GetItemWithError(counts, k);
-    long n = 0;
-    if (v != NULL) {
-        n = PyLong_AsLong(v);
-        if (n == -1 && PyErr_Occurred()) {
-            Py_DECREF(k);
-            return -1;
-        }
-    } else if (PyErr_Occurred()) {
-        Py_DECREF(k);
+    PyObject *counts = sp[S_COUNTS];
+    PyObject *exc, *val, *tb;
+    PyErr_Fetch(&exc, &val, &tb);
+    int r = 0;
+    for (int t = 0; t < 32; t++) {
+        if (!b->counts[t])
+            continue;
+        PyObject *k = PyLong_FromLong(t);
+        PyObject *v = k == NULL ? NULL : PyDict_GetItemWithError(counts, k);
+        long n = v == NULL ? 0 : PyLong_AsLong(v);
+        PyObject *nv = PyErr_Occurred() ? NULL : PyLong_FromLong(n + (long)b->counts[t]);
+        if (nv == NULL || PyDict_SetItem(counts, k, nv) < 0)
+            r = -1;
+        Py_XDECREF(nv);
+        Py_XDECREF(k);
+        b->counts[t] = 0;
+        if (r < 0)
+            break;
+    }
+    if (exc != NULL) {
+        PyErr_Clear();
+        PyErr_Restore(exc, val, tb);
         return -1;
     }
-    PyObject *nv = PyLong_FromLong(n + 1);
-    int r = nv == NULL ? -1 : PyDict_SetItem(counts, k, nv);
-    Py_XDECREF(nv);
-    Py_DECREF(k);
     return r;
 }
 
@@ -432,10 +440,11 @@ static int enc_alloc(PyObject *const *sp, PyObject *args, obuf_t *b)
     }
     Py_DECREF(entry);
     Py_ssize_t at = bisect(bases, p, 1);
-    if (at < 0 || PyList_Insert(bases, at, ptr) < 0 || count(sp[S_COUNTS], T_ALLOC) < 0)
+    if (at < 0 || PyList_Insert(bases, at, ptr) < 0)
         return -1;
     if (ob_reserve(b, 1 + 6 * 9) < 0)
         return -1;
+    b->counts[T_ALLOC]++;
     put_u8(&b->o, 0x96);
     put_int(&b->o, T_ALLOC);
     put_int(&b->o, bidv);
@@ -481,8 +490,9 @@ static int enc_free(PyObject *const *sp, PyObject *args, obuf_t *b)
         Py_XDECREF(res);
     }
     Py_DECREF(bid);
-    if (r < 0 || count(sp[S_COUNTS], T_FREE) < 0 || ob_reserve(b, 1 + 3 * 9) < 0)
+    if (r < 0 || ob_reserve(b, 1 + 3 * 9) < 0)
         return -1;
+    b->counts[T_FREE]++;
     put_u8(&b->o, 0x93);
     put_int(&b->o, T_FREE);
     put_int(&b->o, bidv);
@@ -507,8 +517,9 @@ static int enc_event(PyObject *const *sp, int t, PyObject *args, obuf_t *b)
         if (sidx < 0)
             return 0;
     }
-    if (count(sp[S_COUNTS], t) < 0 || ob_reserve(b, 1 + 4 * 9) < 0)
+    if (ob_reserve(b, 1 + 4 * 9) < 0)
         return -1;
+    b->counts[t]++;
     put_u8(&b->o, with_stream ? 0x94 : 0x93);
     put_int(&b->o, t);
     put_int(&b->o, ev);
@@ -545,7 +556,8 @@ static int enc_kernel(PyObject *const *sp, PyObject *args, obuf_t *b)
     }
     if (r < 0)
         return -1;
-    return count(sp[S_COUNTS], KERNEL_TYPE) < 0 ? -1 : 1;
+    b->counts[KERNEL_TYPE]++;
+    return 1;
 }
 
 /* Pack what the Python side handed to the sink (its deferred list) into the output. */
@@ -602,12 +614,9 @@ static int drain_into(PyObject *const *sp, PyObject *q, obuf_t *b)
         return -1;
     if (PyObject_Length(q) <= 0)
         return 0;
-    PyObject *popleft = PyObject_GetAttrString(q, "popleft");
-    if (popleft == NULL)
-        return -1;
     int r = 0;
     while (r >= 0 && PyObject_Length(q) > 0) {
-        PyObject *item = PyObject_CallNoArgs(popleft);
+        PyObject *item = PyObject_CallMethodNoArgs(q, str_popleft);
         if (item == NULL) {
             r = -1;
             break;
@@ -646,7 +655,6 @@ static int drain_into(PyObject *const *sp, PyObject *q, obuf_t *b)
         }
         Py_DECREF(item);
     }
-    Py_DECREF(popleft);
     return r < 0 ? -1 : 0;
 }
 
@@ -680,12 +688,14 @@ static PyObject *drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *const *sp = spec_of(args, nargs, 2, "drain(spec, queue)");
     if (sp == NULL)
         return NULL;
-    obuf_t b = {NULL, NULL, {NULL}};
+    obuf_t b = {NULL, NULL, {NULL}, {0}};
     PyObject *out = NULL;
-    if (drain_into(sp, args[1], &b) < 0)
+    if (drain_into(sp, args[1], &b) < 0 || flush_counts(sp, &b) < 0) {
+        flush_counts(sp, &b);
         to_sink_buffer(sp, &b);
-    else
+    } else {
         out = PyBytes_FromStringAndSize((const char *)b.base, b.o.p - b.base);
+    }
     PyMem_Free(b.base);
     return out;
 }
@@ -752,7 +762,7 @@ static PyObject *op(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *const *sp = spec_of(args, nargs, 7, "op(spec, queue, name, device, handle, spans, key)");
     if (sp == NULL)
         return NULL;
-    obuf_t b = {NULL, NULL, {NULL}};
+    obuf_t b = {NULL, NULL, {NULL}, {0}};
     PyObject *out = NULL;
     if (drain_into(sp, args[1], &b) < 0) {
         to_sink_buffer(sp, &b);
@@ -767,12 +777,15 @@ static PyObject *op(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             out = Py_NewRef(Py_False);
         goto done;
     }
-    if (count(sp[S_COUNTS], KERNEL_TYPE) < 0 || commit(sp, &b) < 0) {
+    b.counts[KERNEL_TYPE]++;
+    if (commit(sp, &b) < 0) {
         to_sink_buffer(sp, &b);
         goto done;
     }
     out = Py_NewRef(Py_True);
 done:
+    if (flush_counts(sp, &b) < 0)
+        Py_CLEAR(out);
     PyMem_Free(b.base);
     return out;
 }
@@ -801,7 +814,8 @@ PyMODINIT_FUNC PyInit__kernelpack(void)
         (str_limit = PyUnicode_InternFromString("_limit")) == NULL ||
         (str_commit = PyUnicode_InternFromString("commit")) == NULL ||
         (str_commit_slow = PyUnicode_InternFromString("_commit_slow")) == NULL ||
-        (str_next_bid = PyUnicode_InternFromString("_next_bid")) == NULL)
+        (str_next_bid = PyUnicode_InternFromString("_next_bid")) == NULL ||
+        (str_popleft = PyUnicode_InternFromString("popleft")) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "KERNEL", KERNEL_TYPE) < 0) {
