@@ -140,6 +140,67 @@ def test_ctrl_c_is_delivered_like_without_npusan(tmp_path):
             assert "signals.py" not in err and "_on_signal" not in err, err
 
 
+CLEANUP = """
+import time, torch
+from npusan import sim
+a = torch.zeros(4)
+print("ready", flush=True)
+try:
+    while True:
+        a.add_(1)
+except KeyboardInterrupt:
+    print("interrupted; cleaning up", flush=True)
+    t = time.time()
+    while time.time() - t < 1.0:  # a clean-up that a second KeyboardInterrupt would break
+        a.add_(1)
+    print("cleaned up", flush=True)
+"""
+
+
+def _child_of(pid: int) -> int:
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                return int(name)
+    raise AssertionError(f"process {pid} has no child")
+
+
+@pytest.mark.parametrize("target", ["group", "npusan", "program"])
+def test_one_sigint_without_a_terminal_is_one_keyboard_interrupt_under_npusan_record(tmp_path, target):
+    """A job runner or supervisor that signals the whole process group reaches the command
+    directly and through ``npusan record``, which passes SIGINT on: the program used to get
+    a second KeyboardInterrupt in its clean-up (exit 130 instead of 0). A SIGINT sent to
+    npusan alone, or to the program alone, must still arrive exactly once."""
+    script = write_script(tmp_path, CLEANUP)
+    trace = tmp_path / "c.npusan"
+    argv = [*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", sys.executable, str(script)]
+    for _ in range(2):  # the double delivery was intermittent (3 of 4 runs)
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # no terminal; npusan leads the group
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            time.sleep(0.3)
+            if target == "group":
+                os.killpg(p.pid, signal.SIGINT)
+            elif target == "npusan":
+                os.kill(p.pid, signal.SIGINT)
+            else:
+                os.kill(_child_of(p.pid), signal.SIGINT)
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        assert p.returncode == 0, err
+        assert out.split("\n")[:2] == ["interrupted; cleaning up", "cleaned up"], (out, err)
+        assert "KeyboardInterrupt" not in err
+
+
 IGNORES = """
 import signal, sys, time, torch
 from npusan import sim
@@ -236,13 +297,21 @@ def test_ctrl_c_inside_an_npu_hook_never_reaches_the_runtime(tmp_path, fake_torc
     assert [r[0] for r in recs if r[0] in (R.ALLOC, R.FREE)] == [R.ALLOC, R.FREE]
 
 
-def test_torchrun_rank_template_and_the_launcher(tmp_path):
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
-    if torchrun is None:
-        pytest.skip("torchrun not installed next to this Python")
+@pytest.mark.parametrize("launcher", ["torchrun", "python -m torch.distributed.run"])
+def test_torchrun_rank_template_and_the_launcher(tmp_path, launcher):
+    """``python -m torch.distributed.run`` used to be recorded as a process without a rank
+    (torch is imported while ``-m`` looks the module up, when ``sys.argv[0]`` is ``-m``):
+    its empty trace took ``0.npusan`` and rank 0's went to ``0.pid<N>.npusan``."""
+    if launcher == "torchrun":
+        torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+        if torchrun is None:
+            pytest.skip("torchrun not installed next to this Python")
+        cmd = [torchrun]
+    else:
+        cmd = [sys.executable, "-X", "utf8", "-m", "torch.distributed.run"]
     script = write_script(tmp_path, "import os, torch\nx = torch.ones(4) * int(os.environ['RANK'])\n")
     out = subprocess.run([*NPUSAN, "record", "--backend", "sim", "-o", str(tmp_path / "dir" / "{rank}.npusan"), "--",
-                          torchrun, "--nproc_per_node=2", str(script)],
+                          *cmd, "--nproc_per_node=2", str(script)],
                          capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert sorted(os.listdir(tmp_path / "dir")) == ["0.npusan", "1.npusan"]

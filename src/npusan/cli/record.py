@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import click
 
@@ -148,7 +149,7 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
     status_dir = tempfile.mkdtemp(prefix="npusan-record-")
     env[status.ENV] = status_dir
     try:
-        rc, started = _run(_argv(cmd), env, output)
+        rc, started = _run(_argv(cmd), env, output, status_dir)
         if started:
             for line in _summary(status.read(status_dir), online=mode is not None, backend=backend):
                 click.echo(line, err=True)
@@ -157,20 +158,35 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
     sys.exit(rc)
 
 
-def _run(argv: list, env: dict, output: str) -> tuple:
+def _run(argv: list, env: dict, output: str, status_dir: str) -> tuple:
     """Run the command with signals forwarded: (its exit status as a shell reports it,
-    whether it started at all)."""
+    whether it started at all).
+
+    A SIGINT sent to the whole process group (``kill -INT -PGID``, a job runner's cancel)
+    reaches the command directly too, and the forwarded copy would be a second
+    ``KeyboardInterrupt``: each forwarded SIGINT is noted in the run directory, and the
+    command's recorder drops a copy that follows one it has just handled
+    (``signals.ECHO_WINDOW``). Ctrl-C on a terminal is not forwarded at all.
+    """
+    from ..recorder import status
+
     parent = os.path.dirname(os.path.abspath(output)) if "{" not in output else None
     if parent:
         os.makedirs(parent, exist_ok=True)
     proc = None
+    sigints = 0
 
     def forward(signum, frame):
-        if proc is not None and not (signum == signal.SIGINT and _from_terminal()):
-            try:
-                proc.send_signal(signum)
-            except Exception:
-                pass
+        nonlocal sigints
+        if proc is None or (signum == signal.SIGINT and _from_terminal()):
+            return
+        if signum == signal.SIGINT:
+            sigints += 1
+            status.note_forwarded_sigint(status_dir, sigints, time.monotonic())
+        try:
+            proc.send_signal(signum)
+        except Exception:
+            pass
 
     # A signal ignored here (nohup, `trap '' INT`, a background job of a non-interactive
     # shell) stays ignored, in this process and in the command, which inherits it through

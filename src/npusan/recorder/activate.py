@@ -127,8 +127,33 @@ def is_launcher() -> bool:
     argv0 = sys.argv[0] if sys.argv else ""
     if os.path.basename(argv0) == "torchrun":
         return True
+    if argv0 == "-m":  # python -m X: torch is imported while X is being found
+        return _main_module() in _LAUNCHERS
     norm = argv0.replace(os.sep, "/")
     return norm.endswith(("torch/distributed/run.py", "torch/distributed/launch.py"))
+
+
+_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _main_module() -> Optional[str]:
+    """The X of ``python [options] -m X`` from the interpreter's own command line (while X
+    is being found, ``sys.argv[0]`` is ``-m`` and ``__main__`` is not X yet)."""
+    argv = list(getattr(sys, "orig_argv", None) or [])[1:]
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "-m":
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if a.startswith("-m"):
+            return a[2:]
+        if a in ("-X", "-W"):  # options that take the next argument
+            i += 2
+            continue
+        if not a.startswith("-") or a in ("-c", "-"):
+            return None  # a script, a command or stdin: not a module
+        i += 1
+    return None
 
 
 _WARNED_ONLINE: set = set()

@@ -14,7 +14,9 @@ from a short timer thread) and handled again at the next bytecode that runs -- w
 microseconds, once the recorder has returned to the program. Elsewhere:
 
 * SIGINT calls the handler that was installed before (by default raising
-  ``KeyboardInterrupt`` in the program, with a traceback that does not show this module);
+  ``KeyboardInterrupt`` in the program, with a traceback that does not show this module),
+  except for the copy ``npusan record`` passed on of a SIGINT that reached this process
+  directly too (a signal to the whole process group: see :func:`_echo`);
 * SIGTERM (only when the program had left it at the default) restores the default
   disposition first -- a second SIGTERM now ends the process at once, as it would without
   npusan -- then finishes the trace (marking that the process ended by SIGTERM) and ends
@@ -42,7 +44,14 @@ _GUARDED_FILES = tuple(os.path.join(_PKG, "trace_format", f) for f in ("writer.p
 _GUARDED_EXCLUDED = (os.path.join(_HERE, "activate.py"), os.path.join(_HERE, "_boot") + os.sep, __file__)
 _MAX_DEPTH = 400
 
+#: Seconds within which a SIGINT passed on by ``npusan record`` is taken for the copy of one
+#: this process has just handled (a signal to the process group reaches both).
+ECHO_WINDOW = 1.0
+
 _previous: dict = {}  # signum -> the handler we replaced
+_sigint_at: Optional[float] = None  # when this process last handled a SIGINT
+_echoes = 0  # the count of the last forwarded SIGINT taken for a copy
+_reraising: set = set()  # signals this module is raising again (not new ones)
 _pending: set = set()  # signals put off because they arrived inside the recorder
 _installed = False
 
@@ -74,13 +83,17 @@ RETRY_DELAY = 0.001
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    again = signum in _reraising  # ours, put off from inside the recorder (below)
+    _reraising.discard(signum)
+    if signum == signal.SIGINT and not again and _echo():
+        return
     if inside_recorder(frame):
         # Raised again from another thread a moment later, when the recorder has
         # returned to the program (or deferred again). Not from here: Python would run
         # the handler again right after the call that re-raises it, still in here.
         _pending.add(signum)
         try:
-            t = threading.Timer(RETRY_DELAY, _thread.interrupt_main, (signum,))
+            t = threading.Timer(RETRY_DELAY, _raise_again, (signum,))
             t.daemon = True
             t.start()
             return
@@ -105,6 +118,34 @@ def _on_signal(signum: int, frame: Any) -> None:
             if tb is not None and tb.tb_frame.f_code is _on_signal.__code__:
                 e.__traceback__ = tb.tb_next
             raise
+
+
+def _raise_again(signum: int) -> None:
+    _reraising.add(signum)
+    _thread.interrupt_main(signum)
+
+
+def _echo() -> bool:
+    """Whether this SIGINT is ``npusan record`` passing on one that this process has just
+    handled: it received that one too (from the process group) and noted it at about the
+    same time. Each forwarded SIGINT is taken for at most one copy; a SIGINT sent to
+    ``npusan record`` alone, or to this process alone, is never one."""
+    global _sigint_at, _echoes
+    import time
+
+    from . import status
+
+    now = time.monotonic()
+    last, _sigint_at = _sigint_at, now
+    fwd = status.forwarded_sigint()
+    if fwd is None or last is None:
+        return False
+    count, when = fwd
+    if count > _echoes and now - last < ECHO_WINDOW and last - ECHO_WINDOW <= when <= now:
+        _echoes = count
+        _sigint_at = last  # the interrupt it copies
+        return True
+    return False
 
 
 def _terminate(signum: int) -> None:

@@ -8,6 +8,10 @@ start (``failed``: an unwritable path, a full disk) or why it stopped early (``s
 After the command ends, ``npusan record`` reads them (:func:`read`) and says exactly which
 traces were written and, when none was, why -- instead of guessing from file names.
 
+It also holds the SIGINTs ``npusan record`` passed on to the command (:func:`forwarded_sigint`):
+a SIGINT sent to the whole process group reaches the command directly and through
+``npusan record``, and the command's recorder takes the second for the echo it is.
+
 The directory also holds claims on trace paths (:func:`claim`): two processes of one run
 that would write the same file (a ``{rank}`` template in a process without a rank) do not
 overwrite each other; the second one is told to use another name.
@@ -21,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 ENV = "NPUSAN_STATUS"
 #: Bytes read from one process's status file at most (a line is ~200 bytes).
@@ -62,6 +66,35 @@ def claim(path: str) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+_SIGINT = "sigint"
+
+
+def note_forwarded_sigint(directory: str, count: int, when: float) -> None:
+    """``npusan record`` passed its ``count``-th SIGINT on to the command, having received it
+    at ``when`` (``time.monotonic()``, one clock for every process of the machine)."""
+    try:
+        tmp = os.path.join(directory, f"{_SIGINT}.{os.getpid()}")
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{count} {when!r}")
+        os.replace(tmp, os.path.join(directory, _SIGINT))  # readers see a whole line
+    except Exception:
+        pass
+
+
+def forwarded_sigint() -> Optional[Tuple[int, float]]:
+    """``(count, when)`` of the last SIGINT the ``npusan record`` above this process passed
+    on, or None (none yet, or not run under it)."""
+    d = os.environ.get(ENV)
+    if not d:
+        return None
+    try:
+        with open(os.path.join(d, _SIGINT), "r", encoding="ascii") as f:
+            n, t = f.read(64).split()
+        return int(n), float(t)
+    except Exception:
+        return None
 
 
 def read(directory: str) -> List[Dict[str, Any]]:
