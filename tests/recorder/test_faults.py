@@ -466,6 +466,18 @@ def _fallocate_fails_after(monkeypatch, n):
     monkeypatch.setattr(writer, "MAP_STEP_MAX", 4096)
 
 
+def test_no_room_for_the_first_records_leaves_no_empty_trace(tmp_path, monkeypatch, capfd):
+    """A filesystem smaller than the space reserved ahead: the program runs unrecorded and
+    no 0-byte file is left behind to be taken for a trace."""
+    _fallocate_fails_after(monkeypatch, 0)
+    path = tmp_path / "none.npusan"
+    with npusan.record(str(path), backend="sim") as rec:
+        y = torch.ones(4) * 3
+    assert float(y.sum()) == 12.0 and rec.failed
+    assert not path.exists()
+    assert "disk full" in capfd.readouterr().err
+
+
 def test_disk_full_says_so_in_the_trace_and_the_program_runs_on_unrecorded(tmp_path, monkeypatch, capfd):
     _fallocate_fails_after(monkeypatch, 3)
     path = tmp_path / "full.npusan"

@@ -363,7 +363,7 @@ class Recorder:
         try:
             if where is None:
                 where = f" ({self.writer.sink.name})" if self.writer is not None and self.writer.sink.name else ""
-            sys.stderr.write(f"npusan: warning: recording stopped{where}: {type(e).__name__}: {e}\n")
+            sys.stderr.write(f"npusan: warning: recording stopped{where}: {self.stop_reason}\n")
             sys.stderr.flush()
         except Exception:
             pass

@@ -261,6 +261,12 @@ class MappedFileSink(FileSink):
         except (OSError, ValueError) as e:
             self._file.close()
             if isinstance(e, OSError) and e.errno not in _CANNOT_MAP:
+                # no room even for the first records (a full disk, a tiny filesystem): no
+                # trace, and no empty file left behind that would read as one
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
                 raise
             raise _CannotMap(e) from e
 
