@@ -1,4 +1,12 @@
+import signal
+
 import pytest
+
+# The signal tests need Ctrl-C to work in this process and in the programs they start. A
+# test run started in the background by a non-interactive shell (`make test &`) inherits
+# SIGINT ignored, which every child would inherit too: give it Python's usual handler back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # pytester runs small test files in a subprocess pytest (tests/test_pytest_plugin.py).
 pytest_plugins = ["pytester"]

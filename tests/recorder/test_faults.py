@@ -515,3 +515,35 @@ def test_stop_is_idempotent_and_reentrant(tmp_path):
     assert calls == [1] and session.current() is None
     assert records(path)[1].ended_cleanly
     del x
+
+
+def test_a_forwarded_sigint_is_taken_for_a_copy_only_right_after_the_original(monkeypatch):
+    """The rule behind the test above, on a made-up clock: npusan record's note of each
+    SIGINT it passed on against the SIGINTs this process sees."""
+    from npusan.recorder import signals, status
+
+    clock = {"now": 100.0}
+    note = {"fwd": None}
+    monkeypatch.setattr(time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(status, "forwarded_sigint", lambda: note["fwd"])
+    monkeypatch.setattr(signals, "_sigint_at", None)
+    monkeypatch.setattr(signals, "_echoes", 0)
+
+    def sigint(at):
+        clock["now"] = at
+        return signals._echo()
+
+    # a SIGINT to the group: the original, then npusan record's copy of it
+    assert not sigint(100.0)
+    note["fwd"] = (1, 100.002)
+    assert sigint(100.003)
+    # to npusan record alone: only its copy arrives, seconds later: handled
+    note["fwd"] = (2, 105.0)
+    assert not sigint(105.001)
+    # the copy merged with the original (the program was not running): one SIGINT seen...
+    note["fwd"] = (3, 110.001)
+    assert not sigint(110.3)
+    # ...and a new SIGINT 1.5 s later is not taken for that copy
+    assert not sigint(111.5)
+    note["fwd"] = (4, 111.501)
+    assert sigint(111.502)  # its own copy is

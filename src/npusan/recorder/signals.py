@@ -141,7 +141,11 @@ def _echo() -> bool:
     if fwd is None or last is None:
         return False
     count, when = fwd
-    if count > _echoes and now - last < ECHO_WINDOW and last - ECHO_WINDOW <= when <= now:
+    # A copy arrives just after npusan record sent it, and that was just after this process
+    # got (or will get) the original. A forward that has not been matched by a copy (the
+    # kernel merges a copy that arrives while the original is still pending) is stale once
+    # older than the window, so it never swallows a later SIGINT.
+    if count > _echoes and 0 <= now - when < ECHO_WINDOW and last >= when - ECHO_WINDOW:
         _echoes = count
         _sigint_at = last  # the interrupt it copies
         return True
