@@ -44,16 +44,15 @@ from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
 from ..trace_format.records import KERNEL as _KERNEL
-from . import kernelpack
-
-_kop = kernelpack.op
+from . import kernelpack, signals, status
 from .backends import Backend, select_backend
-from . import signals, status
 from .errors import RaceError, format_finding
+from .stacks import DEFAULT_DEPTH, StackCapture
 
 #: Live, there is no --full-stacks to pass: the folded frames are in a recorded trace.
 ONLINE_FOLDED_HINT = " (to see them: record a trace and run `npusan analyze --full-stacks` on it)"
-from .stacks import DEFAULT_DEPTH, StackCapture
+#: The compiled per-op path of the kill-safe recorder, or None (kernelpack.py).
+_kop = kernelpack.op
 
 FLUSH_BYTES = 256 * 1024
 FLUSH_INTERVAL = 0.5
