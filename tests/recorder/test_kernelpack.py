@@ -3,6 +3,7 @@ bytes the Python encoder's record packs to, or hands the kernel back to it."""
 
 from __future__ import annotations
 
+import collections
 import os
 import types
 
@@ -196,7 +197,7 @@ def _recorder():
     rec.stacks = _Stacks()
     rec.engine = None
     rec._kernel_fn = rec._kernel
-    rec._deferred = __import__("collections").deque()
+    rec._deferred = collections.deque()
     for handle in (0, 1):  # streams already defined
         rec.enc.stream(handle, 0)
     rec._stack(("known",))

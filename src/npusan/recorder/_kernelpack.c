@@ -541,18 +541,10 @@ static int enc_kernel(PyObject *const *sp, PyObject *args, obuf_t *b)
                        PyTuple_GET_ITEM(args, 1), PyTuple_GET_ITEM(args, 2), PyTuple_GET_ITEM(args, 3),
                        PyTuple_GET_ITEM(args, 4)};
     int r = pack_kernel(pa, b);
-    if (r == 0) {
+    if (r == 0) { /* the definitions it hands the sink, then the record, packed in order */
         PyObject *rec = PyObject_Call(sp[S_KERNEL_RECORD], args, NULL);
-        if (rec == NULL)
-            return -1;
-        PyObject *data = take_recs(sp, b) < 0 ? NULL : PyObject_CallOneArg(sp[S_PACK], rec); /* its definitions first */
-        Py_DECREF(rec);
-        if (data == NULL)
-            return -1;
-        r = PyBytes_Check(data) ? ob_bytes(b, data) : -1;
-        Py_DECREF(data);
-        if (r < 0 && !PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "pack() returned no bytes");
+        r = rec == NULL || PyList_Append(sp[S_RECS], rec) < 0 ? -1 : take_recs(sp, b);
+        Py_XDECREF(rec);
     }
     if (r < 0)
         return -1;

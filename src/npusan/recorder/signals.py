@@ -32,7 +32,10 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable, Optional
+
+from . import status
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PKG = os.path.dirname(_HERE)
@@ -131,10 +134,6 @@ def _echo() -> bool:
     same time. Each forwarded SIGINT is taken for at most one copy; a SIGINT sent to
     ``npusan record`` alone, or to this process alone, is never one."""
     global _sigint_at, _echoes
-    import time
-
-    from . import status
-
     now = time.monotonic()
     last, _sigint_at = _sigint_at, now
     fwd = status.forwarded_sigint()
