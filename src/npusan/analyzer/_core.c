@@ -1241,10 +1241,11 @@ static inline uint32_t seg_find(const block_t *b, u128 lo) {
     return base < b->nseg ? base : b->nseg - 1; /* as the search it replaced, were lo past the end */
 }
 
-/* Room for one more segment; done before taking pointers into segs (realloc moves them). */
-static int seg_reserve(Core *c, block_t *b) {
-    if (b->nseg < b->segcap) return 0;
+/* Room for n more segments; done before taking pointers into segs (realloc moves them). */
+static int seg_room(Core *c, block_t *b, uint32_t n) {
+    if (b->nseg + n <= b->segcap) return 0;
     uint32_t cap = b->segcap ? b->segcap * 2 : 4;
+    while (cap < b->nseg + n) cap *= 2;
     if (cap > 65535) return oom(c); /* ord holds 16-bit slots (segments are capped far below) */
     /* each state in one cache line: the pool starts on a line (malloc aligns to 16 only;
      * aligned_alloc costs more, in glibc, than this copy) */
@@ -1261,6 +1262,8 @@ static int seg_reserve(Core *c, block_t *b) {
     b->ends = e; b->ord = ord; b->segcap = cap;
     return 0;
 }
+
+static inline int seg_reserve(Core *c, block_t *b) { return seg_room(c, b, 1); }
 
 static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->ends[k] = hi; }
 
@@ -1312,6 +1315,30 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
         seg_sethi(b, j, hi);
     }
     *pi = i; *pj = j + 1;
+    return 0;
+}
+
+/* split(segs, lo, hi) for a range [lo, hi) inside segment k (and not all of it): its
+ * pieces before and after the range keep copies of its state, and the ends move once.
+ * *pi: the range's segment. */
+static int split_one(Core *c, block_t *b, uint32_t k, u128 lo, u128 hi, uint32_t *pi) {
+    u128 slo = seg_lo(b, k), shi = b->ends[k];
+    uint32_t before = slo < lo, after = hi < shi, add = before + after;
+    if (seg_room(c, b, add)) return -1;
+    seg_t *from = SEG(b, k);
+    uint32_t slot = b->nseg;
+    for (uint32_t q = 0; q < add; q++) {
+        seg_init(&b->segs[slot + q]);
+        if (seg_copy(&b->segs[slot + q], from)) return oom(c);
+    }
+    memmove(&b->ends[k + 1 + add], &b->ends[k + 1], (b->nseg - k - 1) * sizeof(u128));
+    memmove(&b->ord[k + 1 + add], &b->ord[k + 1], (b->nseg - k - 1) * sizeof(uint16_t));
+    uint32_t m = k;
+    if (before) { b->ends[k] = lo; m = k + 1; b->ord[m] = (uint16_t)slot++; }
+    b->ends[m] = hi;
+    if (after) { b->ends[m + 1] = shi; b->ord[m + 1] = (uint16_t)slot; }
+    b->nseg += add;
+    *pi = m;
     return 0;
 }
 
@@ -1455,16 +1482,23 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
         uint32_t k = hint;
         if (k >= b->nseg || seg_lo(b, k) > lo || b->ends[k] <= lo) k = seg_find(b, lo);
         if (seg_lo(b, k) == lo && b->ends[k] == hi) { i = k; j = k + 1; exact = 1; }
+        else if (hi <= b->ends[k]) { /* inside one segment: split it in one move */
+            if (split_one(c, b, k, lo, hi, &i)) return -1;
+            j = i + 1;
+            exact = 2;
+        }
     }
     if (!exact && split(c, b, lo, hi, &i, &j)) return -1;
     c->nrep = 0;
     if (!acc->write) {
         for (uint32_t k = i; k < j; k++) {
+            if (k + 8 < j) __builtin_prefetch(SEG(b, k + 8));
             seg_t *s = SEG(b, k);
             if (check_seg(c, b, S, vec, acc, s, 0, seg_nw(s)) || seg_set_read(c, s, acc)) return -1;
         }
     } else {
         for (uint32_t k = i; k < j; k++) {
+            if (k + 8 < j) __builtin_prefetch(SEG(b, k + 8));
             seg_t *s = SEG(b, k);
             uint32_t nw = seg_nw(s), nr = seg_nr(s);
             if (check_seg(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1; /* the reads, else the writes */
@@ -1479,7 +1513,9 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
             return 0;
         }
     }
-    if (exact) return 0;
+    /* One segment changed, by an access none of its neighbours holds: no two neighbours can
+     * be joined, so only the cap can leave something to merge. */
+    if (exact && (long)b->nseg <= c->L.max_segments) return 0;
     return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
 }
 
