@@ -195,6 +195,37 @@ def test_same_findings_with_accesses_a_segment_cannot_pack():
     assert ref[0] == "ok" and len(ref[1]) > 5
 
 
+#: Offsets and sizes around the edges of the core's two forms of a block's index of segment
+#: ends (one word per segment below 2^48 - 1, a wide form from there up) and of 2^64.
+_EDGES = [0, 8, 64, (1 << 47), (1 << 48) - 9, (1 << 48) - 2, (1 << 48) - 1, 1 << 48, (1 << 48) + 8,
+          (1 << 63), (1 << 64) - 9, (1 << 64) - 1]
+_SIZES = [1, 8, 64, 1 << 16, (1 << 48) - 1, 1 << 48, 1 << 63, (1 << 64) - 1]
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.booleans(), st.sampled_from(_EDGES),
+                          st.sampled_from(_SIZES), st.integers(0, 3)), max_size=40),
+       st.sampled_from([3, 5, 256]))
+def test_same_findings_with_ends_past_2_48_and_2_64(ops, max_segments):
+    """Ranges whose ends lie below, at and past 2^48 - 1 and 2^64, on a block of unknown size
+    (an unbounded last segment), one of known size 2^49 and one of size 2^64 - 1: the core's
+    index of segment ends changes form as such an end arrives, and must split, find, merge
+    (small caps) and report exactly as the Python engine."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.BLOCK_DEF, 0, 0x1000, None], [R.ALLOC, 1, 0x2000, 1 << 49, 1, None],
+             [R.ALLOC, 2, 0x3000, (1 << 64) - 1, 2, None]]
+    for s, b, write, off, n, sync in ops:
+        a = ~b if write else b
+        recs.append([R.KERNEL, s, 0, None, [b, off // 2, 8], [a, off, n]])
+        if sync == 0:
+            recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s + 1) % 3, None]]
+    recs.append([R.END, {}])
+    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
+        ref = check(join(header, recs))
+    assert ref[0] == "ok"
+
+
 def test_the_generator_produces_every_kind_of_finding():
     ops = [("kernel", 1, [(0, True)]), ("kernel", 2, [(0, False)]),  # a data race
            ("kernel", 1, [(2, False)]), ("free", 2, 0, 0, True),  # a missing record_stream

@@ -243,12 +243,18 @@ typedef struct {
     uint64_t defn_gen;
     acc_t write;
     accv_t reads;
-    /* Range mode (segs != NULL): the k-th segment in byte order is segs[ord[k]] and ends at
-     * ends[k]. The states sit in a dense pool in no order, so that splitting and merging
-     * move only the packed ends and ord arrays (ord lives in the same allocation, after
-     * segcap ends): a search touches a few cache lines, not every segment. */
+    /* Range mode (segs != NULL): the k-th segment in byte order is segs[slot] and ends at
+     * byte hi (seg_hi, seg_slot). The states sit in a dense pool in no order, so that
+     * splitting and merging move only the index of ends and slots: a search touches a few
+     * cache lines, not every segment. The index has two forms:
+     *  - narrow (keys != NULL): keys[k] = hi << 16 | slot, one word per segment, for ends
+     *    below NARROW_INF (NARROW_INF itself: the unbounded end of a block of unknown
+     *    size). The search finds the slot with the end: one array, half the bytes;
+     *  - wide (keys == NULL): ends[k] and ord[k] (ord after segcap ends, in the same
+     *    allocation), for a block with an end from 2^48 - 1 up (hand-made traces only). */
     seg_t *segs; uint32_t nseg, segcap;
     void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
+    uint64_t *keys;
     u128 *ends;
     uint16_t *ord;
     accv_t uses;
@@ -901,7 +907,7 @@ static void block_clear(block_t *b) {
     av_clear(&b->uses);
     for (uint32_t i = 0; i < b->nseg; i++) seg_clear(&b->segs[i]);
     free(b->segmem);
-    free(b->ends); /* and ord */
+    free(b->keys); free(b->ends); /* and ord */
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
@@ -953,7 +959,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
     b->has_write = 0;
     av_init(&b->reads); av_init(&b->uses);
-    b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->ends = NULL; b->ord = NULL;
+    b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
     b->recorded = NULL; b->nrec = b->reccap = 0;
     b->ghosts = NULL; b->ng = 0;
     b->views = NULL; b->nviews = 0;
@@ -1223,15 +1229,41 @@ static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     return 0;
 }
 
-#define SEG(b, k) (&(b)->segs[(b)->ord[k]])
-static inline u128 seg_lo(const block_t *b, uint32_t k) { return k ? b->ends[k - 1] : 0; }
+#define NARROW_INF ((1ull << 48) - 1)
+static inline u128 seg_hi(const block_t *b, uint32_t k) {
+    if (!b->keys) return b->ends[k];
+    uint64_t e = b->keys[k] >> 16;
+    return e == NARROW_INF ? INF128 : e;
+}
+static inline u128 seg_lo(const block_t *b, uint32_t k) { return k ? seg_hi(b, k - 1) : 0; }
+static inline uint32_t seg_slot(const block_t *b, uint32_t k) { return b->keys ? (uint16_t)b->keys[k] : b->ord[k]; }
+#define SEG(b, k) (&(b)->segs[seg_slot(b, k)])
+/* can the narrow index hold this end? */
+static inline int narrow_end(u128 hi) { return hi < NARROW_INF || hi == INF128; }
+/* segment k := ends at hi, state in slot (the index holds hi: seg_fit) */
+static inline void seg_set(block_t *b, uint32_t k, u128 hi, uint32_t slot) {
+    if (b->keys) b->keys[k] = (hi == INF128 ? NARROW_INF : (uint64_t)hi) << 16 | slot;
+    else { b->ends[k] = hi; b->ord[k] = (uint16_t)slot; }
+}
+static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { seg_set(b, k, hi, seg_slot(b, k)); }
 
 /* The first segment whose end is past byte `lo` (callers pass lo < the last end).
  * Branch-free: on random offsets a branching binary search mispredicts about every
  * other step, which cost more than the search's loads. */
 static inline uint32_t seg_find(const block_t *b, u128 lo) {
-    const u128 *e = b->ends;
     uint32_t base = 0, len = b->nseg;
+    if (b->keys) { /* the first key above every key of an end <= lo */
+        const uint64_t *e = b->keys;
+        uint64_t t = (lo < NARROW_INF - 1 ? (uint64_t)lo : NARROW_INF - 1) << 16 | 0xFFFF;
+        while (len > 1) {
+            uint32_t half = len / 2;
+            base = e[base + half] <= t ? base + half : base;
+            len -= half;
+        }
+        base += e[base] <= t;
+        return base < b->nseg ? base : b->nseg - 1;
+    }
+    const u128 *e = b->ends;
     while (len > 1) {
         uint32_t half = len / 2;
         base = e[base + half] <= lo ? base + half : base;
@@ -1255,6 +1287,12 @@ static int seg_room(Core *c, block_t *b, uint32_t n) {
     if (b->nseg) memcpy(s, b->segs, b->nseg * sizeof(seg_t));
     free(b->segmem);
     b->segs = s; b->segmem = mem;
+    if (b->keys || !b->ends) { /* narrow: a new block's index starts narrow */
+        uint64_t *k = realloc(b->keys, cap * sizeof(uint64_t));
+        if (!k) return oom(c);
+        b->keys = k; b->segcap = cap;
+        return 0;
+    }
     u128 *e = realloc(b->ends, cap * sizeof(u128) + cap * sizeof(uint16_t));
     if (!e) return oom(c);
     uint16_t *ord = (uint16_t *)(e + cap);
@@ -1263,9 +1301,36 @@ static int seg_room(Core *c, block_t *b, uint32_t n) {
     return 0;
 }
 
-static inline int seg_reserve(Core *c, block_t *b) { return seg_room(c, b, 1); }
+/* The index in the wide form (it is narrow and an end past its range is coming). */
+static int seg_widen(Core *c, block_t *b) {
+    uint32_t cap = b->segcap;
+    u128 *e = malloc(cap * sizeof(u128) + cap * sizeof(uint16_t));
+    if (!e) return oom(c);
+    uint16_t *ord = (uint16_t *)(e + cap);
+    for (uint32_t k = 0; k < b->nseg; k++) { e[k] = seg_hi(b, k); ord[k] = (uint16_t)seg_slot(b, k); }
+    free(b->keys);
+    b->keys = NULL; b->ends = e; b->ord = ord;
+    return 0;
+}
 
-static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { b->ends[k] = hi; }
+/* An index that can hold the end hi. */
+static inline int seg_fit(Core *c, block_t *b, u128 hi) { return b->keys && !narrow_end(hi) ? seg_widen(c, b) : 0; }
+
+/* Entries [at, nseg) of the index move up by n (nseg is not changed). */
+static inline void seg_open(block_t *b, uint32_t at, uint32_t n) {
+    if (b->keys) { memmove(&b->keys[at + n], &b->keys[at], (b->nseg - at) * sizeof(uint64_t)); return; }
+    memmove(&b->ends[at + n], &b->ends[at], (b->nseg - at) * sizeof(u128));
+    memmove(&b->ord[at + n], &b->ord[at], (b->nseg - at) * sizeof(uint16_t));
+}
+
+/* Entry at leaves the index: the ones after it move down (nseg is not changed). */
+static inline void seg_close(block_t *b, uint32_t at) {
+    if (b->keys) { memmove(&b->keys[at], &b->keys[at + 1], (b->nseg - at - 1) * sizeof(uint64_t)); return; }
+    memmove(&b->ends[at], &b->ends[at + 1], (b->nseg - at - 1) * sizeof(u128));
+    memmove(&b->ord[at], &b->ord[at + 1], (b->nseg - at - 1) * sizeof(uint16_t));
+}
+
+static inline int seg_reserve(Core *c, block_t *b) { return seg_room(c, b, 1); }
 
 /* Insert a segment ending at hi, with a copy of the state `from` (NULL: empty) (room was
  * reserved: seg_reserve); it starts where the segment before it ends. */
@@ -1274,32 +1339,30 @@ static int seg_insert(Core *c, block_t *b, uint32_t at, u128 hi, seg_t *from) {
     seg_t *s = &b->segs[slot];
     seg_init(s);
     if (from && seg_copy(s, from)) return oom(c);
-    memmove(&b->ends[at + 1], &b->ends[at], (b->nseg - at) * sizeof(u128));
-    memmove(&b->ord[at + 1], &b->ord[at], (b->nseg - at) * sizeof(uint16_t));
-    b->ends[at] = hi;
-    b->ord[at] = (uint16_t)slot;
+    if (seg_fit(c, b, hi)) return -1;
+    seg_open(b, at, 1);
+    seg_set(b, at, hi, slot);
     b->nseg++;
     return 0;
 }
 
 static void seg_remove(block_t *b, uint32_t at) {
-    uint16_t slot = b->ord[at], last = (uint16_t)(b->nseg - 1);
+    uint32_t slot = seg_slot(b, at), last = b->nseg - 1;
     seg_clear(&b->segs[slot]);
-    memmove(&b->ends[at], &b->ends[at + 1], (b->nseg - at - 1) * sizeof(u128));
-    memmove(&b->ord[at], &b->ord[at + 1], (b->nseg - at - 1) * sizeof(uint16_t));
+    seg_close(b, at);
     b->nseg--;
     if (slot != last) { /* keep the pool dense: the last slot moves into the freed one */
         b->segs[slot] = b->segs[last];
-        for (uint32_t k = 0; k < b->nseg; k++) if (b->ord[k] == last) { b->ord[k] = slot; break; }
+        for (uint32_t k = 0; k < b->nseg; k++) if (seg_slot(b, k) == last) { seg_set(b, k, seg_hi(b, k), slot); break; }
     }
 }
 
 /* split(segs, lo, hi) -> [i, j) */
 static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *pj) {
     uint32_t i = seg_find(b, lo), top; /* the first segment with hi > lo */
-    if (seg_reserve(c, b)) return -1;
+    if (seg_fit(c, b, hi) || seg_reserve(c, b)) return -1;
     if (seg_lo(b, i) < lo) {
-        if (seg_insert(c, b, i + 1, b->ends[i], SEG(b, i))) return -1;
+        if (seg_insert(c, b, i + 1, seg_hi(b, i), SEG(b, i))) return -1;
         seg_sethi(b, i, lo);
         i++;
     }
@@ -1307,11 +1370,11 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
     top = b->nseg - 1;
     while (j < top) { /* the first segment with hi >= hi */
         uint32_t mid = (j + top) / 2;
-        if (b->ends[mid] < hi) j = mid + 1; else top = mid;
+        if (seg_hi(b, mid) < hi) j = mid + 1; else top = mid;
     }
     if (seg_reserve(c, b)) return -1;
-    if (b->ends[j] > hi) {
-        if (seg_insert(c, b, j + 1, b->ends[j], SEG(b, j))) return -1;
+    if (seg_hi(b, j) > hi) {
+        if (seg_insert(c, b, j + 1, seg_hi(b, j), SEG(b, j))) return -1;
         seg_sethi(b, j, hi);
     }
     *pi = i; *pj = j + 1;
@@ -1322,21 +1385,20 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
  * pieces before and after the range keep copies of its state, and the ends move once.
  * *pi: the range's segment. */
 static int split_one(Core *c, block_t *b, uint32_t k, u128 lo, u128 hi, uint32_t *pi) {
-    u128 slo = seg_lo(b, k), shi = b->ends[k];
+    u128 slo = seg_lo(b, k), shi = seg_hi(b, k);
     uint32_t before = slo < lo, after = hi < shi, add = before + after;
-    if (seg_room(c, b, add)) return -1;
+    if (seg_fit(c, b, hi) || seg_room(c, b, add)) return -1;
     seg_t *from = SEG(b, k);
     uint32_t slot = b->nseg;
     for (uint32_t q = 0; q < add; q++) {
         seg_init(&b->segs[slot + q]);
         if (seg_copy(&b->segs[slot + q], from)) return oom(c);
     }
-    memmove(&b->ends[k + 1 + add], &b->ends[k + 1], (b->nseg - k - 1) * sizeof(u128));
-    memmove(&b->ord[k + 1 + add], &b->ord[k + 1], (b->nseg - k - 1) * sizeof(uint16_t));
-    uint32_t m = k;
-    if (before) { b->ends[k] = lo; m = k + 1; b->ord[m] = (uint16_t)slot++; }
-    b->ends[m] = hi;
-    if (after) { b->ends[m + 1] = shi; b->ord[m + 1] = (uint16_t)slot; }
+    uint32_t m = k, own = seg_slot(b, k);
+    seg_open(b, k + 1, add);
+    if (before) { seg_set(b, k, lo, own); m = k + 1; own = slot++; }
+    seg_set(b, m, hi, own);
+    if (after) seg_set(b, m + 1, shi, slot);
     b->nseg += add;
     *pi = m;
     return 0;
@@ -1360,17 +1422,17 @@ static int same_state(const seg_t *s, const seg_t *t) {
 }
 
 /* The first pair of neighbours (m, m + 1) that spans the fewest bytes (Python's rule: the
- * earliest of the narrowest). When the block's ends fit in 64 bits (always, but for blocks
- * of unknown size or accesses past 2^64) the minimum is found first, over four independent
- * lanes so that the comparisons do not wait on each other, then its first position: the
- * same answer as one pass keeping the best so far, in a fraction of the time (this scan
- * runs for every access that splits a block already at its cap of segments). */
+ * earliest of the narrowest). When the index is narrow and has no unbounded end (always,
+ * but for blocks of unknown size and hand-made traces) the minimum is found first, over
+ * four independent lanes so that the comparisons do not wait on each other, then its
+ * first position: the same answer as one pass keeping the best so far, in a fraction of
+ * the time (this scan runs for every access that splits a block already at its cap). */
 static uint32_t narrowest_pair(const block_t *b) {
-    const u128 *e = b->ends;
+    const uint64_t *e = b->keys;
     uint32_t n = b->nseg; /* >= 2 */
-    if (e[n - 1] <= UINT64_MAX) {
-#define W(m) ((uint64_t)e[(m) + 1] - (uint64_t)e[(m) - 1]) /* segments are adjacent from 0 */
-        uint64_t w0 = (uint64_t)e[1], l0 = w0, l1 = UINT64_MAX, l2 = UINT64_MAX, l3 = UINT64_MAX;
+    if (e && (e[n - 1] >> 16) != NARROW_INF) { /* (the narrow index, no unbounded end) */
+#define W(m) ((e[(m) + 1] >> 16) - (e[(m) - 1] >> 16)) /* segments are adjacent from 0 */
+        uint64_t w0 = e[1] >> 16, l0 = w0, l1 = UINT64_MAX, l2 = UINT64_MAX, l3 = UINT64_MAX;
         uint32_t m = 1;
         for (; m + 4 < n; m += 4) {
             uint64_t a = W(m), x = W(m + 1), y = W(m + 2), z = W(m + 3);
@@ -1386,7 +1448,7 @@ static uint32_t narrowest_pair(const block_t *b) {
     uint32_t best = 0;
     u128 bw = INF128;
     for (uint32_t m = 0; m + 1 < n; m++) {
-        u128 w = e[m + 1] - (m ? e[m - 1] : 0);
+        u128 w = seg_hi(b, m + 1) - seg_lo(b, m);
         if (w < bw) { bw = w; best = m; }
     }
     return best;
@@ -1396,7 +1458,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     uint32_t n = i;
     while (n + 1 < j && n + 1 < b->nseg) {
         if (same_state(SEG(b, n), SEG(b, n + 1))) {
-            seg_sethi(b, n, b->ends[n + 1]);
+            seg_sethi(b, n, seg_hi(b, n + 1));
             seg_remove(b, n + 1);
             j--;
         } else {
@@ -1418,7 +1480,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
         for (uint32_t k = snw; k < sn; k++) acc_latest(r, &nr, &si[k]);
         for (uint32_t k = tnw; k < tn; k++) acc_latest(r, &nr, &ti[k]);
         for (uint32_t k = 0; k < nw; k++) acc_latest(r, &nr, &w[k]);
-        seg_sethi(b, best, b->ends[best + 1]);
+        seg_sethi(b, best, seg_hi(b, best + 1));
         if (seg_assign(s, w, nw, r, nr)) return oom(c);
         seg_remove(b, best + 1);
     }
@@ -1466,7 +1528,7 @@ static int to_segments(Core *c, block_t *b) {
  * checked before it is trusted (an earlier access of the same kernel may have split it) */
 static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, uint32_t hint) {
     if (!b->segs && to_segments(c, b)) return -1;
-    u128 end = b->ends[b->nseg - 1], lo, hi;
+    u128 end = seg_hi(b, b->nseg - 1), lo, hi;
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
         lo = acc->off; hi = (u128)acc->off + acc->n;
@@ -1480,9 +1542,10 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     int exact = 0;
     {
         uint32_t k = hint;
-        if (k >= b->nseg || seg_lo(b, k) > lo || b->ends[k] <= lo) k = seg_find(b, lo);
-        if (seg_lo(b, k) == lo && b->ends[k] == hi) { i = k; j = k + 1; exact = 1; }
-        else if (hi <= b->ends[k]) { /* inside one segment: split it in one move */
+        if (k >= b->nseg || seg_lo(b, k) > lo || seg_hi(b, k) <= lo) k = seg_find(b, lo);
+        u128 khi = seg_hi(b, k);
+        if (seg_lo(b, k) == lo && khi == hi) { i = k; j = k + 1; exact = 1; }
+        else if (hi <= khi) { /* inside one segment: split it in one move */
             if (split_one(c, b, k, lo, hi, &i)) return -1;
             j = i + 1;
             exact = 2;
@@ -1506,8 +1569,8 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
         }
         if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
             for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
-            free(b->segmem); free(b->ends);
-            b->segs = NULL; b->segmem = NULL; b->ends = NULL; b->ord = NULL; b->nseg = b->segcap = 0;
+            free(b->segmem); free(b->keys); free(b->ends);
+            b->segs = NULL; b->segmem = NULL; b->keys = NULL; b->ends = NULL; b->ord = NULL; b->nseg = b->segcap = 0;
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
             return 0;
@@ -1587,7 +1650,7 @@ static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
     if (!b->segs && to_segments(c, b)) return -1;
-    u128 end = b->ends[b->nseg - 1], lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
+    u128 end = seg_hi(b, b->nseg - 1), lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
     if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
     uint32_t i, j;
     if (split(c, b, lo, hi, &i, &j)) return -1;
@@ -1625,7 +1688,7 @@ static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, co
         u128 lo = (u128)shape->lo, hi = (u128)shape_hi(shape);
         for (uint32_t k = 0; k < b->nseg; k++) {
             seg_t *sg = SEG(b, k);
-            u128 slo = seg_lo(b, k), shi = b->ends[k];
+            u128 slo = seg_lo(b, k), shi = seg_hi(b, k);
             if (shi <= lo) continue;
             if (slo >= hi) break;
             if (voverlaps_range(c, shape, slo, shi) &&
@@ -1792,11 +1855,15 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
             for (size_t off = 0; off < sizeof(block_t); off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
         for (uint32_t i = 0; i < nacc; i++) {
             const block_t *b = c->targets[i].b;
-            if (b->segs) { /* the whole of a short ends array (the binary search below then hits the cache) */
+            if (b->keys) { /* the index (the binary search below then hits the cache) */
+                size_t span = (size_t)b->nseg * sizeof(uint64_t);
+                if (span > 2048) span = 2048;
+                for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->keys + off);
+            } else if (b->segs) {
                 size_t span = (size_t)b->nseg * sizeof(u128);
                 if (span > 1024) span = 1024;
                 for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->ends + off);
-                __builtin_prefetch(b->ord);
+                for (size_t off = 0; off < (size_t)b->nseg * sizeof(uint16_t); off += 64) __builtin_prefetch((const char *)b->ord + off);
             }
             else if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
             if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
@@ -1804,12 +1871,11 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
         for (uint32_t i = 0; i < nacc; i++) {
             target_t *t = &c->targets[i];
             const block_t *b = t->b;
-            if (!b->segs || !t->ranged || (u128)t->off >= b->ends[b->nseg - 1]) continue;
+            if (!b->segs || !t->ranged || (u128)t->off >= seg_hi(b, b->nseg - 1)) continue;
             uint32_t k = t->seg = seg_find(b, (u128)t->off);
-            const seg_t *sg = &b->segs[b->ord[k]];
-            __builtin_prefetch(sg); /* one line (seg_t) */
-            if (k) __builtin_prefetch(&b->segs[b->ord[k - 1]]);
-            if (k + 1 < b->nseg) __builtin_prefetch(&b->segs[b->ord[k + 1]]);
+            __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
+            if (k) __builtin_prefetch(SEG(b, k - 1));
+            if (k + 1 < b->nseg) __builtin_prefetch(SEG(b, k + 1));
         }
     }
     for (uint32_t i = 0; i < nacc; i++) {
