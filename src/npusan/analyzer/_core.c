@@ -243,7 +243,7 @@ typedef struct {
     uint64_t defn_gen;
     acc_t write;
     accv_t reads;
-    /* Range mode (segs != NULL): the k-th segment in byte order is segs[slot] and ends at
+    /* Range mode (nseg > 0): the k-th segment in byte order is segs[slot] and ends at
      * byte hi (seg_hi, seg_slot). The states sit in a dense pool in no order, so that
      * splitting and merging move only the index of ends and slots: a search touches a few
      * cache lines, not every segment. The index has two forms:
@@ -251,7 +251,10 @@ typedef struct {
      *    below NARROW_INF (NARROW_INF itself: the unbounded end of a block of unknown
      *    size). The search finds the slot with the end: one array, half the bytes;
      *  - wide (keys == NULL): ends[k] and ord[k] (ord after segcap ends, in the same
-     *    allocation), for a block with an end from 2^48 - 1 up (hand-made traces only). */
+     *    allocation), for a block with an end from 2^48 - 1 up (hand-made traces only).
+     * A block whose range mode ends (its whole block written) keeps a narrow index and
+     * its pool, empty, for the next time its bytes are split: in a training step the same
+     * buffers go through both modes over and over. */
     seg_t *segs; uint32_t nseg, segcap;
     void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
     uint64_t *keys;
@@ -1527,7 +1530,7 @@ static int to_segments(Core *c, block_t *b) {
 /* hint: the segment the kernel's prefetch pass found for acc's first byte (NO_SEG: none),
  * checked before it is trusted (an earlier access of the same kernel may have split it) */
 static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, uint32_t hint) {
-    if (!b->segs && to_segments(c, b)) return -1;
+    if (!b->nseg && to_segments(c, b)) return -1;
     u128 end = seg_hi(b, b->nseg - 1), lo, hi;
     if (!acc->ranged) { lo = 0; hi = end; }
     else {
@@ -1569,8 +1572,11 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
         }
         if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
             for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
-            free(b->segmem); free(b->keys); free(b->ends);
-            b->segs = NULL; b->segmem = NULL; b->keys = NULL; b->ends = NULL; b->ord = NULL; b->nseg = b->segcap = 0;
+            b->nseg = 0;
+            if (!b->keys) { /* a wide index: the next range mode starts narrow */
+                free(b->segmem); free(b->ends);
+                b->segs = NULL; b->segmem = NULL; b->ends = NULL; b->ord = NULL; b->segcap = 0;
+            }
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
             return 0;
@@ -1591,7 +1597,7 @@ static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
     if (shape) {
         if (strided_access(c, b, S, vec, acc, shape)) return -1;
     } else {
-        if (!acc->ranged && !b->segs) { if (whole_access(c, b, S, vec, acc)) return -1; }
+        if (!acc->ranged && !b->nseg) { if (whole_access(c, b, S, vec, acc)) return -1; }
         else if (range_access(c, b, S, vec, acc, hint)) return -1;
         if (b->nviews) {
             shape_t r = {(i128)acc->off, (i128)acc->n, 0, {0}, {0}};
@@ -1649,7 +1655,7 @@ static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
 /* merge a strided entry into the segments over its hull, conservatively */
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
-    if (!b->segs && to_segments(c, b)) return -1;
+    if (!b->nseg && to_segments(c, b)) return -1;
     u128 end = seg_hi(b, b->nseg - 1), lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
     if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
     uint32_t i, j;
@@ -1682,7 +1688,7 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
 
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
     c->nrep = 0;
-    if (!b->segs) {
+    if (!b->nseg) {
         if (check_piece(c, b, S, vec, acc, b->has_write ? &b->write : NULL, &b->reads)) return -1;
     } else {
         u128 lo = (u128)shape->lo, hi = (u128)shape_hi(shape);
@@ -1855,23 +1861,24 @@ static int kernel(Core *c, const field_t *f, uint32_t nacc) {
             for (size_t off = 0; off < sizeof(block_t); off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
         for (uint32_t i = 0; i < nacc; i++) {
             const block_t *b = c->targets[i].b;
-            if (b->keys) { /* the index (the binary search below then hits the cache) */
+            if (!b->nseg) {
+                if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
+            } else if (b->keys) { /* the index (the binary search below then hits the cache) */
                 size_t span = (size_t)b->nseg * sizeof(uint64_t);
                 if (span > 2048) span = 2048;
                 for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->keys + off);
-            } else if (b->segs) {
+            } else {
                 size_t span = (size_t)b->nseg * sizeof(u128);
                 if (span > 1024) span = 1024;
                 for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->ends + off);
                 for (size_t off = 0; off < (size_t)b->nseg * sizeof(uint16_t); off += 64) __builtin_prefetch((const char *)b->ord + off);
             }
-            else if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
             if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
         }
         for (uint32_t i = 0; i < nacc; i++) {
             target_t *t = &c->targets[i];
             const block_t *b = t->b;
-            if (!b->segs || !t->ranged || (u128)t->off >= seg_hi(b, b->nseg - 1)) continue;
+            if (!b->nseg || !t->ranged || (u128)t->off >= seg_hi(b, b->nseg - 1)) continue;
             uint32_t k = t->seg = seg_find(b, (u128)t->off);
             __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
             if (k) __builtin_prefetch(SEG(b, k - 1));
