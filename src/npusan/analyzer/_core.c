@@ -1527,6 +1527,25 @@ static int to_segments(Core *c, block_t *b) {
     return 0;
 }
 
+/* Where [lo, hi) (within the block's segments) lies: 1 exactly on segment *pk, 2 inside
+ * segment *pk (not all of it), 0 across more than one. hint: a segment to try first. On a
+ * narrow index, with both ends in its range (every real trace), in 64-bit arithmetic. */
+static inline int seg_place(const block_t *b, u128 lo, u128 hi, uint32_t hint, uint32_t *pk) {
+    uint32_t k = hint;
+    if (b->keys && hi < NARROW_INF) {
+        const uint64_t *K = b->keys;
+        uint64_t l = (uint64_t)lo, h = (uint64_t)hi;
+        if (k >= b->nseg || (k ? K[k - 1] >> 16 : 0) > l || K[k] >> 16 <= l) k = seg_find(b, lo);
+        uint64_t klo = k ? K[k - 1] >> 16 : 0, khi = K[k] >> 16; /* (NARROW_INF: unbounded, above h) */
+        *pk = k;
+        return klo == l && khi == h ? 1 : h <= khi ? 2 : 0;
+    }
+    if (k >= b->nseg || seg_lo(b, k) > lo || seg_hi(b, k) <= lo) k = seg_find(b, lo);
+    u128 khi = seg_hi(b, k);
+    *pk = k;
+    return seg_lo(b, k) == lo && khi == hi ? 1 : hi <= khi ? 2 : 0;
+}
+
 /* hint: the segment the kernel's prefetch pass found for acc's first byte (NO_SEG: none),
  * checked before it is trusted (an earlier access of the same kernel may have split it) */
 static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, uint32_t hint) {
@@ -1542,19 +1561,13 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
      * sub-ranges have all been touched) needs no split and leaves nothing to coalesce: the
      * segment's new state holds this access, which no neighbour holds, and the number of
      * segments does not change. */
-    int exact = 0;
-    {
-        uint32_t k = hint;
-        if (k >= b->nseg || seg_lo(b, k) > lo || seg_hi(b, k) <= lo) k = seg_find(b, lo);
-        u128 khi = seg_hi(b, k);
-        if (seg_lo(b, k) == lo && khi == hi) { i = k; j = k + 1; exact = 1; }
-        else if (hi <= khi) { /* inside one segment: split it in one move */
-            if (split_one(c, b, k, lo, hi, &i)) return -1;
-            j = i + 1;
-            exact = 2;
-        }
-    }
-    if (!exact && split(c, b, lo, hi, &i, &j)) return -1;
+    uint32_t k;
+    int exact = seg_place(b, lo, hi, hint, &k);
+    if (exact == 1) { i = k; j = k + 1; }
+    else if (exact == 2) { /* inside one segment: split it in one move */
+        if (split_one(c, b, k, lo, hi, &i)) return -1;
+        j = i + 1;
+    } else if (split(c, b, lo, hi, &i, &j)) return -1;
     c->nrep = 0;
     if (!acc->write) {
         for (uint32_t k = i; k < j; k++) {
