@@ -572,16 +572,16 @@ Rates are per CPU second of the process because this 2-core VM is shared with ot
 and wall-clock rates swing with their load (a load average near 4 on 2 cores means the
 caches are shared with twice as many busy processes as there are cores: the rates above
 are lower bounds of what the same code does on a quiet core, and two runs minutes apart
-differ by up to 2x). What the written-out analysis of where the time goes (the
-subsections below) found: the byte-range shapes are bound by memory latency and address
-translation, not by instructions. The same programs on 100 blocks instead of 2000 (their
-state then fits the caches) replay ranged16 about 1.7x faster; with 2000 blocks, the block,
-its segment ends and the segment are three dependent cache misses per access, overlapped
-across the accesses of one kernel by prefetching but not across kernels (gathering runs of
-kernels to prefetch for all of them made the other shapes slower). With 256 ranges per
-block nearly every access also splits a segment: a million kernels over 2000 blocks do not
-touch each block's 256 ranges often enough for accesses to find their segment already
-there.
+differ by up to 2x). Where the time goes (cachegrind and perf; the subsections below):
+`own` and `pool` spend about a thousand instructions per kernel, reading the record and
+applying three whole-block accesses. ranged16's state (2000 blocks of 16 segments, about
+3 MiB) fits the last-level cache, and it spends about twice as many. ranged256's does not:
+2000 blocks of up to 256 segments are over 30 MiB of segment states and indexes, and its
+time goes to cache misses: the block, its index and the segment are dependent loads
+(overlapped across one kernel's accesses by prefetching, not across kernels), and the
+first touch of a range writes new segment states. A million kernels touch each block's
+256 ranges about six times, and the hand-offs' whole-block writes return each block to one
+segment about five times, so about half the accesses are first touches.
 """
     path = update_docs(section)
     print(f"updated {os.path.relpath(path, ROOT)}")
