@@ -226,6 +226,27 @@ def test_same_findings_with_ends_past_2_48_and_2_64(ops, max_segments):
     assert ref[0] == "ok"
 
 
+@FUZZ
+@given(st.lists(st.tuples(st.integers(0, 39), st.integers(0, 1), st.booleans(), st.integers(0, 4)), max_size=120))
+def test_same_findings_with_many_streams_on_one_block(ops):
+    """Up to 40 streams read, write and use two blocks: a block's list of readers and of
+    uses grows past the 15 entries and 16 stream slots the core finds without scanning,
+    and is emptied and refilled by writes."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(40)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.ALLOC, 1, 0x20000, 256, 1, None]]
+    # 24 streams read both blocks first: the lists of readers and of uses pass the 15
+    # entries the core places, and the entries after them must be found by scanning
+    recs += [[R.KERNEL, s, 0, None, 0, 1] for s in range(39, 15, -1)]
+    for s, b, write, sync in ops:
+        recs.append([R.KERNEL, s, 0, None, ~b if write else b])
+        if sync == 0:
+            recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s * 7 + 1) % 40, None]]
+    recs += [[R.FREE, 0, None], [R.FREE, 1, None], [R.END, {}]]
+    ref = check(join(header, recs))
+    assert ref[0] == "ok"
+
+
 def test_the_generator_produces_every_kind_of_finding():
     ops = [("kernel", 1, [(0, True)]), ("kernel", 2, [(0, False)]),  # a data race
            ("kernel", 1, [(2, False)]), ("free", 2, 0, 0, True),  # a missing record_stream

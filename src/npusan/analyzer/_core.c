@@ -153,17 +153,24 @@ typedef struct {
 
 static inline int same_acc(const acc_t *a, const acc_t *b) { return a->seq == b->seq && a->idx == b->idx && a->op == b->op; }
 
-/* An ordered list of accesses; keyed by stream where Python uses a dict (insertion order). */
+/* An ordered list of accesses; keyed by stream where Python uses a dict (insertion order).
+ * `at` says where the entry of each stream slot below 16 is (4 bits a slot: its index + 1,
+ * 0 for none), for the entries among the first 15: finding a stream's entry reads that
+ * entry only, not the ones before it (a block's readers are usually few streams, but a
+ * scan of their 48-byte entries touched a cache line each). */
 typedef struct {
     uint32_t n, cap;
+    uint64_t at;
     acc_t *heap;
     acc_t one; /* storage while cap <= 1 (the common case) */
 } accv_t;
 
+#define AV_MAPPED 15 /* entries (and stream slots below 16) that `at` places */
+
 static inline acc_t *av_items(accv_t *v) { return v->cap > 1 ? v->heap : &v->one; }
-static inline void av_init(accv_t *v) { v->n = 0; v->cap = 1; v->heap = NULL; }
+static inline void av_init(accv_t *v) { v->n = 0; v->cap = 1; v->heap = NULL; v->at = 0; }
 static inline void av_clear(accv_t *v) { if (v->cap > 1) free(v->heap); av_init(v); }
-static inline void av_reset(accv_t *v) { v->n = 0; } /* emptied, its storage kept for reuse */
+static inline void av_reset(accv_t *v) { v->n = 0; v->at = 0; } /* emptied, its storage kept for reuse */
 
 static int av_grow(accv_t *v) {
     uint32_t cap = v->cap * 2;
@@ -175,14 +182,21 @@ static int av_grow(accv_t *v) {
     return 0;
 }
 
+/* append a's entry (a->stream has none yet) */
 static inline int av_push(accv_t *v, const acc_t *a) {
     if (v->n == v->cap && av_grow(v)) return -1;
+    if ((uint32_t)a->stream < 16 && v->n < AV_MAPPED) v->at |= (uint64_t)(v->n + 1) << (4 * a->stream);
     av_items(v)[v->n++] = *a;
     return 0;
 }
 
 static inline acc_t *av_find(accv_t *v, int32_t stream) {
     acc_t *it = av_items(v);
+    if ((uint32_t)stream < 16) {
+        uint32_t q = (uint32_t)(v->at >> (4 * stream)) & 15;
+        if (q) return &it[q - 1];
+        if (v->n <= AV_MAPPED) return NULL;
+    }
     for (uint32_t i = 0; i < v->n; i++) if (it[i].stream == stream) return &it[i];
     return NULL;
 }
