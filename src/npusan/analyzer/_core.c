@@ -529,10 +529,13 @@ static inline int quick_int(const uint8_t **pp, const uint8_t *end, i128 *v) {
     if (p >= end) return 0;
     uint8_t b = *p;
     if (b <= 0x7f) { *v = b; *pp = p + 1; return 1; }
+    if (b == 0xcd) { /* (before the switch: offsets, sizes and ids of range traces) */
+        if (end - p < 3) return 0;
+        *v = (uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
+    }
     if (b >= 0xe0) { *v = (int8_t)b; *pp = p + 1; return 1; }
     switch (b) {
     case 0xcc: if (end - p < 2) return 0; *v = p[1]; *pp = p + 2; return 1;
-    case 0xcd: if (end - p < 3) return 0; *v = (uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
     case 0xce: if (end - p < 5) return 0; *v = (uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
     case 0xd0: if (end - p < 2) return 0; *v = (int8_t)p[1]; *pp = p + 2; return 1;
     case 0xd1: if (end - p < 3) return 0; *v = (int16_t)(uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
