@@ -1912,8 +1912,6 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
             if (!b->nseg || !t->ranged || (u128)t->off >= seg_hi(b, b->nseg - 1)) continue;
             uint32_t k = t->seg = seg_find(b, (u128)t->off);
             __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
-            if (k) __builtin_prefetch(SEG(b, k - 1));
-            if (k + 1 < b->nseg) __builtin_prefetch(SEG(b, k + 1));
         }
     }
     for (uint32_t i = 0; i < nacc; i++) {
