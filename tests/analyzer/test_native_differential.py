@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from npusan.analyzer import engine as engine_mod
 from npusan.analyzer import native, replay
+from npusan.analyzer import strided as strided_mod
 from npusan.analyzer.engine import Engine, RecordError
 from npusan.trace_format import TraceReader, TraceWriter
 from npusan.trace_format import records as R
@@ -407,6 +408,17 @@ def views_program(ops) -> bytes:
 @given(st.lists(_vop, max_size=50), st.booleans())
 def test_same_findings_with_strided_views(ops, check_leaks):
     ref = check(views_program(ops), check_leaks)
+    assert ref[0] == "ok"
+
+
+@FUZZ
+@given(st.lists(_vop, max_size=50), st.sampled_from([1, 2]))
+def test_same_findings_when_strided_entries_are_merged_into_segments(ops, max_views):
+    """With room for one or two strided entries per block, nearly every strided access
+    merges an older entry into the segments over its hull (its writes and reads, and the
+    segments' writes among their reads): both engines the same way."""
+    with mock.patch.object(strided_mod, "MAX_VIEWS", max_views):
+        ref = check(views_program(ops))
     assert ref[0] == "ok"
 
 

@@ -253,6 +253,25 @@ def test_merging_strided_entries_into_segments_loses_nothing(program):
     assert expected <= got
 
 
+def test_a_merged_entry_does_not_hide_the_write_before_it():
+    """Found by the test above: a strided read is merged (MAX_VIEWS 1) into a segment whose
+    write came after it; a later whole-block write on the read's stream must still race with
+    that write (on byte 1, which the read never touched, it is the last write)."""
+    program = [("kernel", 0, [(PTRS[0], None, False)]),
+               ("kernel", 1, [(PTRS[1], (0, [(2, 2)], 2), False)]),  # bytes 0, 1, 4, 5
+               ("kernel", 0, [(PTRS[1], (0, 2), True)]),  # bytes 0, 1: races with the read
+               ("kernel", 1, [(PTRS[1], (0, [(2, 2)], 1), False)]),  # bytes 0, 2: the read above is merged
+               ("kernel", 1, [(PTRS[1], None, True)])]  # byte 1's last write is kernel 3's
+    old = engine_views.MAX_VIEWS
+    engine_views.MAX_VIEWS = 1
+    try:
+        got, expected, _ = run_strided(program)
+    finally:
+        engine_views.MAX_VIEWS = old
+    assert (5, PTRS[1]) in expected
+    assert expected <= got
+
+
 def test_interleaved_writers_are_clean_and_an_overlap_is_found():
     even = (0, [(12, 2)], 1)  # bytes 0, 2, ..., 22
     odd = (1, [(12, 2)], 1)

@@ -1682,6 +1682,17 @@ static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
     return 0;
 }
 
+/* latest(reads, a.stream, a): a becomes the segment's read of its stream unless that read
+ * is newer */
+static int seg_read_latest(Core *c, seg_t *s, const acc_t *a) {
+    uint32_t nw = seg_nw(s), nr = seg_nr(s);
+    for (uint32_t q = nw; q < nw + nr; q++) {
+        acc_t o = seg_get(s, q);
+        if (o.stream == a->stream) return o.seq < a->seq ? seg_set_read(c, s, a) : 0;
+    }
+    return seg_set_read(c, s, a);
+}
+
 /* merge a strided entry into the segments over its hull, conservatively */
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
@@ -1706,12 +1717,15 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
                 w[n++] = e->acc;
                 memcpy(w + n, t + nw, nr * sizeof(acc_t));
                 if (seg_assign(sg, w, n, w + n, nr)) return oom(c);
-                nw = n; t = w; /* the state is now w */
             }
         }
-        uint32_t q = nw;
-        while (q < nw + nr && t[q].stream != P) q++;
-        if (q == nw + nr || t[q].seq < e->acc.seq) { if (seg_set_read(c, sg, &e->acc)) return -1; }
+        if (seg_read_latest(c, sg, &e->acc)) return -1;
+        /* the writes join the reads too (engine.py's demote: the entry must not hide them) */
+        nw = seg_nw(sg);
+        for (uint32_t w = 0; w < nw; w++) {
+            acc_t a = seg_get(sg, w);
+            if (seg_read_latest(c, sg, &a)) return -1;
+        }
     }
     return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
 }

@@ -662,7 +662,11 @@ class Engine:
 
     def demote(self, b: Block, acc: Access, shape: Shape) -> None:
         """Merge a strided entry into the segments over its hull: a write among the writes,
-        and either among the reads (latest per stream), so every later access sees it."""
+        and either among the reads (latest per stream), so every later access sees it.
+        The segment's writes join its reads too (as when two segments merge): a later write
+        checks a segment's reads when it has any, and the entry, read there, must not hide
+        the writes from it -- the bytes of the hull between the entry's elements, and the
+        bytes a newer write overwrote, still have those writes as their last."""
         segs = to_segments(b)
         reach(segs, shape.hi)
         i, j = split(segs, shape.lo, shape.hi)
@@ -671,6 +675,8 @@ class Engine:
             if acc.write and all(w.stream != P or w.seq < acc.seq for w in s.writes):
                 s.writes = tuple(w for w in s.writes if w.stream != P) + (acc,)
             latest(s.reads, P, acc)
+            for w in s.writes:
+                latest(s.reads, w.stream, w)
         coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
 
     # ------------------------------------------------------------------ record_stream and reuse

@@ -30,10 +30,14 @@ which any engine (the Python one, the compiled one) must follow to give the same
    access covers every entry).
 4. **Bounded state.** At most :data:`MAX_VIEWS` entries per block. When the list is full,
    the oldest entry is merged into the segments over its hull *conservatively*: in every
-   segment of its hull it joins the writes (if a write) and the reads, keeping the latest
-   entry per stream (a stream's older entry is ordered before its newer one, so the newer
-   one catches every race the older could). Later accesses then see it wherever its hull
-   reaches: this can add a report, never lose one.
+   segment of its hull it joins the writes (if a write) and the reads, and the segment's
+   writes join its reads too, keeping the latest entry per stream (a stream's older entry
+   is ordered before its newer one, so the newer one catches every race the older could).
+   The writes must join the reads because a later write checks a segment's reads when it
+   has any, and only its writes otherwise: the merged entry, now among the reads, would
+   hide the writes from the bytes it never touched (between its elements) and from those
+   a write after it overwrote. Later accesses then see it wherever its hull reaches: this
+   can add a report, never lose one.
 5. The entries vanish with the block (at its free or re-allocation).
 
 Each comparison reported for one access names each earlier kernel once, as the range rules
