@@ -241,15 +241,22 @@ def test_strided_views_never_lose_a_race_nor_invent_one(program):
             assert any(s < seq and a == addr for s, a in expected), (seq, addr)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(strided_op, min_size=3, max_size=40))
-def test_merging_strided_entries_into_segments_loses_nothing(program):
+def run_merging(program):
+    """:func:`run_strided` with room for one strided entry per block: each older one is
+    merged into the segments over its hull."""
     old = engine_views.MAX_VIEWS
     engine_views.MAX_VIEWS = 1
     try:
         got, expected, _ = run_strided(program)
     finally:
         engine_views.MAX_VIEWS = old
+    return got, expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(strided_op, min_size=3, max_size=40))
+def test_merging_strided_entries_into_segments_loses_nothing(program):
+    got, expected = run_merging(program)
     assert expected <= got
 
 
@@ -262,12 +269,7 @@ def test_a_merged_entry_does_not_hide_the_write_before_it():
                ("kernel", 0, [(PTRS[1], (0, 2), True)]),  # bytes 0, 1: races with the read
                ("kernel", 1, [(PTRS[1], (0, [(2, 2)], 1), False)]),  # bytes 0, 2: the read above is merged
                ("kernel", 1, [(PTRS[1], None, True)])]  # byte 1's last write is kernel 3's
-    old = engine_views.MAX_VIEWS
-    engine_views.MAX_VIEWS = 1
-    try:
-        got, expected, _ = run_strided(program)
-    finally:
-        engine_views.MAX_VIEWS = old
+    got, expected = run_merging(program)
     assert (5, PTRS[1]) in expected
     assert expected <= got
 
