@@ -1333,7 +1333,8 @@ static int seg_widen(Core *c, block_t *b) {
     return 0;
 }
 
-/* An index that can hold the end hi. */
+/* An index that can hold the end hi (split and split_one fit both ends of a range: the
+ * unbounded end fits the narrow index, a large start before it would not). */
 static inline int seg_fit(Core *c, block_t *b, u128 hi) { return b->keys && !narrow_end(hi) ? seg_widen(c, b) : 0; }
 
 /* Entries [at, nseg) of the index move up by n (nseg is not changed). */
@@ -1380,7 +1381,7 @@ static void seg_remove(block_t *b, uint32_t at) {
 /* split(segs, lo, hi) -> [i, j) */
 static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *pj) {
     uint32_t i = seg_find(b, lo), top; /* the first segment with hi > lo */
-    if (seg_fit(c, b, hi) || seg_reserve(c, b)) return -1;
+    if (seg_fit(c, b, lo) || seg_fit(c, b, hi) || seg_reserve(c, b)) return -1;
     if (seg_lo(b, i) < lo) {
         if (seg_insert(c, b, i + 1, seg_hi(b, i), SEG(b, i))) return -1;
         seg_sethi(b, i, lo);
@@ -1407,7 +1408,7 @@ static int split(Core *c, block_t *b, u128 lo, u128 hi, uint32_t *pi, uint32_t *
 static int split_one(Core *c, block_t *b, uint32_t k, u128 lo, u128 hi, uint32_t *pi) {
     u128 slo = seg_lo(b, k), shi = seg_hi(b, k);
     uint32_t before = slo < lo, after = hi < shi, add = before + after;
-    if (seg_fit(c, b, hi) || seg_room(c, b, add)) return -1;
+    if (seg_fit(c, b, lo) || seg_fit(c, b, hi) || seg_room(c, b, add)) return -1;
     seg_t *from = SEG(b, k);
     uint32_t slot = b->nseg;
     for (uint32_t q = 0; q < add; q++) {
@@ -1574,10 +1575,8 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
         if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
     }
     uint32_t i, j;
-    /* An access that covers exactly one existing segment (the common case once a block's
-     * sub-ranges have all been touched) needs no split and leaves nothing to coalesce: the
-     * segment's new state holds this access, which no neighbour holds, and the number of
-     * segments does not change. */
+    /* exactly one segment (the common case once a block's sub-ranges have all been
+     * touched): no split; inside one: split in one move; across several: split() */
     uint32_t k;
     int exact = seg_place(b, lo, hi, hint, &k);
     if (exact == 1) { i = k; j = k + 1; }
