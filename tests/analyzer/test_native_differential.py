@@ -196,6 +196,42 @@ def test_same_findings_with_accesses_a_segment_cannot_pack():
     assert ref[0] == "ok" and len(ref[1]) > 5
 
 
+#: Values around the limits of the core's compact form of a segment's state (three accesses
+#: in one cache line): offsets and sizes below 2^28, op ids below 2^24 - 4, stack ids below
+#: 2^24 - 1, an access's position in its kernel below 64.
+_P3_OFFS = [0, 8, (1 << 28) - 16, (1 << 28) - 1, 1 << 28, (1 << 32) + 8]
+_P3_SIZES = [1, 8, (1 << 28) - 1, 1 << 28]
+_P3_OPS = [0, (1 << 24) - 5, (1 << 24) - 4, (1 << 24) - 1]  # (ids are below 2^24)
+_P3_STACKS = [None, 0, (1 << 24) - 2, (1 << 24) - 1]
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.sampled_from(_P3_OFFS), st.sampled_from(_P3_SIZES),
+                          st.sampled_from(_P3_OPS), st.sampled_from(_P3_STACKS), st.sampled_from([0, 1, 62, 63, 64]),
+                          st.integers(0, 3)), max_size=40),
+       st.sampled_from([3, 256]))
+def test_same_findings_at_the_limits_of_the_compact_segment_form(ops, max_segments):
+    """Three streams read and write ranges of one large block, with values on both sides of
+    the limits of the core's compact form of a segment's state: a segment's accesses move
+    between its three forms (three small accesses in a line, two larger ones, any number
+    on the heap) as they are read, written, split and merged, and every field of every
+    access must come back as the Python engine has it."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, o, f"op{o}"] for o in _P3_OPS] + [[R.STR, 1, "f.py"], [R.STR, 2, "step"]]
+    recs += [[R.FRAME, 0, 1, 7, 2]] + [[R.STACK, k, [0]] for k in _P3_STACKS if k is not None]
+    recs += [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, 0, 0x10000, 1 << 33, 0, None], [R.ALLOC, 1, 0x300000000, 64, 1, None]]
+    for s, write, off, n, op, stack, idx, sync in ops:
+        filler = [1] * idx  # the access of interest is at position idx of its kernel
+        recs.append([R.KERNEL, s, op, stack, *filler, [~0 if write else 0, off, n]])
+        if sync == 0:
+            recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s + 1) % 3, None]]
+    recs.append([R.END, {}])
+    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
+        ref = check(join(header, recs))
+    assert ref[0] == "ok"
+
+
 #: Offsets and sizes around the edges of the core's two forms of a block's index of segment
 #: ends (one word per segment below 2^48 - 1, a wide form from there up) and of 2^64.
 _EDGES = [0, 8, 64, (1 << 47), (1 << 48) - 9, (1 << 48) - 2, (1 << 48) - 1, 1 << 48, (1 << 48) + 8,

@@ -212,16 +212,22 @@ static inline int av_set(accv_t *v, const acc_t *a) {
 
 /* A segment's state; its bytes are [ends[k-1] (0 for k == 0), ends[k]) where k is its place.
  *
- * Its writes and reads (a dict by stream each, writes first) are kept in one of two forms:
- *  - inline: at most two accesses, packed (pacc_t, 28 bytes: a seq below 2^48, a stream slot
- *    and an idx below 2^16, off and n below 2^32), so that the state is one 64-byte line;
+ * Its writes and reads (a dict by stream each, writes first) are kept in one of three forms,
+ * named by the header byte (SEG_FORM) with, for the two inline forms, the counts:
+ *  - three: at most three accesses in 21 bytes each (seq below 2^44, stream slot below
+ *    2^12, idx below 2^6, op and stack ids below 2^24, off and n below 2^28), bit-packed
+ *    after the header byte (p3_*), little-endian hosts only;
+ *  - two: at most two accesses, packed (pacc_t, 28 bytes: a seq below 2^48, a stream slot
+ *    and an idx below 2^16, off and n below 2^32), for fields too large for the first form;
  *  - wide: any number of whole accesses, on the heap (wide_t).
- * Which one is a matter of space only: every operation reads the accesses back whole
- * (seg_get) and the form is chosen again whenever the state is written (seg_assign). The
- * inline form holds the common states (nothing, a write, a write and a read, two reads:
- * 94% of the segments of the ranged16 benchmark; the rest are a write and reads from two
- * streams): with two lines per segment (two lists of 48-byte accesses) the segments of
- * that benchmark were twice the L2 cache, and replaying range blocks waits on memory. */
+ * All three keep the state in one 64-byte line but the last. Which one is a matter of space
+ * only: every operation reads the accesses back whole (seg_get) and the form is chosen again
+ * whenever the state is written (seg_assign). The inline forms hold the common states
+ * (nothing, a write, a write and a read, two reads, and a write with reads from two streams:
+ * a block read by a second stream, as a hand-off between streams does). With two lines per
+ * segment (two lists of 48-byte accesses) the segments of the ranged16 benchmark were twice
+ * the L2 cache, and replaying range blocks waits on memory; in the wide form a segment's
+ * state is a second, dependent load and an allocation. */
 typedef struct {
     uint32_t seq_lo; uint16_t seq_hi; uint16_t stream;
     int32_t op, stack;
@@ -231,11 +237,14 @@ typedef struct {
 
 typedef struct { uint32_t nw, nr, cap; acc_t items[]; } wide_t; /* writes: items[0, nw), reads after */
 
-#define SEG_INLINE 2
-typedef struct {
-    uint8_t nw, nr; /* inline form: the counts (nw + nr <= SEG_INLINE) */
-    uint8_t wide;   /* 1: the state is u.w */
-    union { pacc_t in[SEG_INLINE]; wide_t *w; } u;
+enum { FORM_THREE, FORM_TWO, FORM_WIDE };
+#define SEG_FORM(s) ((s)->hdr >> 4)
+#define P3_SIZE 21
+typedef union {
+    uint8_t hdr; /* form << 4 | nr << 2 | nw (the counts: inline forms only) */
+    struct { uint8_t hdr, pad[3]; pacc_t in[2]; } two;
+    struct { uint8_t hdr, pad[7]; wide_t *w; } wide;
+    uint8_t raw[64]; /* three: entry q at raw + 1 + 21q */
 } seg_t; /* (a pool of them is aligned on a line by hand: seg_reserve) */
 _Static_assert(sizeof(seg_t) == 64, "a segment's state is one cache line");
 
@@ -818,38 +827,97 @@ static inline acc_t unpack(const pacc_t *p) {
     return a;
 }
 
-static inline void seg_init(seg_t *s) { s->nw = s->nr = 0; s->wide = 0; }
-static inline void seg_clear(seg_t *s) { if (s->wide) free(s->u.w); seg_init(s); }
-static inline uint32_t seg_nw(const seg_t *s) { return s->wide ? s->u.w->nw : s->nw; }
-static inline uint32_t seg_nr(const seg_t *s) { return s->wide ? s->u.w->nr : s->nr; }
+/* The three-access form's entries: 168 bits in three words read and written unaligned,
+ *   w0: seq (44 bits) | stream << 44 (12) | idx << 56 (6) | write << 62 | ranged << 63
+ *   w1: op + 4 (24) | stack + 1 << 24 (24) | off << 48 (its low 16 bits)
+ *   w2 (40 bits: bytes 16-20 of the entry): off >> 16 (12) | n << 12 (28)
+ * (op >= OP_LEAK and stack >= -1: the offsets make both non-negative) */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define P3_SEQ ((1ull << 44) - 1)
+static inline int packs3(const acc_t *a) {
+    return (uint64_t)a->seq <= P3_SEQ && (uint32_t)a->stream < (1u << 12) && a->idx < 64 &&
+           (uint32_t)a->op + 4u < (1u << 24) && (uint32_t)a->stack + 1u < (1u << 24) &&
+           a->off < (1ull << 28) && a->n < (1ull << 28);
+}
+#else
+static inline int packs3(const acc_t *a) { (void)a; return 0; } /* (the layout assumes little-endian words) */
+#endif
+static inline uint64_t ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline const uint8_t *p3(const seg_t *s, uint32_t q) { return s->raw + 1 + P3_SIZE * q; }
+/* the first word of entry q: seq and stream, all a race check needs */
+static inline uint64_t p3_key(const seg_t *s, uint32_t q) { return ld64(p3(s, q)); }
+static inline int32_t p3_stream(uint64_t w0) { return (int32_t)(w0 >> 44 & 0xFFF); }
+static inline int64_t p3_seq(uint64_t w0) { return (int64_t)(w0 & ((1ull << 44) - 1)); }
+
+static inline void pack3(seg_t *s, uint32_t q, const acc_t *a) {
+    uint8_t *e = s->raw + 1 + P3_SIZE * q;
+    uint64_t w0 = (uint64_t)a->seq | (uint64_t)a->stream << 44 | (uint64_t)a->idx << 56 | (uint64_t)a->write << 62 |
+                  (uint64_t)a->ranged << 63;
+    uint64_t w1 = (uint64_t)((uint32_t)a->op + 4u) | (uint64_t)((uint32_t)a->stack + 1u) << 24 | (a->off & 0xFFFF) << 48;
+    uint64_t w2 = a->off >> 16 | a->n << 12;
+    memcpy(e, &w0, 8); memcpy(e + 8, &w1, 8); memcpy(e + 16, &w2, 5);
+}
+
+static inline acc_t unpack3(const seg_t *s, uint32_t q) {
+    const uint8_t *e = p3(s, q);
+    uint64_t w0 = ld64(e), w1 = ld64(e + 8), w2 = 0;
+    memcpy(&w2, e + 16, 5);
+    acc_t a = {p3_seq(w0), p3_stream(w0), (int32_t)(w1 & 0xFFFFFF) - 4, (int32_t)(w1 >> 24 & 0xFFFFFF) - 1,
+               (uint32_t)(w0 >> 56 & 63), (uint8_t)(w0 >> 62 & 1), (uint8_t)(w0 >> 63), w1 >> 48 | (w2 & 0xFFF) << 16,
+               w2 >> 12};
+    return a;
+}
+
+static inline void seg_init(seg_t *s) { s->hdr = FORM_THREE << 4; }
+static inline void seg_clear(seg_t *s) { if (SEG_FORM(s) == FORM_WIDE) free(s->wide.w); seg_init(s); }
+static inline uint32_t seg_nw(const seg_t *s) { return SEG_FORM(s) == FORM_WIDE ? s->wide.w->nw : s->hdr & 3u; }
+static inline uint32_t seg_nr(const seg_t *s) { return SEG_FORM(s) == FORM_WIDE ? s->wide.w->nr : s->hdr >> 2 & 3u; }
+static inline void seg_counts(seg_t *s, int form, uint32_t nw, uint32_t nr) { s->hdr = (uint8_t)(form << 4 | nr << 2 | nw); }
 
 /* the q-th access of the state (writes first, then reads) */
-static inline acc_t seg_get(const seg_t *s, uint32_t q) { return s->wide ? s->u.w->items[q] : unpack(&s->u.in[q]); }
+static inline acc_t seg_get(const seg_t *s, uint32_t q) {
+    switch (SEG_FORM(s)) {
+    case FORM_THREE: return unpack3(s, q);
+    case FORM_TWO: return unpack(&s->two.in[q]);
+    default: return s->wide.w->items[q];
+    }
+}
+
+/* the inline form that holds these accesses (FORM_WIDE: none) */
+static int inline_form(const acc_t *w, uint32_t nw, const acc_t *r, uint32_t nr) {
+    size_t n = (size_t)nw + nr;
+    if (n > 3) return FORM_WIDE;
+    int three = 1, two = n <= 2;
+    for (uint32_t q = 0; q < nw; q++) { three &= packs3(&w[q]); two &= packs(&w[q]); }
+    for (uint32_t q = 0; q < nr; q++) { three &= packs3(&r[q]); two &= packs(&r[q]); }
+    return three ? FORM_THREE : two ? FORM_TWO : FORM_WIDE;
+}
 
 /* s's state := writes w[0, nw), reads r[0, nr) (neither in s's own storage) */
 static int seg_assign(seg_t *s, const acc_t *w, uint32_t nw, const acc_t *r, uint32_t nr) {
-    int fit = (size_t)nw + nr <= SEG_INLINE;
-    for (uint32_t q = 0; fit && q < nw; q++) fit = packs(&w[q]);
-    for (uint32_t q = 0; fit && q < nr; q++) fit = packs(&r[q]);
-    if (fit) {
+    int form = inline_form(w, nw, r, nr);
+    if (form != FORM_WIDE) {
         seg_clear(s);
-        for (uint32_t q = 0; q < nw; q++) pack(&s->u.in[q], &w[q]);
-        for (uint32_t q = 0; q < nr; q++) pack(&s->u.in[nw + q], &r[q]);
-        s->nw = (uint8_t)nw; s->nr = (uint8_t)nr;
+        for (uint32_t q = 0; q < nw + nr; q++) {
+            const acc_t *a = q < nw ? &w[q] : &r[q - nw];
+            if (form == FORM_THREE) pack3(s, q, a); else pack(&s->two.in[q], a);
+        }
+        seg_counts(s, form, nw, nr);
         return 0;
     }
     size_t n = (size_t)nw + nr;
-    if (!s->wide || s->u.w->cap < n) { /* wide storage, grown by doubling */
-        size_t cap = s->wide ? s->u.w->cap : 4;
+    int wide = SEG_FORM(s) == FORM_WIDE;
+    if (!wide || s->wide.w->cap < n) { /* wide storage, grown by doubling */
+        size_t cap = wide ? s->wide.w->cap : 4;
         while (cap < n) cap *= 2;
         if (cap > UINT32_MAX) return -1;
         wide_t *x = malloc(sizeof(wide_t) + cap * sizeof(acc_t));
         if (!x) return -1;
         x->cap = (uint32_t)cap;
         seg_clear(s);
-        s->wide = 1; s->u.w = x;
+        s->hdr = FORM_WIDE << 4; s->wide.w = x;
     }
-    wide_t *x = s->u.w;
+    wide_t *x = s->wide.w;
     if (nw) memcpy(x->items, w, nw * sizeof(acc_t));
     if (nr) memcpy(x->items + nw, r, nr * sizeof(acc_t));
     x->nw = nw; x->nr = nr;
@@ -870,21 +938,25 @@ static acc_t *seg_scratch(Core *c, size_t n) {
 
 /* the state whole, in to[0, nw + nr) */
 static void seg_unpack(const seg_t *s, acc_t *to) {
-    if (s->wide) memcpy(to, s->u.w->items, ((size_t)s->u.w->nw + s->u.w->nr) * sizeof(acc_t));
-    else for (uint32_t q = 0; q < (uint32_t)s->nw + s->nr; q++) to[q] = unpack(&s->u.in[q]);
+    uint32_t n = seg_nw(s) + seg_nr(s);
+    if (SEG_FORM(s) == FORM_WIDE) memcpy(to, s->wide.w->items, (size_t)n * sizeof(acc_t));
+    else for (uint32_t q = 0; q < n; q++) to[q] = seg_get(s, q);
 }
 
 /* a copy of `from` into the empty dst */
 static int seg_copy(seg_t *dst, const seg_t *from) {
-    if (!from->wide) { *dst = *from; return 0; }
-    const wide_t *x = from->u.w;
+    if (SEG_FORM(from) != FORM_WIDE) { *dst = *from; return 0; }
+    const wide_t *x = from->wide.w;
     seg_init(dst);
     return seg_assign(dst, x->items, x->nw, x->items + x->nw, x->nr);
 }
 
 /* writes = {a.stream: a}, reads = {} */
 static int seg_write(seg_t *s, const acc_t *a) {
-    if (packs(a)) { seg_clear(s); pack(&s->u.in[0], a); s->nw = 1; return 0; }
+    if (SEG_FORM(s) == FORM_WIDE) free(s->wide.w);
+    if (packs3(a)) { pack3(s, 0, a); seg_counts(s, FORM_THREE, 1, 0); return 0; }
+    if (packs(a)) { pack(&s->two.in[0], a); seg_counts(s, FORM_TWO, 1, 0); return 0; }
+    seg_init(s);
     return seg_assign(s, a, 1, NULL, 0);
 }
 
@@ -898,15 +970,24 @@ static inline void acc_latest(acc_t *v, uint32_t *n, const acc_t *a) {
 /* reads[a.stream] = a (in place when the form allows it, else through the scratch list) */
 static int seg_set_read(Core *c, seg_t *s, const acc_t *a) {
     uint32_t nw = seg_nw(s), nr = seg_nr(s);
-    if (!s->wide && packs(a)) {
+    switch (SEG_FORM(s)) {
+    case FORM_THREE:
+        if (!packs3(a)) break;
         for (uint32_t q = nw; q < nw + nr; q++)
-            if (s->u.in[q].stream == a->stream) { pack(&s->u.in[q], a); return 0; }
-        if (nw + nr < SEG_INLINE) { pack(&s->u.in[nw + nr], a); s->nr++; return 0; }
-    }
-    if (s->wide) {
-        wide_t *x = s->u.w;
+            if (p3_stream(p3_key(s, q)) == a->stream) { pack3(s, q, a); return 0; }
+        if (nw + nr < 3) { pack3(s, nw + nr, a); seg_counts(s, FORM_THREE, nw, nr + 1); return 0; }
+        break;
+    case FORM_TWO:
+        if (!packs(a)) break;
+        for (uint32_t q = nw; q < nw + nr; q++)
+            if (s->two.in[q].stream == a->stream) { pack(&s->two.in[q], a); return 0; }
+        if (nw + nr < 2) { pack(&s->two.in[nw + nr], a); seg_counts(s, FORM_TWO, nw, nr + 1); return 0; }
+        break;
+    default: {
+        wide_t *x = s->wide.w;
         for (uint32_t q = nw; q < nw + nr; q++) if (x->items[q].stream == a->stream) { x->items[q] = *a; return 0; }
         if (nw + nr < x->cap) { x->items[nw + nr] = *a; x->nr++; return 0; }
+    }
     }
     acc_t *t = seg_scratch(c, (size_t)nw + nr + 1);
     if (!t) return -1;
@@ -1525,8 +1606,13 @@ static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, con
 static int check_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const seg_t *s,
                      uint32_t from, uint32_t to) {
     for (uint32_t q = from; q < to; q++) {
-        if (!s->wide) { /* the test of check_earlier first, on the packed fields */
-            const pacc_t *p = &s->u.in[q];
+        int form = SEG_FORM(s); /* the test of check_earlier first, on the packed fields */
+        if (form == FORM_THREE) {
+            uint64_t w0 = p3_key(s, q);
+            int32_t P = p3_stream(w0);
+            if (P == S || vec[P] >= p3_seq(w0)) continue;
+        } else if (form == FORM_TWO) {
+            const pacc_t *p = &s->two.in[q];
             if (p->stream == S || vec[p->stream] >= (int64_t)((uint64_t)p->seq_hi << 32 | p->seq_lo)) continue;
         }
         acc_t e = seg_get(s, q);
