@@ -232,6 +232,32 @@ def test_same_findings_at_the_limits_of_the_compact_segment_form(ops, max_segmen
     assert ref[0] == "ok"
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.booleans(), st.integers(0, 4095),
+                          st.sampled_from([1, 8, 16, 64, 200]), st.integers(0, 99)), min_size=50, max_size=400),
+       st.sampled_from([40, 256]))
+def test_same_findings_on_blocks_of_many_segments(ops, max_segments):
+    """Hundreds of ranges of uneven sizes on two blocks of 4 KiB split them into up to 256
+    segments, merged at a cap of 40 or 256 and returned to one by whole-block writes. (The
+    core guesses where a range's segment is, from the range's offset, before it searches;
+    the guess is a hint that range_access checks, so a wrong one costs time, not findings.)"""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, 0, 0x10000, 4096, 0, None], [R.ALLOC, 1, 0x20000, 4096, 1, None]]
+    for s, b, write, off, n, kind in ops:
+        a = ~b if write else b
+        if kind == 0:  # the whole block (a write returns it to one segment)
+            recs.append([R.KERNEL, s, 0, None, a])
+        else:
+            recs.append([R.KERNEL, s, 0, None, [a, off if b == 0 else off // 8 * 8, n]])
+        if kind < 10:
+            recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s + 1) % 3, None]]
+    recs.append([R.END, {}])
+    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
+        ref = check(join(header, recs))
+    assert ref[0] == "ok"
+
+
 #: Offsets and sizes around the edges of the core's two forms of a block's index of segment
 #: ends (one word per segment below 2^48 - 1, a wide form from there up) and of 2^64.
 _EDGES = [0, 8, 64, (1 << 47), (1 << 48) - 9, (1 << 48) - 2, (1 << 48) - 1, 1 << 48, (1 << 48) + 8,

@@ -1374,6 +1374,34 @@ static inline uint32_t seg_find(const block_t *b, u128 lo) {
     return base < b->nseg ? base : b->nseg - 1; /* as the search it replaced, were lo past the end */
 }
 
+/* Where the segment of byte lo would be if the block's segments were all of one size
+ * (NO_SEG: no guess): they often are (a buffer cut into equal parts, and any block once all
+ * its parts have been touched), and a search near the guess reads a few lines of a large
+ * index instead of all of them. Narrow index, known size, at least two lines of keys. */
+#define GUESS_WINDOW 16
+static inline uint32_t seg_guess(const block_t *b, u128 lo) {
+    if (!b->keys || b->nseg <= 2 * GUESS_WINDOW || !b->size_known || lo >= b->size || lo >= NARROW_INF) return NO_SEG;
+    return (uint32_t)((uint64_t)lo * b->nseg / b->size); /* (lo < 2^48, nseg < 2^16) */
+}
+
+/* seg_find(b, lo), given a guess g: the search reads the keys within GUESS_WINDOW of g when
+ * the answer is among them, everything otherwise */
+static inline uint32_t seg_find_near(const block_t *b, u128 lo, uint32_t g) {
+    if (g == NO_SEG) return seg_find(b, lo);
+    const uint64_t *e = b->keys;
+    uint32_t n = b->nseg, L = g > GUESS_WINDOW ? g - GUESS_WINDOW : 0, H = g + GUESS_WINDOW < n ? g + GUESS_WINDOW : n;
+    uint64_t t = (uint64_t)lo << 16 | 0xFFFF; /* (lo < NARROW_INF - 1: seg_guess) */
+    if ((L && e[L - 1] > t) || (H < n && e[H - 1] <= t)) return seg_find(b, lo); /* not in [L, H] */
+    uint32_t base = L, len = H - L;
+    while (len > 1) {
+        uint32_t half = len / 2;
+        base = e[base + half] <= t ? base + half : base;
+        len -= half;
+    }
+    base += e[base] <= t;
+    return base < n ? base : n - 1;
+}
+
 /* Room for n more segments; done before taking pointers into segs (realloc moves them). */
 static int seg_room(Core *c, block_t *b, uint32_t n) {
     if (b->nseg + n <= b->segcap) return 0;
@@ -1993,7 +2021,17 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
             const block_t *b = c->targets[i].b;
             if (!b->nseg) {
                 if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
-            } else if (b->keys) { /* the index (the binary search below then hits the cache) */
+            } else if (b->keys) { /* the index (the search below then hits the cache) */
+                target_t *t = &c->targets[i];
+                uint32_t g = t->ranged ? seg_guess(b, (u128)t->off) : NO_SEG;
+                if (g != NO_SEG) { /* the keys around the guess, and the two that bound them */
+                    uint32_t L = g > GUESS_WINDOW ? g - GUESS_WINDOW - 1 : 0;
+                    uint32_t H = g + GUESS_WINDOW < b->nseg ? g + GUESS_WINDOW : b->nseg;
+                    for (uintptr_t p = (uintptr_t)&b->keys[L] & ~(uintptr_t)63; p <= (uintptr_t)&b->keys[H - 1]; p += 64)
+                        __builtin_prefetch((const void *)p);
+                    if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
+                    continue;
+                }
                 size_t span = (size_t)b->nseg * sizeof(uint64_t);
                 if (span > 2048) span = 2048;
                 for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->keys + off);
@@ -2009,7 +2047,7 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
             target_t *t = &c->targets[i];
             const block_t *b = t->b;
             if (!b->nseg || !t->ranged || (u128)t->off >= seg_hi(b, b->nseg - 1)) continue;
-            uint32_t k = t->seg = seg_find(b, (u128)t->off);
+            uint32_t k = t->seg = seg_find_near(b, (u128)t->off, seg_guess(b, (u128)t->off));
             __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
         }
     }
