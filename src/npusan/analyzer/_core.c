@@ -849,14 +849,19 @@ static inline uint64_t p3_key(const seg_t *s, uint32_t q) { return ld64(p3(s, q)
 static inline int32_t p3_stream(uint64_t w0) { return (int32_t)(w0 >> 44 & 0xFFF); }
 static inline int64_t p3_seq(uint64_t w0) { return (int64_t)(w0 & ((1ull << 44) - 1)); }
 
-static inline void pack3(seg_t *s, uint32_t q, const acc_t *a) {
-    uint8_t *e = s->raw + 1 + P3_SIZE * q;
+/* an entry of the three-access form, its first P3_SIZE bytes meant (a packs3 access) */
+typedef struct { uint8_t b[24]; } p3e_t;
+static inline p3e_t p3_encode(const acc_t *a) {
+    p3e_t x;
     uint64_t w0 = (uint64_t)a->seq | (uint64_t)a->stream << 44 | (uint64_t)a->idx << 56 | (uint64_t)a->write << 62 |
                   (uint64_t)a->ranged << 63;
     uint64_t w1 = (uint64_t)((uint32_t)a->op + 4u) | (uint64_t)((uint32_t)a->stack + 1u) << 24 | (a->off & 0xFFFF) << 48;
     uint64_t w2 = a->off >> 16 | a->n << 12;
-    memcpy(e, &w0, 8); memcpy(e + 8, &w1, 8); memcpy(e + 16, &w2, 5);
+    memcpy(x.b, &w0, 8); memcpy(x.b + 8, &w1, 8); memcpy(x.b + 16, &w2, 8);
+    return x;
 }
+static inline void p3_put(seg_t *s, uint32_t q, const p3e_t *x) { memcpy(s->raw + 1 + P3_SIZE * q, x->b, P3_SIZE); }
+static inline void pack3(seg_t *s, uint32_t q, const acc_t *a) { p3e_t x = p3_encode(a); p3_put(s, q, &x); }
 
 static inline acc_t unpack3(const seg_t *s, uint32_t q) {
     const uint8_t *e = p3(s, q);
@@ -1649,6 +1654,19 @@ static int check_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, const a
     return 0;
 }
 
+/* check_seg for a segment in the three-access form */
+static inline int p3_check(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const seg_t *s,
+                           uint32_t from, uint32_t to) {
+    for (uint32_t q = from; q < to; q++) {
+        uint64_t w0 = p3_key(s, q);
+        int32_t P = p3_stream(w0);
+        if (P == S || vec[P] >= p3_seq(w0)) continue;
+        acc_t e = unpack3(s, q);
+        if (check_earlier(c, b, S, vec, acc, &e)) return -1;
+    }
+    return 0;
+}
+
 /* whole mode -> range mode: one segment with the whole state */
 static int to_segments(Core *c, block_t *b) {
     u128 end = b->size_known && b->size ? (u128)b->size : INF128;
@@ -1699,16 +1717,37 @@ static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
         j = i + 1;
     } else if (split(c, b, lo, hi, &i, &j)) return -1;
     c->nrep = 0;
+    /* The same access goes into every segment: in the three-access form it is encoded once,
+     * and a segment in that form is checked and changed here, without the general calls. */
+    int fast = packs3(acc);
+    p3e_t x = p3_encode(acc);
     if (!acc->write) {
         for (uint32_t k = i; k < j; k++) {
             if (k + 8 < j) __builtin_prefetch(SEG(b, k + 8));
             seg_t *s = SEG(b, k);
-            if (check_seg(c, b, S, vec, acc, s, 0, seg_nw(s)) || seg_set_read(c, s, acc)) return -1;
+            if (fast && SEG_FORM(s) == FORM_THREE) {
+                uint32_t nw = s->hdr & 3u, n = nw + (s->hdr >> 2 & 3u), q;
+                if (p3_check(c, b, S, vec, acc, s, 0, nw)) return -1;
+                for (q = nw; q < n && p3_stream(p3_key(s, q)) != S; q++) {}
+                if (q < 3) { /* reads[S] = acc, in place */
+                    p3_put(s, q, &x);
+                    if (q == n) s->hdr += 1u << 2;
+                    continue;
+                }
+            } else if (check_seg(c, b, S, vec, acc, s, 0, seg_nw(s))) return -1;
+            if (seg_set_read(c, s, acc)) return -1;
         }
     } else {
         for (uint32_t k = i; k < j; k++) {
             if (k + 8 < j) __builtin_prefetch(SEG(b, k + 8));
             seg_t *s = SEG(b, k);
+            if (fast && SEG_FORM(s) == FORM_THREE) {
+                uint32_t nw = s->hdr & 3u, nr = s->hdr >> 2 & 3u;
+                if (p3_check(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1;
+                p3_put(s, 0, &x);
+                seg_counts(s, FORM_THREE, 1, 0);
+                continue;
+            }
             uint32_t nw = seg_nw(s), nr = seg_nr(s);
             if (check_seg(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1; /* the reads, else the writes */
             if (seg_write(s, acc)) return oom(c);
