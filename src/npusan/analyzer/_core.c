@@ -832,8 +832,8 @@ static inline acc_t unpack(const pacc_t *p) {
  *   w1: op + 4 (24) | stack + 1 << 24 (24) | off << 48 (its low 16 bits)
  *   w2 (40 bits: bytes 16-20 of the entry): off >> 16 (12) | n << 12 (28)
  * (op >= OP_LEAK and stack >= -1: the offsets make both non-negative) */
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define P3_SEQ ((1ull << 44) - 1)
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 static inline int packs3(const acc_t *a) {
     return (uint64_t)a->seq <= P3_SEQ && (uint32_t)a->stream < (1u << 12) && a->idx < 64 &&
            (uint32_t)a->op + 4u < (1u << 24) && (uint32_t)a->stack + 1u < (1u << 24) &&
@@ -1540,6 +1540,10 @@ static int split_one(Core *c, block_t *b, uint32_t k, u128 lo, u128 hi, uint32_t
 }
 
 static int same_state(const seg_t *s, const seg_t *t) {
+    if (SEG_FORM(s) == FORM_THREE && SEG_FORM(t) == FORM_THREE) { /* (most pairs differ in their first write) */
+        if (s->hdr != t->hdr) return 0;
+        if ((s->hdr & 3u) && (p3_key(s, 0) ^ p3_key(t, 0)) & (P3_SEQ | 63ull << 56)) return 0; /* seq, idx */
+    }
     uint32_t nw = seg_nw(s), nr = seg_nr(s);
     if (nw != seg_nw(t) || nr != seg_nr(t)) return 0;
     for (uint32_t i = 0; i < nw; i++) {
