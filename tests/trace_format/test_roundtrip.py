@@ -205,6 +205,11 @@ def test_bad_arguments_raise_before_writing():
             w.stream_created(True)
         with pytest.raises(ValueError):
             w.memory_allocated(1 << 70, 0)
+        # a negative pointer or size would make the analyzer refuse the whole trace
+        for call in (lambda: w.memory_allocated(-5, 0, size=64), lambda: w.memory_allocated(0x1000, 0, size=-1),
+                     lambda: w.memory_freed(-1), lambda: w.record_stream(-8, 0), lambda: w.erase_stream(-8, 0)):
+            with pytest.raises(ValueError, match="negative"):
+                call()
         w.kernel(0, "ok")
     r, recs = read_all(io.BytesIO(buf.getvalue()))
     assert len(recs) == 1 and r.ended_cleanly

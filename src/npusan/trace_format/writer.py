@@ -684,7 +684,7 @@ class TraceWriter:
             self._check()
             self._thread(thread)
             self.encoder.memory_allocated(
-                _int(ptr), _int(stream), _int(device), None if size is None else _int(size), self._stack(stack)
+                _ptr(ptr), _int(stream), _int(device), None if size is None else _ptr(size, "size"), self._stack(stack)
             )
 
     def memory_freed(self, ptr: int, *, thread: Any = None, stack: StackArg = None) -> None:
@@ -692,7 +692,7 @@ class TraceWriter:
         with self.lock:
             self._check()
             self._thread(thread)
-            self.encoder.memory_freed(_int(ptr), self._stack(stack))
+            self.encoder.memory_freed(_ptr(ptr), self._stack(stack))
 
     def record_stream(
         self, ptr: int, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None
@@ -700,7 +700,7 @@ class TraceWriter:
         with self.lock:
             self._check()
             self._thread(thread)
-            self.encoder.record_stream(_int(ptr), _int(stream), _int(device), self._stack(stack))
+            self.encoder.record_stream(_ptr(ptr), _int(stream), _int(device), self._stack(stack))
 
     def erase_stream(
         self, ptr: int, stream: int, *, device: int = 0, thread: Any = None, stack: StackArg = None
@@ -708,7 +708,7 @@ class TraceWriter:
         with self.lock:
             self._check()
             self._thread(thread)
-            self.encoder.erase_stream(_int(ptr), _int(stream), _int(device), self._stack(stack))
+            self.encoder.erase_stream(_ptr(ptr), _int(stream), _int(device), self._stack(stack))
 
     def stream_label(self, stream: int, label: str, *, role: str = "", device: int = 0) -> None:
         """Say what ``stream`` is for (format 1.1), e.g. ``role="comm"``, ``label="comm stream
@@ -815,6 +815,15 @@ def _int(v: Any) -> int:
     return i
 
 
+def _ptr(v: Any, what: str = "pointer") -> int:
+    """A pointer or a size: an int from 0 to 2^64 - 1 (a trace with a negative one is refused
+    by the analyzer as a whole, so it is refused here, at the call that made it)."""
+    i = _int(v)
+    if i < 0:
+        raise ValueError(f"negative {what} {i}")
+    return i
+
+
 def _access(p: Any):
     if isinstance(p, Strided):
         sizes = [_int(n) for n in p.sizes]
@@ -824,10 +833,7 @@ def _access(p: Any):
             raise ValueError(f"a strided view needs as many sizes as strides, sizes >= 0 and itemsize >= 1: {p!r}")
         if len(sizes) > 64 or any(n > MAX_VALUE for n in sizes):
             raise ValueError(f"a strided view with more than 64 dims or absurd sizes: {p!r}")
-        ptr = _int(p.ptr)
-        if ptr < 0:
-            raise ValueError(f"negative pointer {ptr}")
-        return Strided(ptr, sizes, strides, itemsize)
+        return Strided(_ptr(p.ptr), sizes, strides, itemsize)
     if isinstance(p, (tuple, list)):
         if len(p) != 2:
             raise ValueError(f"a range access is (ptr, nbytes), got {p!r}")
@@ -835,7 +841,4 @@ def _access(p: Any):
         if ptr < 0 or n < 0:
             raise ValueError(f"negative pointer or size in {p!r}")
         return (ptr, n)
-    ptr = _int(p)
-    if ptr < 0:
-        raise ValueError(f"negative pointer {ptr}")
-    return ptr
+    return _ptr(p)
