@@ -102,6 +102,29 @@ def test_many_ranges_are_capped_and_merged_conservatively():
     assert {f.previous.stream.handle for f in p.races()} >= {S1}
 
 
+def test_over_the_cap_pieces_of_one_stream_are_merged_before_pieces_of_two():
+    """Two unsynchronized streams fill their own halves of one buffer, 200 pieces each (a
+    bucket of gradients), and read them back: they never share a byte. Over the cap of
+    segments, neighbouring pieces are merged, and the narrowest pair here is the last piece
+    of one half with the first of the other: merged, each stream's accesses to it would meet
+    the other's write (a false race, reported by the earlier rule, narrowest first). Pairs of
+    pieces of the same streams are merged first."""
+    p = Prog()
+    widths = [4096] * 199 + [64, 64] + [4096] * 199
+    offs = [sum(widths[:i]) for i in range(len(widths))]
+    blocks(p, X, size=sum(widths))
+    for half, s in ((range(200), S1), (range(200, 400), S2)):
+        for i in half:
+            p.kernel(s, "aten::copy_", writes=[(X + offs[i], widths[i])])
+    for half, s in ((range(200), S1), (range(200, 400), S2)):
+        for i in half:
+            p.kernel(s, "aten::sum", reads=[(X + offs[i], widths[i])])
+    assert p.races() == []
+    # merged or not, what a third stream does without waiting is still a race with both
+    p.kernel(S0, "aten::zero_", writes=[(X + offs[199], 128)])
+    assert {f.previous.stream.handle for f in p.races()} == {S1, S2}
+
+
 # -- record_stream / erase_stream ----------------------------------------------------------
 
 

@@ -1593,6 +1593,58 @@ static uint32_t narrowest_pair(const block_t *b) {
     return best;
 }
 
+/* the stream of the q-th access of a segment's state */
+static inline int32_t seg_stream(const seg_t *s, uint32_t q) {
+    switch (SEG_FORM(s)) {
+    case FORM_THREE: return p3_stream(p3_key(s, q));
+    case FORM_TWO: return s->two.in[q].stream;
+    default: return s->wide.w->items[q].stream;
+    }
+}
+
+/* Is the stream of each of x's accesses among y's? */
+static int streams_within(const seg_t *x, const seg_t *y) {
+    uint32_t nx = seg_nw(x) + seg_nr(x), ny = seg_nw(y) + seg_nr(y);
+    for (uint32_t q = 0; q < nx; q++) {
+        int32_t P = seg_stream(x, q);
+        uint32_t r = 0;
+        while (r < ny && seg_stream(y, r) != P) r++;
+        if (r == ny) return 0;
+    }
+    return 1;
+}
+
+/* a bit per stream of a segment's accesses (slot mod 64): equal for equal sets of streams */
+static inline uint64_t seg_sig(const seg_t *s) {
+    uint32_t n = seg_nw(s) + seg_nr(s);
+    uint64_t g = 0;
+    for (uint32_t q = 0; q < n; q++) g |= 1ull << (seg_stream(s, q) & 63);
+    return g;
+}
+
+/* Segment.streams() == other.streams() */
+static inline int same_streams(const seg_t *s, const seg_t *t) { return streams_within(s, t) && streams_within(t, s); }
+
+/* engine.merge_pair: the narrowest pair of neighbours (the first of the narrowest) among
+ * those whose accesses are of the same streams, else among all (narrowest_pair). When the
+ * first narrowest of all is such a pair it is the answer, found from the index alone (a
+ * block of one stream, the common case, never reads its states here). */
+static uint32_t merge_pair(const block_t *b) {
+    uint32_t n = b->nseg, best = narrowest_pair(b);
+    if (same_streams(SEG(b, best), SEG(b, best + 1))) return best;
+    best = UINT32_MAX;
+    u128 bw = 0;
+    uint64_t next = seg_sig(SEG(b, 0)), sig;
+    for (uint32_t m = 0; m + 1 < n; m++) {
+        if (m + 8 < n) __builtin_prefetch(SEG(b, m + 8));
+        sig = next; next = seg_sig(SEG(b, m + 1));
+        if (sig != next || !same_streams(SEG(b, m), SEG(b, m + 1))) continue;
+        u128 w = seg_hi(b, m + 1) - seg_lo(b, m);
+        if (best == UINT32_MAX || w < bw) { bw = w; best = m; }
+    }
+    return best != UINT32_MAX ? best : narrowest_pair(b);
+}
+
 static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
     uint32_t n = i;
     while (n + 1 < j && n + 1 < b->nseg) {
@@ -1605,7 +1657,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
         }
     }
     while ((long)b->nseg > c->L.max_segments) {
-        uint32_t best = narrowest_pair(b);
+        uint32_t best = merge_pair(b);
         seg_t *s = SEG(b, best), *t = SEG(b, best + 1);
         /* writes: latest of both; reads: latest of both and of the merged writes */
         uint32_t snw = seg_nw(s), sn = snw + seg_nr(s), tnw = seg_nw(t), tn = tnw + seg_nr(t);

@@ -24,10 +24,10 @@ latest read per stream since that write (a stream's own accesses are in program 
 its latest read is enough). After the first byte-range access the block is in *range* mode:
 a sorted list of segments covering the block, each with its own writes and reads. A write
 of a sub-range replaces the state of those bytes only. At most :data:`MAX_SEGMENTS`
-segments are kept; beyond that the narrowest adjacent pair is merged conservatively (the
-merged segment keeps the latest write per stream both as a write and as a read, so a later
-access is checked against everything either half had: merging can add reports, never lose
-one). A write that covers the whole block returns it to whole mode.
+segments are kept; beyond that a pair of neighbours (:func:`merge_pair`) is merged
+conservatively (the merged segment keeps the latest write per stream both as a write and
+as a read, so a later access is checked against everything either half had: merging can
+add reports, never lose one). A write that covers the whole block returns it to whole mode.
 
 Strided accesses (format 1.1: a range refined by a VIEWS record to only some of its bytes)
 do not change that state: they are checked byte-exactly against it and kept beside it, in
@@ -140,6 +140,10 @@ class Segment:
 
     def __init__(self, lo, hi, writes: tuple, reads: dict) -> None:
         self.lo, self.hi, self.writes, self.reads = lo, hi, writes, reads
+
+    def streams(self) -> set:
+        """The streams of its accesses."""
+        return {w.stream for w in self.writes} | set(self.reads)
 
     def same_state(self, other: "Segment") -> bool:
         if len(self.writes) != len(other.writes) or any(x is not y for x, y in zip(self.writes, other.writes)):
@@ -853,7 +857,7 @@ def split(segs: list, lo, hi) -> tuple:
 
 
 def coalesce(segs: list, i: int, j: int) -> None:
-    """Join equal neighbours in ``segs[i:j]``; then merge the narrowest pairs down to the cap."""
+    """Join equal neighbours in ``segs[i:j]``; then merge pairs down to the cap (merge_pair)."""
     n = i
     while n < j - 1 and n < len(segs) - 1:
         if segs[n].same_state(segs[n + 1]):
@@ -863,7 +867,7 @@ def coalesce(segs: list, i: int, j: int) -> None:
         else:
             n += 1
     while len(segs) > MAX_SEGMENTS:
-        best = min(range(len(segs) - 1), key=lambda m: segs[m + 1].hi - segs[m].lo)
+        best = merge_pair(segs)
         s, t = segs[best], segs[best + 1]
         writes: dict = {}
         for w in s.writes + t.writes:
@@ -876,6 +880,21 @@ def coalesce(segs: list, i: int, j: int) -> None:
         s.writes = tuple(writes.values())
         s.reads = reads
         del segs[best + 1]
+
+
+def merge_pair(segs: list) -> int:
+    """The neighbours (m, m + 1) to merge when a block is over its cap of segments: the
+    narrowest pair (the first of the narrowest) among those whose accesses are of the same
+    streams, else among all. A merged segment holds the accesses of both: a stream that had
+    accessed only one of them then meets, on the other's bytes, accesses it never overlapped,
+    and may be told of a race that is not there (two streams filling their own halves of one
+    buffer, each side in hundreds of pieces). Merging pieces of the same streams avoids that
+    in the common case, though not always (a stream waited for may have written one of the
+    pieces after the wait)."""
+    pairs = range(len(segs) - 1)
+    streams = [s.streams() for s in segs]
+    same = [m for m in pairs if streams[m] == streams[m + 1]]
+    return min(same or pairs, key=lambda m: segs[m + 1].hi - segs[m].lo)
 
 
 def latest(table: dict, key, acc: Access) -> None:
