@@ -132,6 +132,19 @@ def test_clean_report_and_unreadable_trace(tmp_path):
     no_network(page)
 
 
+def test_a_bug_seen_on_two_streams_names_both():
+    from npusan.analyzer.reporters import ReportOptions, build_report, get_reporter
+    from tests.cli.npusan_scenarios import make_finding, make_result
+
+    one = make_finding("missing-record-stream", later_seq=0, earlier_seq=2)
+    two = make_finding("missing-record-stream", later_seq=0, earlier_seq=3, side_handle=0x52, side_index=2,
+                       side_number=2, address=0x7F0000200000)
+    page = get_reporter("html").render(build_report(make_result([one, two])), ReportOptions())
+    assert re.search(r"<th>also on</th><td>stream #2 \(cuda:0\)", page)
+    page = get_reporter("html").render(build_report(make_result([one])), ReportOptions())
+    assert "<th>also on</th>" not in page
+
+
 def test_kernels_near_keeps_a_window_and_the_syncs_in_it(tmp_path):
     from npusan.analyzer.timeline import kernels_near
     from tests.analyzer.test_timeline_streaming import long_trace

@@ -105,3 +105,17 @@ def test_large_reports_are_compact_but_equal():
     doc = json.loads(text)
     jsonschema.validate(doc, REPORT_SCHEMA)
     assert len(doc["findings"]) == PRETTY_MAX_FINDINGS + 1
+
+
+def test_a_bug_seen_on_two_streams_lists_the_other_stream():
+    """One entry (one fingerprint) for a bug two side streams made by one line both have:
+    ``other_streams`` names the stream its first finding does not, once; [] for one stream."""
+    one = make_finding("missing-record-stream", later_seq=0, earlier_seq=2)
+    two = make_finding("missing-record-stream", later_seq=0, earlier_seq=3, side_handle=0x52, side_index=2,
+                       side_number=2, address=0x7F0000200000)
+    three = make_finding("missing-record-stream", later_seq=0, earlier_seq=4, side_handle=0x52, side_index=2,
+                         side_number=2, address=0x7F0000300000)
+    (item,) = render(make_result([one, two, three]))["findings"]
+    assert [(s["handle"], s["number"]) for s in item["other_streams"]] == [(0x52, 2)]
+    (item,) = render(make_result([one]))["findings"]
+    assert item["other_streams"] == []

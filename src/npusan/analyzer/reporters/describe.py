@@ -109,6 +109,27 @@ def stream_label(s: StreamRef, header: dict) -> str:
     return f"default stream ({dev})" if s.is_default else f"stream #{stream_number(s)} ({dev})"
 
 
+def other_streams(report, group) -> list:
+    """``(stream, header)`` for each stream of a group's other findings that its entry does
+    not name (its first finding's two streams), once per label: one bug at one pair of
+    lines can happen on several streams (two side streams made in one loop), and an entry
+    shows only its first finding's. ``report``: the Report, for each trace's header."""
+    f0 = group.finding
+    h0 = report.header(f0.trace)
+    named = {stream_label(s, h0) for s in (f0.access.stream, f0.previous.stream) if s is not None}
+    out = []
+    for f in group.findings[1:]:
+        h = report.header(f.trace)
+        for s in (f.access.stream, f.previous.stream):
+            if s is None:
+                continue
+            label = stream_label(s, h)
+            if label not in named:
+                named.add(label)
+                out.append((s, h))
+    return out
+
+
 def _names_a_stream(label: str) -> bool:
     """Whether a label reads as a stream's name ("comm stream of process group 0"); others
     (a trace from another writer may say anything) are quoted: stream "my label"."""

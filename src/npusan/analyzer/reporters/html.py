@@ -165,6 +165,9 @@ def _finding(report: Report, g: Group, i: int, sources: SourceCache, near: dict,
         alloc += f" on {D.stream_name(f.block.stream, header)}"
     rows.append(f"<tr><th>allocated</th><td>{e(alloc)}{_stack(f.block.stack, sources)}</td></tr>")
     rows.append(f'<tr><th>fix</th><td><pre class="fix">{e_lines(D.fix(f, header, sources))}</pre></td></tr>')
+    others = [D.stream_name(s, h) for s, h in D.other_streams(report, g)]
+    if others:
+        rows.append(f"<tr><th>also on</th><td>{e('; '.join(others))}</td></tr>")
     seen = f"{g.count} occurrence{'s' if g.count != 1 else ''} in " + ", ".join(
         report.trace_path(t) for t in g.traces)
     rows.append(f"<tr><th>seen</th><td>{e(seen)}; fingerprint <code>{e(g.fingerprint)}</code></td></tr>")

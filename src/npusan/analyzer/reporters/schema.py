@@ -91,6 +91,7 @@ REPORT_SCHEMA = {
                     "addresses": {"type": "array", "items": {"type": "integer"}},
                     "access": {"$ref": "#/$defs/access"},
                     "previous": {"$ref": "#/$defs/access"},
+                    "other_streams": {"type": "array", "items": {"$ref": "#/$defs/stream"}},
                     "block": {
                         "type": "object",
                         "required": ["address", "size", "stream", "stack"],

@@ -251,31 +251,11 @@ def _seen(report: Report, g: Group) -> str:
             text += ", …"
     if g.omitted:
         text += f"; {g.omitted} further occurrences counted but not kept"
-    others = _other_streams(report, g)
+    others = [D.stream_label(s, h) for s, h in D.other_streams(report, g)]
     if others:
         text += f"; also on {', '.join(others)}"
     text += f"; fingerprint {g.fingerprint[:16]}"
     return text
-
-
-def _other_streams(report: Report, g: Group) -> list[str]:
-    """The streams of the group's other findings that the entry does not name: one bug at
-    one pair of lines can happen on several streams (two side streams made in one loop),
-    and the entry shows only its first finding's."""
-    f0 = g.finding
-    h0 = report.header(f0.trace)
-    named = {D.stream_label(s, h0) for s in (f0.access.stream, f0.previous.stream) if s is not None}
-    out = []
-    for f in g.findings[1:]:
-        h = report.header(f.trace)
-        for s in (f.access.stream, f.previous.stream):
-            if s is None:
-                continue
-            label = D.stream_label(s, h)
-            if label not in named:
-                named.add(label)
-                out.append(label)
-    return out
 
 
 def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
