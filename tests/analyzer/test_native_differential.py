@@ -143,6 +143,14 @@ def check(data: bytes, check_leaks: bool = True):
     return ref
 
 
+def check_capped(header: dict, recs: list, max_segments: int) -> None:
+    """check() on ``recs`` (END appended) with at most ``max_segments`` segments a block;
+    the trace must be valid."""
+    recs.append([R.END, {}])
+    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
+        assert check(join(header, recs))[0] == "ok"
+
+
 @FUZZ
 @given(st.lists(_op, max_size=60), st.booleans())
 def test_same_findings_on_valid_programs(ops, check_leaks):
@@ -226,10 +234,7 @@ def test_same_findings_at_the_limits_of_the_compact_segment_form(ops, max_segmen
         recs.append([R.KERNEL, s, op, stack, *filler, [~0 if write else 0, off, n]])
         if sync == 0:
             recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s + 1) % 3, None]]
-    recs.append([R.END, {}])
-    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
-        ref = check(join(header, recs))
-    assert ref[0] == "ok"
+    check_capped(header, recs, max_segments)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -252,10 +257,7 @@ def test_same_findings_on_blocks_of_many_segments(ops, max_segments):
             recs.append([R.KERNEL, s, 0, None, [a, off if b == 0 else off // 8 * 8, n]])
         if kind < 10:
             recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s + 1) % 3, None]]
-    recs.append([R.END, {}])
-    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
-        ref = check(join(header, recs))
-    assert ref[0] == "ok"
+    check_capped(header, recs, max_segments)
 
 
 #: Offsets and sizes around the edges of the core's two forms of a block's index of segment
@@ -283,10 +285,7 @@ def test_same_findings_with_ends_past_2_48_and_2_64(ops, max_segments):
         recs.append([R.KERNEL, s, 0, None, [b, off // 2, 8], [a, off, n]])
         if sync == 0:
             recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s + 1) % 3, None]]
-    recs.append([R.END, {}])
-    with mock.patch.object(engine_mod, "MAX_SEGMENTS", max_segments):
-        ref = check(join(header, recs))
-    assert ref[0] == "ok"
+    check_capped(header, recs, max_segments)
 
 
 @FUZZ
