@@ -431,6 +431,8 @@ def test_no_trace_messages_name_the_real_cause(tmp_path):
         proc, _ = run_record(tmp_path, "import torch\nx = torch.ones(2) * 2\n", trace="/dev/full")
         assert proc.returncode == 0
         assert "disk full" in proc.stderr and "import torch" not in proc.stderr
+        # the summary says it once: "process N: no trace at /dev/full: disk full ..."
+        assert proc.stderr.count("no trace") == 1, proc.stderr
 
 
 def test_a_relative_pid_template_survives_a_chdir(tmp_path):

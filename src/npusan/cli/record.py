@@ -76,7 +76,7 @@ def _summary(items: list, *, online: bool, backend: str) -> list:
                 hint += (" (with torch_npu installed, recording starts when the program imports"
                          " torch_npu; use --backend sim or cuda for a program that does not)")
         lines.append(f"npusan: no trace was written: {hint}")
-    elif not online:
+    elif not online and not any("failed" in it for it in items):  # (a failure's note says it already)
         lines.append("npusan: no trace was written")
     return lines
 
