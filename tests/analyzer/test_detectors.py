@@ -125,6 +125,26 @@ def test_over_the_cap_pieces_of_one_stream_are_merged_before_pieces_of_two():
     assert {f.previous.stream.handle for f in p.races()} == {S1, S2}
 
 
+def test_each_occurrence_keeps_the_byte_ranges_of_its_accesses():
+    """One line reads slice after slice of a buffer another stream wrote: one finding whose
+    occurrences touch different bytes; each keeps its two accesses' ranges (what
+    ``--no-group`` shows), the whole-block ones as None."""
+    p = Prog()
+    blocks(p, X)
+    for i in range(4):
+        p.kernel(S1, "aten::fill_", writes=[(X + 100 * i, 100)])
+    for i in (1, 3):
+        p.kernel(S2, "aten::sum", reads=[(X + 100 * i, 100)])
+    (f,) = p.races()
+    assert [o[3:] for o in f.occurrences] == [(100, 100, 100, 100), (300, 100, 300, 100)]
+    q = Prog()
+    blocks(q, X)
+    q.kernel(S1, "aten::fill_", writes=[X])
+    q.kernel(S2, "aten::sum", reads=[(X + 8, 8)])
+    (g,) = q.races()
+    assert [o[3:] for o in g.occurrences] == [(8, 8, None, None)]
+
+
 # -- record_stream / erase_stream ----------------------------------------------------------
 
 
@@ -257,7 +277,7 @@ def test_same_bug_repeated_is_one_finding_with_a_count():
     f = races[0]
     assert f.count == 1000
     assert len(f.addresses) == 16 and len(set(f.addresses)) == 16
-    assert len(f.occurrences) == 1000 and f.occurrences[0] == (2, 1, X)
+    assert len(f.occurrences) == 1000 and f.occurrences[0] == (2, 1, X, None, None, None, None)
     assert f.first_seq == 2 and f.last_seq == 2000
     assert [fr.function for fr in f.access.stack] == ["consumer"]
     missing = [x for x in p.findings() if x.kind is Kind.MISSING_RECORD_STREAM]

@@ -103,7 +103,7 @@ def run_npusan(program) -> set:
             p.memory_allocated(args[0], args[1], size=256)
         else:
             getattr(p, name)(*args)
-    return {(seq, addr) for f in p.findings() if f.kind is Kind.DATA_RACE for seq, _, addr in f.occurrences}
+    return {(seq, addr) for f in p.findings() if f.kind is Kind.DATA_RACE for seq, _, addr, *_ in f.occurrences}
 
 
 @pytest.fixture(autouse=True)

@@ -50,6 +50,17 @@ def test_ungrouped_lists_every_kept_occurrence_and_counts_the_rest():
     assert {e.fingerprint for e in entries} == {f.fingerprint()}
 
 
+def test_ungrouped_entries_show_their_own_byte_ranges():
+    """A finding's occurrences may touch other bytes of the block (one line reading slice
+    after slice): each entry shows its occurrence's ranges, not the first one's."""
+    f = make_finding(count=2, later_seq=5, earlier_seq=2,
+                     occurrences=[(5, 2, 0x10, 100, 100, 100, 100), (6, 4, 0x10, 300, 100, None, None)])
+    a, b = ungrouped([f])
+    assert (a.finding.access.offset, a.finding.access.nbytes) == (100, 100)
+    assert (b.finding.access.offset, b.finding.access.nbytes) == (300, 100)
+    assert (b.finding.previous.offset, b.finding.previous.nbytes) == (None, None)  # a whole-block write
+
+
 def test_ungrouped_keeps_a_free_as_a_host_event():
     f = make_finding("missing-record-stream", later_op="free", later_type="write", later_seq=0,
                      first_seq=4, occurrences=[(4, 2, 0x10), (9, 7, 0x10)], count=2)

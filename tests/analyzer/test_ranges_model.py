@@ -139,7 +139,7 @@ def run_both(program):
         else:
             p.stream_synchronized(item[1])
             model.sync_stream(item[1])
-    got = {(seq, addr) for f in p.findings() if f.kind is Kind.DATA_RACE for seq, _, addr in f.occurrences}
+    got = {(seq, addr) for f in p.findings() if f.kind is Kind.DATA_RACE for seq, _, addr, *_ in f.occurrences}
     return got, model.races
 
 
@@ -221,7 +221,7 @@ def run_strided(program):
             macc.append((ptr, offsets, write))
         p.kernel(s, "op", reads=reads, writes=writes)
         model.kernel(s, macc)
-    got = {(seq, addr) for f in p.findings() if f.kind is Kind.DATA_RACE for seq, _, addr in f.occurrences}
+    got = {(seq, addr) for f in p.findings() if f.kind is Kind.DATA_RACE for seq, _, addr, *_ in f.occurrences}
     fell_back = any(r[0] == R.VIEWS and any(len(e) == 3 for e in r[1:]) for r in p.records)
     return got, model.races, fell_back
 

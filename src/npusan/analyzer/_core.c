@@ -293,7 +293,9 @@ typedef struct { uint64_t ptr, size; uint8_t size_known, valid; uint64_t gen; } 
 
 typedef struct { int64_t *v; uint32_t n; } snap_t; /* an event snapshot: entries past n are -1 */
 
-typedef struct { int64_t seq, pseq; uint64_t addr; } occ_t;
+/* one occurrence: the two accesses' seqs, the block, and the byte ranges of both accesses
+ * (ranged bit 0: the later access's, bit 1: the earlier's; no bit: a whole-block access) */
+typedef struct { int64_t seq, pseq; uint64_t addr, off, n, poff, pn; uint8_t ranged; } occ_t;
 
 typedef struct {
     int kind;
@@ -765,9 +767,9 @@ static int fkey_eq(const finding_t *f, int kind, const acc_t *a, const acc_t *p,
            f->prev.stack == p->stack && f->prev.write == p->write;
 }
 
-static int occ_add(Core *c, finding_t *f, int64_t seq, int64_t pseq, uint64_t addr) {
+static int occ_add(Core *c, finding_t *f, const acc_t *acc, const acc_t *earlier, uint64_t addr) {
     f->count++;
-    f->last = seq;
+    f->last = acc->seq;
     if ((long)f->naddr < c->L.max_addresses) {
         int seen = 0;
         for (uint32_t i = 0; i < f->naddr; i++) if (f->addrs[i] == addr) { seen = 1; break; }
@@ -781,8 +783,9 @@ static int occ_add(Core *c, finding_t *f, int64_t seq, int64_t pseq, uint64_t ad
             if (!o) return oom(c);
             f->occ = o; f->occcap = cap;
         }
-        f->occ[f->nocc].seq = seq; f->occ[f->nocc].pseq = pseq; f->occ[f->nocc].addr = addr;
-        f->nocc++;
+        occ_t o = {acc->seq, earlier->seq, addr, acc->off, acc->n, earlier->off, earlier->n,
+                   (uint8_t)((acc->ranged ? 1 : 0) | (earlier->ranged ? 2 : 0))};
+        f->occ[f->nocc++] = o;
     }
     return 0;
 }
@@ -792,7 +795,7 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
     for (;;) {
         int32_t fi = c->ftab[i];
         if (fi < 0) break;
-        if (fkey_eq(&c->found[fi], kind, acc, earlier, b->stack)) return occ_add(c, &c->found[fi], acc->seq, earlier->seq, b->ptr);
+        if (fkey_eq(&c->found[fi], kind, acc, earlier, b->stack)) return occ_add(c, &c->found[fi], acc, earlier, b->ptr);
         i = (i + 1) & mask;
     }
     if ((long)c->nfound >= c->L.max_findings) { c->dropped++; return 0; }
@@ -805,7 +808,7 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
     f->bstream = b->stream; f->bstack = b->stack;
     f->first = f->last = acc->seq;
     c->ftab[i] = (int32_t)c->nfound++;
-    return occ_add(c, f, acc->seq, earlier->seq, b->ptr);
+    return occ_add(c, f, acc, earlier, b->ptr);
 }
 
 /* ------------------------------------------------------------------ segment states (see seg_t) */
@@ -2448,6 +2451,11 @@ static PyObject *Core_define_block(Core *c, PyObject *args) {
 
 static PyObject *opt_id(int32_t v) { if (v < 0) Py_RETURN_NONE; return PyLong_FromLong(v); }
 
+static PyObject *opt_u64(int present, uint64_t v) {
+    if (!present) Py_RETURN_NONE;
+    return PyLong_FromUnsignedLongLong(v);
+}
+
 static PyObject *acc_tuple(Core *c, const acc_t *a) {
     PyObject *op;
     if (a->op == OP_FREE) { op = c->free_op; Py_INCREF(op); }
@@ -2469,9 +2477,14 @@ static PyObject *Core_findings(Core *c, PyObject *args) {
         PyObject *addrs = PyList_New(f->naddr), *occ = PyList_New(f->nocc);
         if (!addrs || !occ) { Py_XDECREF(addrs); Py_XDECREF(occ); Py_DECREF(out); return NULL; }
         for (uint32_t k = 0; k < f->naddr; k++) PyList_SET_ITEM(addrs, k, PyLong_FromUnsignedLongLong(f->addrs[k]));
-        for (uint32_t k = 0; k < f->nocc; k++)
-            PyList_SET_ITEM(occ, k, Py_BuildValue("(LLK)", (long long)f->occ[k].seq, (long long)f->occ[k].pseq,
-                                                  (unsigned long long)f->occ[k].addr));
+        for (uint32_t k = 0; k < f->nocc; k++) {
+            const occ_t *o = &f->occ[k];
+            PyObject *t = Py_BuildValue("(LLKNNNN)", (long long)o->seq, (long long)o->pseq, (unsigned long long)o->addr,
+                                        opt_u64(o->ranged & 1, o->off), opt_u64(o->ranged & 1, o->n),
+                                        opt_u64(o->ranged & 2, o->poff), opt_u64(o->ranged & 2, o->pn));
+            if (!t) { Py_DECREF(addrs); Py_DECREF(occ); Py_DECREF(out); return NULL; }
+            PyList_SET_ITEM(occ, k, t);
+        }
         PyObject *size = f->bsize_known ? PyLong_FromUnsignedLongLong(f->bsize) : (Py_INCREF(Py_None), Py_None);
         PyObject *bstream = f->bstream >= 0 ? PyLong_FromUnsignedLong(c->sidx_of[f->bstream]) : (Py_INCREF(Py_None), Py_None);
         PyObject *item = Py_BuildValue("(iNN(KNNN)LLLNN)", f->kind, acc_tuple(c, &f->acc), acc_tuple(c, &f->prev),

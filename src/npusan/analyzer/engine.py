@@ -206,13 +206,13 @@ class _Occurrences:
         self.occurrences: list = []
         self.finding: Optional[Finding] = None
 
-    def add(self, seq: int, pseq: int, addr: int) -> None:
+    def add(self, acc: Access, earlier: Access, addr: int) -> None:
         self.count += 1
-        self.last = seq
+        self.last = acc.seq
         if len(self.addresses) < MAX_ADDRESSES and addr not in self.addresses:
             self.addresses.append(addr)
         if len(self.occurrences) < MAX_OCCURRENCES:
-            self.occurrences.append((seq, pseq, addr))
+            self.occurrences.append((acc.seq, earlier.seq, addr, acc.offset, acc.nbytes, earlier.offset, earlier.nbytes))
 
 
 class Engine:
@@ -740,12 +740,12 @@ class Engine:
                 self.dropped += 1
                 return
             occ = self.found[key] = _Occurrences(kind, acc, earlier, (b.ptr, b.size, b.stream, b.stack))
-            occ.add(acc.seq, earlier.seq, b.ptr)
+            occ.add(acc, earlier, b.ptr)
             if self.on_finding is not None:
                 occ.finding = self._build(occ)
                 self.on_finding(occ.finding)
             return
-        occ.add(acc.seq, earlier.seq, b.ptr)
+        occ.add(acc, earlier, b.ptr)
 
     def _build(self, occ: _Occurrences) -> Finding:
         return build_finding(self, occ.kind, occ.access, occ.previous, occ.block, occ.count, occ.first,

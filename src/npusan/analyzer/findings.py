@@ -105,8 +105,9 @@ class Finding:
     last_seq: int = 0
     trace: int = 0
     traces: list = field(default_factory=list)  # every trace index it occurred in
-    #: Individual occurrences ``(seq, previous_seq, address)``, capped (see the engine);
-    #: ``--no-group`` lists them one by one.
+    #: Individual occurrences ``(seq, previous_seq, address, offset, nbytes, previous_offset,
+    #: previous_nbytes)`` (offsets and sizes None for a whole-block access), capped (see the
+    #: engine); ``--no-group`` lists them one by one.
     occurrences: list = field(default_factory=list)
 
     def fingerprint(self) -> str:

@@ -106,8 +106,9 @@ def group_findings(findings: Iterable[Finding]) -> list[Group]:
 def ungrouped(findings: Iterable[Finding]) -> list[Group]:
     """Every occurrence as its own entry (``--no-group``), from ``Finding.occurrences``.
 
-    The engine keeps a capped list of occurrences ``(seq, previous_seq, address)``; the
-    ones it only counted are reported as ``omitted`` on the last entry of that finding.
+    The engine keeps a capped list of occurrences (``Finding.occurrences``: the two seqs,
+    the block, the byte ranges of both accesses); the ones it only counted are reported as
+    ``omitted`` on the last entry of that finding.
     """
     out: list[Group] = []
     for f in sorted(findings, key=_order):
@@ -118,18 +119,17 @@ def ungrouped(findings: Iterable[Finding]) -> list[Group]:
             continue
         entries = []
         for item in occ:
-            seq, prev_seq, address = (list(item) + [None, None, None])[:3]
+            seq, prev_seq, address, *ranges = (list(item) + [None] * 7)[:7]
+            # A free is a host-side event (seq 0); its occurrence seq is where it happened.
+            access = f.access if not f.access.seq or seq is None else dataclasses.replace(f.access, seq=seq)
+            previous = dataclasses.replace(f.previous, seq=prev_seq if prev_seq is not None else f.previous.seq)
+            if len(item) >= 7:  # the occurrence's own byte ranges: its kernels may touch other bytes
+                access = dataclasses.replace(access, offset=ranges[0], nbytes=ranges[1])
+                previous = dataclasses.replace(previous, offset=ranges[2], nbytes=ranges[3])
             g = dataclasses.replace(
                 f,
-                # A free is a host-side event (seq 0); its occurrence seq is where it happened.
-                access=(
-                    f.access
-                    if not f.access.seq or seq is None
-                    else dataclasses.replace(f.access, seq=seq)
-                ),
-                previous=dataclasses.replace(
-                    f.previous, seq=prev_seq if prev_seq is not None else f.previous.seq
-                ),
+                access=access,
+                previous=previous,
                 block=f.block if address is None else dataclasses.replace(f.block, address=address),
                 count=1,
                 addresses=[address if address is not None else f.block.address],
