@@ -134,7 +134,7 @@ def outcome(data: bytes, cls, check_leaks: bool = True, source=None):
         return ("error", str(e))
     return ("ok", [_finding(f) for f in eng.finish()], eng.seq, eng.events, eng.dropped, reader.truncated,
             reader.ended_cleanly, reader.end_stats, list(reader.warnings), reader.events,
-            reader.definition_counts, reader.unknown_types, eng.overlap_budget.gave_up)
+            reader.definition_counts, reader.unknown_types, eng.capped, eng.overlap_budget.gave_up)
 
 
 def check(data: bytes, check_leaks: bool = True):

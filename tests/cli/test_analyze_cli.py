@@ -157,6 +157,23 @@ def test_truncated_trace_is_analyzed_with_a_warning(scenario, run, workdir):
     assert "TRUNCATED" in run("analyze", trace).stdout
 
 
+def test_a_block_whose_ranges_were_merged_is_warned_about(run, workdir):
+    """Two streams writing alternate pieces of one buffer, 300 pieces: past the cap of 256
+    ranges neighbours are merged, and the races reported there are false; the report says
+    which trace it was and why its races may be false."""
+    from npusan.trace_format import TraceWriter
+
+    with TraceWriter("pieces.npusan", backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.memory_allocated(0x10000, 0, size=1 << 20)
+        for i in range(300):
+            w.kernel(1 + i % 2, "aten::copy_", writes=[(0x10000 + 64 * i, 64)])
+    r = run("analyze", "pieces.npusan", "--format", "json")
+    doc = json.loads(r.stdout)
+    (warning,) = doc["traces"][0]["warnings"]
+    assert "1 block had more than 256 separately accessed byte ranges" in warning and "may be false" in warning
+    assert "may be false" in r.stderr
+
+
 @pytest.mark.parametrize(
     "args, needles",
     [

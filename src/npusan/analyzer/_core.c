@@ -262,6 +262,7 @@ typedef struct {
     uint32_t bid;
     uint64_t ptr, size;
     uint8_t size_known, from_def, has_write;
+    uint8_t capped; /* its segments were merged past the cap (counted once: Core.capped) */
     int32_t stream, stack; /* allocation stream slot / stack, -1: none */
     uint64_t defn_gen;
     acc_t write;
@@ -361,6 +362,7 @@ typedef struct {
     int64_t views_seq; /* the kernel the pending entries belong to (0: none) */
     pvset_t pv[2]; int pvcur; /* pv[pvcur]: the pending table; the other one: a VIEWS record being read */
     int64_t vbudget_left, vgave_up;
+    int64_t capped;  /* blocks whose segments were merged past the cap (Engine.capped) */
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
     acc_t *ascr; size_t ascap; /* scratch for segments' states (seg_scratch) */
@@ -1066,7 +1068,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     /* every field, but not the storage of empty lists (a calloc's memset is a cost per allocation) */
     b->bid = bid; b->ptr = ptr; b->size = size; b->size_known = (uint8_t)size_known;
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
-    b->has_write = 0;
+    b->has_write = 0; b->capped = 0;
     av_init(&b->reads); av_init(&b->uses);
     b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
     b->recorded = NULL; b->nrec = b->reccap = 0;
@@ -1659,6 +1661,7 @@ static int coalesce(Core *c, block_t *b, uint32_t i, uint32_t j) {
             n++;
         }
     }
+    if ((long)b->nseg > c->L.max_segments && !b->capped) { b->capped = 1; c->capped++; }
     while ((long)b->nseg > c->L.max_segments) {
         uint32_t best = merge_pair(b);
         seg_t *s = SEG(b, best), *t = SEG(b, best + 1);
@@ -2533,8 +2536,8 @@ static PyObject *Core_created_stack(Core *c, PyObject *arg) {
 }
 
 static PyObject *Core_counters(Core *c, PyObject *unused) {
-    return Py_BuildValue("(LLLLnL)", (long long)c->seq, (long long)c->events, (long long)c->records,
-                         (long long)c->dropped, (Py_ssize_t)c->nfound, (long long)c->vgave_up);
+    return Py_BuildValue("(LLLLnLL)", (long long)c->seq, (long long)c->events, (long long)c->records,
+                         (long long)c->dropped, (Py_ssize_t)c->nfound, (long long)c->vgave_up, (long long)c->capped);
 }
 
 /* ------------------------------------------------------------------ type */
@@ -2597,7 +2600,7 @@ static PyMethodDef Core_methods[] = {
     {"findings", (PyCFunction)Core_findings, METH_VARARGS, "findings(start) -> list of tuples"},
     {"check_leaks", (PyCFunction)Core_check_leaks, METH_NOARGS, "the end-of-trace leak check (once)"},
     {"created_stack", (PyCFunction)Core_created_stack, METH_O, "created_stack(sidx) -> stack id or None"},
-    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "(seq, events, records, dropped, findings)"},
+    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "(seq, events, records, dropped, findings, gave_up, capped)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -165,7 +165,7 @@ class Block:
     """The replay state of one live block (see the module docstring)."""
 
     __slots__ = ("bid", "ptr", "size", "stream", "stack", "defn", "write", "reads", "segments", "uses",
-                 "recorded", "ghosts", "views")
+                 "recorded", "ghosts", "views", "capped")
 
     def __init__(self, bid, ptr, size, stream, stack, defn) -> None:
         self.bid = bid
@@ -181,6 +181,7 @@ class Block:
         self.recorded: set = set()  # streams named by record_stream
         self.ghosts: list = []
         self.views: list = []  # strided accesses kept beside the state: (Access, Shape)
+        self.capped = False  # its segments were merged past MAX_SEGMENTS (counted once)
 
     def end(self):
         """One past the last byte tracked (the size; unknown: as far as accesses reached)."""
@@ -235,6 +236,7 @@ class Engine:
         self.seq = 0  # kernels replayed; the last kernel's sequence number
         self.events = 0  # non-definition records processed, kernels included
         self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
+        self.capped = 0  # blocks whose byte-range segments were merged past MAX_SEGMENTS
         self.current: dict[int, dict[int, int]] = {}
         self.host: dict[int, int] = {}
         self.recorded: dict[int, dict[int, int]] = {}
@@ -619,7 +621,8 @@ class Engine:
                 b.write = acc
                 b.reads = {}
                 return
-        coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
+        if coalesce(segs, max(i - 1, 0), min(j + 1, len(segs))):
+            self.capped_block(b)
 
     # ------------------------------------------------------------------ strided views (see strided.py)
 
@@ -658,6 +661,13 @@ class Engine:
             self.check_race(S, vec, acc, earlier, b, reported)
         strided.prune(b.views, S, shape, acc.write, self.overlap_budget)
 
+    def capped_block(self, b: Block) -> None:
+        """Count a block whose segments were merged past the cap (reported as a warning:
+        a merged segment can make a race of accesses to bytes that do not overlap)."""
+        if not b.capped:
+            b.capped = True
+            self.capped += 1
+
     def check_race(self, S: int, vec: dict, acc: Access, earlier: Access, b: Block, reported: set) -> None:
         """A data race unless ``earlier`` is the same stream's or ordered; each kernel once."""
         if earlier.stream != S and not self.ordered(vec, earlier) and earlier.seq not in reported:
@@ -681,7 +691,8 @@ class Engine:
             latest(s.reads, P, acc)
             for w in s.writes:
                 latest(s.reads, w.stream, w)
-        coalesce(segs, max(i - 1, 0), min(j + 1, len(segs)))
+        if coalesce(segs, max(i - 1, 0), min(j + 1, len(segs))):
+            self.capped_block(b)
 
     # ------------------------------------------------------------------ record_stream and reuse
 
@@ -856,8 +867,9 @@ def split(segs: list, lo, hi) -> tuple:
     return i, j + 1
 
 
-def coalesce(segs: list, i: int, j: int) -> None:
-    """Join equal neighbours in ``segs[i:j]``; then merge pairs down to the cap (merge_pair)."""
+def coalesce(segs: list, i: int, j: int) -> bool:
+    """Join equal neighbours in ``segs[i:j]``; then merge pairs down to the cap (merge_pair).
+    Whether it merged any (a report on this block may then be false: Engine.capped)."""
     n = i
     while n < j - 1 and n < len(segs) - 1:
         if segs[n].same_state(segs[n + 1]):
@@ -866,6 +878,7 @@ def coalesce(segs: list, i: int, j: int) -> None:
             j -= 1
         else:
             n += 1
+    capped = len(segs) > MAX_SEGMENTS
     while len(segs) > MAX_SEGMENTS:
         best = merge_pair(segs)
         s, t = segs[best], segs[best + 1]
@@ -880,6 +893,7 @@ def coalesce(segs: list, i: int, j: int) -> None:
         s.writes = tuple(writes.values())
         s.reads = reads
         del segs[best + 1]
+    return capped
 
 
 def merge_pair(segs: list) -> int:

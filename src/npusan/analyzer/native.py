@@ -222,6 +222,10 @@ class NativeEngine:
         return self._core.counters()[3]
 
     @property
+    def capped(self) -> int:
+        return self._core.counters()[6]
+
+    @property
     def overlap_budget(self) -> "_GaveUp":
         """As the Python engine's: ``gave_up`` counts the strided-view comparisons that ran
         out of search budget and were answered "overlap" (replay.py warns about them)."""

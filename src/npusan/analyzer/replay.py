@@ -88,6 +88,8 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
                 f"{engine.dropped} occurrences of further distinct findings were not kept "
                 "(too many distinct findings in one trace)"
             )
+        if engine.capped:
+            warnings.append(capped_warning(engine.capped))
         budget = getattr(engine, "overlap_budget", None)  # strided views (both engines)
         if budget is not None and budget.gave_up:
             warnings.append(
@@ -104,6 +106,15 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
             end_reason=reader.end_reason,
         )
     return found, summary
+
+
+def capped_warning(blocks: int) -> str:
+    """The warning for blocks whose byte ranges were merged past the cap of segments."""
+    from .engine import MAX_SEGMENTS
+
+    return (f"{blocks} block{'s' if blocks != 1 else ''} had more than {MAX_SEGMENTS} separately accessed "
+            "byte ranges: neighbouring ranges were merged there, so a race reported on such a block "
+            "between ranges that do not overlap may be false")
 
 
 def name_streams_and_sources(found: list, reader: TraceReader) -> None:
