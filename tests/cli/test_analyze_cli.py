@@ -158,16 +158,20 @@ def test_truncated_trace_is_analyzed_with_a_warning(scenario, run, workdir):
 
 
 def test_a_block_whose_ranges_were_merged_is_warned_about(run, workdir):
-    """Two streams writing alternate pieces of one buffer, 300 pieces: past the cap of 256
-    ranges neighbours are merged, and the races reported there are false; the report says
-    which trace it was and why its races may be false."""
+    """Two streams writing alternate pieces of one buffer, 300 pieces, then reading them
+    back: past the cap of 256 ranges neighbours are merged, and the races reported there are
+    false; the report says which trace it was and why its races may be false (a trace with
+    no race gets no such warning)."""
     from npusan.trace_format import TraceWriter
 
     with TraceWriter("pieces.npusan", backend="cuda", header={"default_streams": {0: 0}}) as w:
         w.memory_allocated(0x10000, 0, size=1 << 20)
         for i in range(300):
             w.kernel(1 + i % 2, "aten::copy_", writes=[(0x10000 + 64 * i, 64)])
+        for i in range(300):  # each stream reads its own pieces back
+            w.kernel(1 + i % 2, "aten::sum", reads=[(0x10000 + 64 * i, 64)])
     r = run("analyze", "pieces.npusan", "--format", "json")
+    assert r.exit_code == 1  # the false races merging makes here (no merge policy avoids them)
     doc = json.loads(r.stdout)
     (warning,) = doc["traces"][0]["warnings"]
     assert "1 block had more than 256 separately accessed byte ranges" in warning and "may be false" in warning
@@ -209,6 +213,16 @@ def test_unusable_traces_are_one_line(run, workdir):
     one_error_line(run("analyze", "missing.bin"), "missing.bin")
     one_error_line(run("analyze", "empty.bin"), "empty.bin")
     one_error_line(run("analyze", "text.bin"), "text.bin")
+    for verb in ("analyze", "info", "export"):  # an empty argument (a shell variable that was not set)
+        one_error_line(run(verb, ""), "'': an empty path names no trace")
+
+
+def test_the_summary_counts_only_the_traces_it_could_read(scenario, run, workdir):
+    trace = scenario("correct")
+    (workdir / "text.bin").write_text("hello, not a trace\n")
+    r = run("analyze", trace, "text.bin")
+    assert r.exit_code == 2
+    assert "no stream-synchronization problems found in 1 trace (1 more could not be read)" in r.stdout
 
 
 def test_unwritable_output_file(scenario, run, workdir):

@@ -22,7 +22,7 @@ from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
 from .native import NativeEngine, make_engine, newer_than_core
-from .findings import AnalysisResult, TraceSummary, attach_recorded_sources, number_streams, stream_numbers
+from .findings import AnalysisResult, Kind, TraceSummary, attach_recorded_sources, number_streams, stream_numbers
 
 #: Records replayed between two progress callbacks.
 PROGRESS_EVERY = 1 << 16
@@ -88,7 +88,7 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
                 f"{engine.dropped} occurrences of further distinct findings were not kept "
                 "(too many distinct findings in one trace)"
             )
-        if engine.capped:
+        if engine.capped and any(f.kind is Kind.DATA_RACE for f in found):  # (no race: nothing to doubt)
             warnings.append(capped_warning(engine.capped))
         budget = getattr(engine, "overlap_budget", None)  # strided views (both engines)
         if budget is not None and budget.gave_up:
@@ -109,7 +109,8 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
 
 
 def capped_warning(blocks: int) -> str:
-    """The warning for blocks whose byte ranges were merged past the cap of segments."""
+    """The warning for blocks whose byte ranges were merged past the cap of segments (given
+    when the trace has data races: without one there is nothing to doubt)."""
     from .engine import MAX_SEGMENTS
 
     return (f"{blocks} block{'s' if blocks != 1 else ''} had more than {MAX_SEGMENTS} separately accessed "

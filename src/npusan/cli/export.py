@@ -41,7 +41,7 @@ def single_trace(argument: str) -> str:
 
     found = find_traces([argument])
     if found.problems:
-        raise UsageProblem(f"{argument}: {found.problems[0][1]}")
+        raise UsageProblem("{}: {}".format(*found.problems[0]))
     if len(found.paths) != 1:
         raise UsageProblem(f"{argument} names {len(found.paths)} traces; export one at a time")
     return found.paths[0]

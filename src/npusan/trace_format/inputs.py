@@ -63,7 +63,9 @@ def find_traces(arguments: Iterable[str]) -> Inputs:
 
     for arg in arguments:
         arg = os.fspath(arg)
-        if os.path.isdir(arg):
+        if not arg:  # ('' names no file; opening it fails with a message that names nothing)
+            out.problems.append(("''", "an empty path names no trace"))
+        elif os.path.isdir(arg):
             found = list(_walk(arg))
             if not found:
                 out.problems.append((arg, "no npusan traces in this directory (searched recursively)"))

@@ -114,6 +114,25 @@ def test_stream_variable_not_visible_at_the_fix_line_becomes_a_fresh_placeholder
     assert not any("record_event" in x for x in lines)
 
 
+def test_a_variable_holding_a_list_of_streams_is_not_named_as_the_stream(tmp_path):
+    """``streams = [sim.Stream() for _ in range(2)]`` creates the side stream, but
+    ``streams`` holds a list: a fix that passes it where a stream goes would fail when
+    pasted, so the stream gets a placeholder (a new user's program)."""
+    path = program(tmp_path, """
+        from npusan import sim
+        def main(out):
+            streams = [sim.Stream() for _ in range(2)]
+            for s in streams:
+                with sim.stream(s):
+                    out.fill_(1)
+                total = out.sum()
+        """)
+    f = race_at(path, "total = out.sum()", "out.fill_(1)", "streams = [sim.Stream()")
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    assert lines[1].strip() == "sim.current_stream().wait_stream(<s1>)"
+    assert "streams" not in "\n".join(lines[:2])
+
+
 #: ``x`` in use() is made by make(), where the allocation line calls it ``buf``.
 HELPER_MADE = """
     from npusan import sim

@@ -161,12 +161,15 @@ _ASSIGNED = re.compile(r"((?:self\.)?[A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
 
 
 def assigned_name(fr: Optional[Frame], sources: Optional[SourceCache]) -> Optional[str]:
-    """The variable the source line at ``fr`` assigns, if it is a plain assignment."""
+    """The variable the source line at ``fr`` assigns, if it is a plain assignment of one
+    value: not of a list, tuple, set or dict display or comprehension, whose variable holds
+    many (``streams = [torch.cuda.Stream() for _ in range(2)]``: a fix that passed
+    ``streams`` where a stream goes would fail when pasted)."""
     if fr is None or sources is None:
         return None
     src = sources.frame_line(fr)
     m = _ASSIGNED.match(src) if src else None
-    if m is None or keyword.iskeyword(m.group(1)):
+    if m is None or keyword.iskeyword(m.group(1)) or src[m.end():].lstrip()[:1] in ("[", "(", "{"):
         return None
     return m.group(1)
 

@@ -259,7 +259,10 @@ def _seen(report: Report, g: Group) -> str:
 
 
 def _summary(w: _Writer, report: Report, options: ReportOptions) -> None:
-    n_traces = D.count(len(report.traces), "trace")
+    unreadable = len(report.unreadable_traces)
+    n_traces = D.count(len(report.traces) - unreadable, "trace")  # the ones analyzed
+    if unreadable:
+        n_traces += f" ({unreadable} more could not be read)"
     if not report.groups:
         w.line(("npusan: no stream-synchronization problems found", "bold green"), f" in {n_traces}")
     else:
