@@ -422,6 +422,8 @@ class Nearby:
     #: record or wait that came after kernel ``after seq`` (0: before the first kernel).
     syncs: list
     names: dict  # {stream index: stream name}
+    #: The ``after seq`` of each of ``syncs`` (ascending): a picture finds its own by bisection.
+    sync_after: list = field(default_factory=list)
 
 
 def kernels_near(path, seqs, radius: int = NEAR) -> Nearby:
@@ -458,7 +460,7 @@ def kernels_near(path, seqs, radius: int = NEAR) -> Nearby:
                             tuple(_frame(x) for x in symbols.frames_of(created.get(sidx))),
                             ordinal=None if default else numbers.get(sidx))
             names[sidx] = D.stream_label(ref, header)
-    return Nearby(kept, syncs, names)
+    return Nearby(kept, syncs, names, [x[0] for x in syncs])
 
 
 def _frame(x):

@@ -9,6 +9,7 @@ comes from a trace is HTML-escaped.
 
 from __future__ import annotations
 
+import bisect
 import datetime
 import html
 from typing import Optional
@@ -236,7 +237,8 @@ def _timeline(f, near) -> str:
 
     marks = {a.seq: role for a, role in ((f.previous, "earlier"), (f.access, "later")) if a.seq}
     centers = [s for s in (f.access.seq, f.previous.seq, f.first_seq) if s]
-    shown = sorted(s for s in near.kernels if any(abs(s - c) <= NEAR for c in centers))
+    # (from the centers, not by scanning what was kept: a report draws thousands of these)
+    shown = sorted({s for c in centers for s in range(c - NEAR, c + NEAR + 1) if s in near.kernels})
     if not shown:
         return ""
     lanes: list[int] = []
@@ -275,7 +277,9 @@ def _timeline(f, near) -> str:
                      f'fill="{color}"><title>kernel {s}: {e(op)}{" (" + role + " access)" if role else ""}'
                      f"</title></rect>")
     recorded: dict = {}
-    for after, what, sidx, event in near.syncs:
+    first = bisect.bisect_left(near.sync_after, shown[0] - 1)  # (only these can have a gap drawn)
+    last = bisect.bisect_right(near.sync_after, shown[-1])
+    for after, what, sidx, event in near.syncs[first:last]:
         x = gap_x(after)
         if x is None or sidx not in lanes:
             continue
