@@ -242,7 +242,7 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
     """The timeline's events in order, track names last; ``stats`` is filled in as they go."""
     findings, first_at = find(path, check_leaks=check_leaks, progress=progress, sources=sources)
     cache = SourceCache(sources or SourceSettings())
-    stats.findings = len(findings)
+    stats.findings = len({f.fingerprint() for f in findings})  # as `npusan analyze` counts them (grouped)
     if limits.auto_window and limits.around is None and findings:
         limits = dataclasses.replace(limits, around=DEFAULT_AROUND)
     stats.limits = limits
