@@ -171,7 +171,7 @@ def _render(s, no_color: bool) -> None:
                 f"{name} ({device_label(s.header, x.device)})",
                 str(x.index),
                 hex(x.handle) if x.handle >= 0 else str(x.handle),
-                "yes" if x.created else "no (first seen in use)",
+                "yes" if x.created else "no (a default stream)" if x.default else "no (first seen in use)",
                 f"{x.kernels:,}",
             )
         console.print(st)
