@@ -76,6 +76,24 @@ def test_export_says_what_it_left_out_and_all_exports_everything(run, workdir):
     assert r.exit_code == 2 and "--all exports everything" in r.stderr
 
 
+def test_export_counts_findings_as_analyze_does(run, workdir):
+    """The same bug on two side streams is two findings of the engine and one of the report:
+    export's note about what it kept counts it as `npusan analyze` does."""
+    from npusan.trace_format import TraceWriter
+
+    with TraceWriter("two.npusan", backend="cuda", header={"default_streams": {0: 0}}) as w:
+        for side, buf in ((1, 0x10000), (2, 0x20000)):  # one buffer each, made by the same line
+            w.memory_allocated(buf, 0, size=256, stack=[("train.py", 4, "f")])
+            w.kernel(side, "aten::fill_", writes=[buf], stack=[("train.py", 5, "f")])
+            w.kernel(0, "aten::sum", reads=[buf], stack=[("train.py", 6, "f")])
+        w.memory_allocated(0x30000, 0, size=256)
+        for i in range(50):  # kernels far from the findings, which the window leaves out
+            w.kernel(0, "aten::mul", writes=[0x30000], stack=[("train.py", 7, "f")])
+    assert "npusan: 1 finding " in run("analyze", "two.npusan").stdout
+    r = run("export", "two.npusan", "--around-findings", "2", "-o", "t.json")
+    assert "around each of the 1 findings' accesses" in r.stderr, r.stderr
+
+
 def test_export_file_gets_the_mode_of_any_other_output(scenario, run, workdir):
     trace = scenario("data_race")
     old = os.umask(0o027)

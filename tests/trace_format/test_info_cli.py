@@ -39,6 +39,8 @@ def test_info_text(trace):
     assert "truncated" not in out
     # streams named as `npusan analyze` names them
     assert "stream #1 (cuda:0)" in out and "default stream (cuda:0)" in out
+    default_row = next(line for line in out.splitlines() if line.lstrip().startswith("default stream (cuda:0)"))
+    assert "no (a default stream)" in default_row  # never created by the program: not "first seen in use"
 
 
 def test_info_json(trace):
