@@ -852,7 +852,7 @@ static inline const uint8_t *p3(const seg_t *s, uint32_t q) { return s->raw + 1 
 /* the first word of entry q: seq and stream, all a race check needs */
 static inline uint64_t p3_key(const seg_t *s, uint32_t q) { return ld64(p3(s, q)); }
 static inline int32_t p3_stream(uint64_t w0) { return (int32_t)(w0 >> 44 & 0xFFF); }
-static inline int64_t p3_seq(uint64_t w0) { return (int64_t)(w0 & ((1ull << 44) - 1)); }
+static inline int64_t p3_seq(uint64_t w0) { return (int64_t)(w0 & P3_SEQ); }
 
 /* an entry of the three-access form, its first P3_SIZE bytes meant (a packs3 access) */
 typedef struct { uint8_t b[24]; } p3e_t;
@@ -963,10 +963,9 @@ static int seg_copy(seg_t *dst, const seg_t *from) {
 
 /* writes = {a.stream: a}, reads = {} */
 static int seg_write(seg_t *s, const acc_t *a) {
-    if (SEG_FORM(s) == FORM_WIDE) free(s->wide.w);
+    seg_clear(s);
     if (packs3(a)) { pack3(s, 0, a); seg_counts(s, FORM_THREE, 1, 0); return 0; }
     if (packs(a)) { pack(&s->two.in[0], a); seg_counts(s, FORM_TWO, 1, 0); return 0; }
-    seg_init(s);
     return seg_assign(s, a, 1, NULL, 0);
 }
 
@@ -1358,20 +1357,24 @@ static inline void seg_set(block_t *b, uint32_t k, u128 hi, uint32_t slot) {
 }
 static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { seg_set(b, k, hi, seg_slot(b, k)); }
 
-/* The first segment whose end is past byte `lo` (callers pass lo < the last end).
+/* In keys e[base, base + len) (len >= 1), the first above t (base + len: none).
  * Branch-free: on random offsets a branching binary search mispredicts about every
  * other step, which cost more than the search's loads. */
+static inline uint32_t first_key_above(const uint64_t *e, uint32_t base, uint32_t len, uint64_t t) {
+    while (len > 1) {
+        uint32_t half = len / 2;
+        base = e[base + half] <= t ? base + half : base;
+        len -= half;
+    }
+    return base + (e[base] <= t);
+}
+
+/* The first segment whose end is past byte `lo` (callers pass lo < the last end). */
 static inline uint32_t seg_find(const block_t *b, u128 lo) {
     uint32_t base = 0, len = b->nseg;
     if (b->keys) { /* the first key above every key of an end <= lo */
-        const uint64_t *e = b->keys;
         uint64_t t = (lo < NARROW_INF - 1 ? (uint64_t)lo : NARROW_INF - 1) << 16 | 0xFFFF;
-        while (len > 1) {
-            uint32_t half = len / 2;
-            base = e[base + half] <= t ? base + half : base;
-            len -= half;
-        }
-        base += e[base] <= t;
+        base = first_key_above(b->keys, 0, len, t);
         return base < b->nseg ? base : b->nseg - 1;
     }
     const u128 *e = b->ends;
@@ -1402,13 +1405,7 @@ static inline uint32_t seg_find_near(const block_t *b, u128 lo, uint32_t g) {
     uint32_t n = b->nseg, L = g > GUESS_WINDOW ? g - GUESS_WINDOW : 0, H = g + GUESS_WINDOW < n ? g + GUESS_WINDOW : n;
     uint64_t t = (uint64_t)lo << 16 | 0xFFFF; /* (lo < NARROW_INF - 1: seg_guess) */
     if ((L && e[L - 1] > t) || (H < n && e[H - 1] <= t)) return seg_find(b, lo); /* not in [L, H] */
-    uint32_t base = L, len = H - L;
-    while (len > 1) {
-        uint32_t half = len / 2;
-        base = e[base + half] <= t ? base + half : base;
-        len -= half;
-    }
-    base += e[base] <= t;
+    uint32_t base = first_key_above(e, L, H - L, t);
     return base < n ? base : n - 1;
 }
 
@@ -1698,24 +1695,6 @@ static int check_earlier(Core *c, block_t *b, int32_t S, const int64_t *vec, con
 }
 
 /* check_earlier against the accesses q in [from, to) of a segment's state */
-static int check_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const seg_t *s,
-                     uint32_t from, uint32_t to) {
-    for (uint32_t q = from; q < to; q++) {
-        int form = SEG_FORM(s); /* the test of check_earlier first, on the packed fields */
-        if (form == FORM_THREE) {
-            uint64_t w0 = p3_key(s, q);
-            int32_t P = p3_stream(w0);
-            if (P == S || vec[P] >= p3_seq(w0)) continue;
-        } else if (form == FORM_TWO) {
-            const pacc_t *p = &s->two.in[q];
-            if (p->stream == S || vec[p->stream] >= (int64_t)((uint64_t)p->seq_hi << 32 | p->seq_lo)) continue;
-        }
-        acc_t e = seg_get(s, q);
-        if (check_earlier(c, b, S, vec, acc, &e)) return -1;
-    }
-    return 0;
-}
-
 /* check_seg for a segment in the three-access form */
 static inline int p3_check(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const seg_t *s,
                            uint32_t from, uint32_t to) {
@@ -1724,6 +1703,20 @@ static inline int p3_check(Core *c, block_t *b, int32_t S, const int64_t *vec, c
         int32_t P = p3_stream(w0);
         if (P == S || vec[P] >= p3_seq(w0)) continue;
         acc_t e = unpack3(s, q);
+        if (check_earlier(c, b, S, vec, acc, &e)) return -1;
+    }
+    return 0;
+}
+
+static int check_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const seg_t *s,
+                     uint32_t from, uint32_t to) {
+    if (SEG_FORM(s) == FORM_THREE) return p3_check(c, b, S, vec, acc, s, from, to);
+    for (uint32_t q = from; q < to; q++) {
+        if (SEG_FORM(s) == FORM_TWO) { /* the test of check_earlier first, on the packed fields */
+            const pacc_t *p = &s->two.in[q];
+            if (p->stream == S || vec[p->stream] >= (int64_t)((uint64_t)p->seq_hi << 32 | p->seq_lo)) continue;
+        }
+        acc_t e = seg_get(s, q);
         if (check_earlier(c, b, S, vec, acc, &e)) return -1;
     }
     return 0;
@@ -2127,18 +2120,18 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
                 if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
             } else if (b->keys) { /* the index (the search below then hits the cache) */
                 target_t *t = &c->targets[i];
-                uint32_t g = t->ranged ? seg_guess(b, (u128)t->off) : NO_SEG;
+                /* (t->seg holds the guess until the search below replaces it with the answer) */
+                uint32_t g = t->seg = t->ranged ? seg_guess(b, (u128)t->off) : NO_SEG;
                 if (g != NO_SEG) { /* the keys around the guess, and the two that bound them */
                     uint32_t L = g > GUESS_WINDOW ? g - GUESS_WINDOW - 1 : 0;
                     uint32_t H = g + GUESS_WINDOW < b->nseg ? g + GUESS_WINDOW : b->nseg;
                     for (uintptr_t p = (uintptr_t)&b->keys[L] & ~(uintptr_t)63; p <= (uintptr_t)&b->keys[H - 1]; p += 64)
                         __builtin_prefetch((const void *)p);
-                    if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
-                    continue;
+                } else {
+                    size_t span = (size_t)b->nseg * sizeof(uint64_t);
+                    if (span > 2048) span = 2048;
+                    for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->keys + off);
                 }
-                size_t span = (size_t)b->nseg * sizeof(uint64_t);
-                if (span > 2048) span = 2048;
-                for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->keys + off);
             } else {
                 size_t span = (size_t)b->nseg * sizeof(u128);
                 if (span > 1024) span = 1024;
@@ -2151,7 +2144,7 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
             target_t *t = &c->targets[i];
             const block_t *b = t->b;
             if (!b->nseg || !t->ranged || (u128)t->off >= seg_hi(b, b->nseg - 1)) continue;
-            uint32_t k = t->seg = seg_find_near(b, (u128)t->off, seg_guess(b, (u128)t->off));
+            uint32_t k = t->seg = seg_find_near(b, (u128)t->off, t->seg); /* (t->seg: the guess) */
             __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
         }
     }
