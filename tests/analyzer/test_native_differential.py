@@ -30,6 +30,16 @@ from .test_direct_replay import _junk, join, split
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"compiled core not built ({native.IMPORT_ERROR})")
 
+
+@pytest.fixture(scope="module", autouse=True, params=["queue-from-8MiB", "queue-always"])
+def _queue(request):
+    """Every test twice: as analyze runs (these small traces never reach the size from which
+    the core queues accesses that cannot race) and with every such access queued."""
+    keep = native.QUEUE_FROM
+    native.QUEUE_FROM = 0 if request.param == "queue-always" else keep
+    yield
+    native.QUEUE_FROM = keep
+
 HANDLES = [0, 0xA0, 0xB0, 0xC0]
 BASE = 0x100000
 SIZE = 0x100
@@ -307,6 +317,85 @@ def test_same_findings_with_many_streams_on_one_block(ops):
     recs += [[R.FREE, 0, None], [R.FREE, 1, None], [R.END, {}]]
     ref = check(join(header, recs))
     assert ref[0] == "ok"
+
+
+_qop = st.one_of(
+    # a ranged access (stream, block, write, offset, size); its block's own stream's queue up
+    st.tuples(st.just("ranged"), st.integers(0, 4), st.integers(0, 2), st.booleans(), st.sampled_from(range(0, 256, 16)),
+              st.sampled_from([16, 32, 256])),
+    st.tuples(st.just("whole"), st.integers(0, 4), st.integers(0, 2), st.booleans()),
+    # stream s's work so far ordered before stream t's next
+    st.tuples(st.just("sync"), st.integers(0, 4), st.integers(0, 4)),
+    # free and allocate again on stream s (a reuse ghost if another stream used it unordered)
+    st.tuples(st.just("free"), st.integers(0, 4), st.integers(0, 2), st.booleans()),
+    st.tuples(st.just("record_stream"), st.integers(0, 4), st.integers(0, 2)),
+    # the block's own stream, n times: a queue that fills (256 accesses) and is made midway
+    st.tuples(st.just("burst"), st.integers(0, 2), st.sampled_from([40, 150])),
+)
+
+
+@FUZZ
+@given(st.lists(_qop, max_size=40), st.booleans())
+def test_same_findings_when_accesses_wait_in_the_queue(ops, realloc_same_id):
+    """The core queues a ranged access of a block's own stream when everything else on the
+    block happens before it, and makes the queue's accesses later, in batches: before
+    anything else touches or frees their block, when 256 wait, and at the end of each call.
+    Five streams (more other streams on a block than its summary holds), frees with the
+    block struct reused at once, ghosts and record_stream around queued accesses."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(5)]
+    owner, bid, ev, nxt = [0, 1, 2], [0, 1, 2], 0, 3
+    recs += [[R.ALLOC, b, 0x10000 * (b + 1), 256, b, None] for b in range(3)]
+    for item in ops:
+        kind = item[0]
+        if kind == "ranged":
+            _, s, b, write, off, n = item
+            recs.append([R.KERNEL, s, 0, None, [~bid[b] if write else bid[b], off, n]])
+        elif kind == "whole":
+            _, s, b, write = item
+            recs.append([R.KERNEL, s, 0, None, ~bid[b] if write else bid[b]])
+        elif kind == "sync":
+            ev += 1
+            recs += [[R.EVENT_RECORD, ev, item[1], None], [R.EVENT_WAIT, ev, item[2], None]]
+        elif kind == "free":
+            _, s, b, write = item
+            recs.append([R.FREE, bid[b], None])
+            if not realloc_same_id:
+                bid[b], nxt = nxt, nxt + 1
+            owner[b] = s
+            recs.append([R.ALLOC, bid[b], 0x10000 * (b + 1), 256, s, None])
+            recs.append([R.KERNEL, s, 0, None, [~bid[b] if write else bid[b], 0, 16]])
+        elif kind == "record_stream":
+            recs.append([R.RECORD_STREAM, bid[item[2]], item[1], None])
+        else:
+            _, b, n = item
+            recs += [[R.KERNEL, owner[b], 0, None, [~bid[b] if k % 3 == 0 else bid[b], 16 * (k % 16), 16]]
+                     for k in range(n)]
+    recs.append([R.END, {}])
+    assert check(join(header, recs))[0] == "ok"
+
+
+def test_queued_accesses_see_a_third_other_stream_and_strided_entries():
+    """A block's summary of other streams' accesses holds two streams: a third makes its
+    own stream's accesses wait in no queue, so that they are checked as they come. And an
+    access next to strided entries is made at once: a write covering one drops it, which
+    the entry's stream's later readers must see."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(4)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.ALLOC, 1, 0x20000, 256, 0, None]]
+    # block 0: streams 1 and 2 read it, ordered before stream 0; stream 3 writes, unordered
+    recs += [[R.KERNEL, 1, 0, None, [0, 0, 16]], [R.KERNEL, 2, 0, None, [0, 16, 16]],
+             [R.EVENT_RECORD, 1, 1, None], [R.EVENT_WAIT, 1, 0, None],
+             [R.EVENT_RECORD, 2, 2, None], [R.EVENT_WAIT, 2, 0, None],
+             [R.KERNEL, 3, 0, None, [~0, 64, 16]], [R.KERNEL, 0, 0, None, [0, 64, 16]]]
+    # block 1: stream 1 writes a strided view of it, ordered before stream 0, which writes
+    # over the view; stream 2, unordered with both, then reads inside the view
+    recs += [[R.VIEWS, [~1, 0, 52, 4, 4, 16]], [R.KERNEL, 1, 0, None, [~1, 0, 52]],
+             [R.EVENT_RECORD, 3, 1, None], [R.EVENT_WAIT, 3, 0, None],
+             [R.KERNEL, 0, 0, None, [~1, 0, 64]], [R.KERNEL, 2, 0, None, [1, 16, 4]], [R.END, {}]]
+    ref = check(join(header, recs))
+    races = sorted((f[1][7], f[2][7]) for f in ref[1] if f[0].value == "data-race")
+    assert races == [(4, 3), (7, 6)]  # (seq, earlier seq): stream 3's write; stream 0's write only
 
 
 def test_the_generator_produces_every_kind_of_finding():

@@ -259,12 +259,19 @@ typedef struct { i128 a; uint64_t off, nb; uint8_t has_shape; shape_t shape; } p
 typedef struct { pview_t *v; size_t n, cap; int32_t *tab; size_t tabcap; } pvset_t;
 
 typedef struct {
+    /* (what an access reads first, in the first cache line) */
     uint32_t bid;
-    uint64_t ptr, size;
+    int32_t stream, stack; /* allocation stream slot / stack, -1: none */
+    uint32_t nseg, segcap; /* range mode: see segs */
+    uint32_t ng, nviews;   /* reuse ghosts, strided entries */
+    uint16_t pending;      /* its accesses in the queue (defer) */
+    uint8_t nfs;           /* entries of fs_stream and fs_seq, FS_FULL: too many streams to say */
     uint8_t size_known, from_def, has_write;
     uint8_t capped; /* its segments were merged past the cap (counted once: Core.capped) */
-    int32_t stream, stack; /* allocation stream slot / stack, -1: none */
-    uint64_t defn_gen;
+    uint64_t size;
+    uint64_t *keys;
+    seg_t *segs;
+    uint64_t ptr, defn_gen;
     acc_t write;
     accv_t reads;
     /* Range mode (nseg > 0): the k-th segment in byte order is segs[slot] and ends at
@@ -279,15 +286,19 @@ typedef struct {
      * A block whose range mode ends (its whole block written) keeps a narrow index and
      * its pool, empty, for the next time its bytes are split: in a training step the same
      * buffers go through both modes over and over. */
-    seg_t *segs; uint32_t nseg, segcap;
     void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
-    uint64_t *keys;
     u128 *ends;
     uint16_t *ord;
     accv_t uses;
     int32_t *recorded; uint32_t nrec, reccap;
-    ghost_t *ghosts; uint32_t ng;
-    vent_t *views; uint32_t nviews; /* strided entries, oldest first */
+    ghost_t *ghosts;
+    vent_t *views; /* strided entries, oldest first */
+    /* Accesses of this block from other streams than its allocation stream, in its state
+     * now or once: the latest seq of each such stream (or FS_FULL). An access by the
+     * allocation stream that all of them happen before cannot race with anything here,
+     * and can wait in the queue (defer). */
+    int32_t fs_stream[2];
+    int64_t fs_seq[2];
 } block_t;
 
 typedef struct { uint64_t ptr, size; uint8_t size_known, valid; uint64_t gen; } bdef_t;
@@ -366,6 +377,11 @@ typedef struct {
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
     acc_t *ascr; size_t ascap; /* scratch for segments' states (seg_scratch) */
+    /* accesses that cannot race, queued to be applied in a batch (defer) */
+    struct pend *pend; uint32_t npend;
+    int64_t *allvec; uint32_t allcap; /* a clock every access happens before: the queue's checks find nothing */
+    size_t poolbytes;  /* the segment pools of all blocks */
+    size_t queue_from; /* the queue is used while poolbytes is at least this (native.QUEUE_FROM) */
     /* error */
     int err, err_field;
 } Core;
@@ -1030,6 +1046,7 @@ static void block_free(block_t *b) { block_clear(b); free(b); }
 #define SPARE_BLOCKS 1024
 
 static void block_release(Core *c, block_t *b) {
+    c->poolbytes -= (size_t)b->segcap * sizeof(seg_t);
     block_clear(b);
     if (c->nspare < SPARE_BLOCKS) { *(block_t **)b = c->spare; c->spare = b; c->nspare++; }
     else free(b);
@@ -1052,11 +1069,17 @@ static block_t *find_block(Core *c, uint64_t bid) {
     return map_get(&c->blocks, bid, &v) ? (block_t *)(uintptr_t)v : NULL;
 }
 
+static int flush(Core *c);
+
 static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, int size_known, int32_t stream,
                           int32_t stack, int from_def, uint64_t gen) {
     block_t *old = find_block(c, bid);
-    if (old) drop_block(c, old);
     uint64_t other;
+    if (c->npend) { /* a block about to go has its queued accesses applied first */
+        block_t *o = map_get(&c->live_ptr, ptr, &other) ? find_block(c, other) : NULL;
+        if (((old && old->pending) || (o && o->pending)) && flush(c)) return NULL;
+    }
+    if (old) drop_block(c, old);
     if (map_get(&c->live_ptr, ptr, &other)) {
         block_t *o = find_block(c, other);
         if (o) drop_block(c, o);
@@ -1067,7 +1090,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     /* every field, but not the storage of empty lists (a calloc's memset is a cost per allocation) */
     b->bid = bid; b->ptr = ptr; b->size = size; b->size_known = (uint8_t)size_known;
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
-    b->has_write = 0; b->capped = 0;
+    b->has_write = 0; b->capped = 0; b->nfs = 0; b->pending = 0;
     av_init(&b->reads); av_init(&b->uses);
     b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
     b->recorded = NULL; b->nrec = b->reccap = 0;
@@ -1318,6 +1341,10 @@ static int vcovers(Core *c, const shape_t *big, const shape_t *small) {
 
 /* ------------------------------------------------------------------ data-race rules */
 
+/* A write over the whole block leaves nothing of other streams in its state (the strided
+ * entries it covers, all of them, go next: views_meet): fs_note starts afresh. */
+static inline void fs_forget(block_t *b) { b->nfs = 0; }
+
 static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     if (!acc->write) {
         if (b->has_write && b->write.stream != S && !ordered(vec, &b->write))
@@ -1336,6 +1363,7 @@ static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     b->write = *acc;
     b->has_write = 1;
     av_reset(&b->reads);
+    fs_forget(b);
     return 0;
 }
 
@@ -1426,6 +1454,7 @@ static int seg_room(Core *c, block_t *b, uint32_t n) {
     if (b->keys || !b->ends) { /* narrow: a new block's index starts narrow */
         uint64_t *k = realloc(b->keys, cap * sizeof(uint64_t));
         if (!k) return oom(c);
+        c->poolbytes += (size_t)(cap - b->segcap) * sizeof(seg_t);
         b->keys = k; b->segcap = cap;
         return 0;
     }
@@ -1433,6 +1462,7 @@ static int seg_room(Core *c, block_t *b, uint32_t n) {
     if (!e) return oom(c);
     uint16_t *ord = (uint16_t *)(e + cap);
     memmove(ord, (uint16_t *)(e + b->segcap), b->nseg * sizeof(uint16_t));
+    c->poolbytes += (size_t)(cap - b->segcap) * sizeof(seg_t);
     b->ends = e; b->ord = ord; b->segcap = cap;
     return 0;
 }
@@ -1758,11 +1788,12 @@ static inline int seg_place(const block_t *b, u128 lo, u128 hi, uint32_t hint, u
 __attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc,
                                                   uint32_t hint) {
     if (!b->nseg && to_segments(c, b)) return -1;
-    u128 end = seg_hi(b, b->nseg - 1), lo, hi;
-    if (!acc->ranged) { lo = 0; hi = end; }
-    else {
+    u128 lo, hi;
+    if (!acc->ranged) { lo = 0; hi = seg_hi(b, b->nseg - 1); }
+    else { /* (the segments of a block of known size cover it: its last end is not read, another line) */
         lo = acc->off; hi = (u128)acc->off + acc->n;
-        if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
+        if ((!b->size_known || hi > b->size) && hi > seg_hi(b, b->nseg - 1) &&
+            (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
     }
     uint32_t i, j;
     /* exactly one segment (the common case once a block's sub-ranges have all been
@@ -1814,11 +1845,13 @@ __attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S
             for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
             b->nseg = 0;
             if (!b->keys) { /* a wide index: the next range mode starts narrow */
+                c->poolbytes -= (size_t)b->segcap * sizeof(seg_t);
                 free(b->segmem); free(b->ends);
                 b->segs = NULL; b->segmem = NULL; b->ends = NULL; b->ord = NULL; b->segcap = 0;
             }
             b->write = *acc; b->has_write = 1;
             av_clear(&b->reads);
+            fs_forget(b);
             return 0;
         }
     }
@@ -1830,6 +1863,122 @@ __attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S
 
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
 static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
+
+/* ------------------------------------------------------------------ queued accesses
+ *
+ * An access by a block's allocation stream reports nothing when every access in the
+ * block's state from another stream happens before it (its own stream's never race with
+ * it) and the block has no reuse ghosts or strided entries. It still changes the state,
+ * but that change is the same whenever it is made, as long as the block's accesses are
+ * made in trace order. Such accesses wait in a queue and are made in batches: the batch's
+ * index lines, then its segment lines, are requested all at once, so that the cache
+ * misses overlap instead of each access waiting on its own (where a trace with many
+ * byte ranges per block spent most of its time). Anything else that touches a block
+ * with queued accesses, or frees it, makes the queue's accesses first; so does the end
+ * of every replay call. Reports cannot change: none of the queued accesses has any. */
+
+#define FS_MAX 2
+#define FS_FULL 255
+#define PEND_MAX 256
+struct pend { block_t *b; uint32_t hint; acc_t acc; };
+
+/* After an access from another stream than b's allocation stream (the summary is emptied
+ * where a write leaves nothing else in the block's state: fs_forget). */
+static inline void fs_note(block_t *b, const acc_t *a) {
+    if (b->nfs == FS_FULL) return;
+    for (uint32_t k = 0; k < b->nfs; k++)
+        if (b->fs_stream[k] == a->stream) { if (b->fs_seq[k] < a->seq) b->fs_seq[k] = a->seq; return; }
+    if (b->nfs == FS_MAX) { b->nfs = FS_FULL; return; }
+    b->fs_stream[b->nfs] = a->stream; b->fs_seq[b->nfs++] = a->seq;
+}
+
+/* Can stream S's ranged access (at clock vec) to b wait in the queue? Only while the
+ * segments of all blocks take queue_from bytes or more: below that they mostly stay in the
+ * cache, the loads wait little, and the queue cost more than it saved. */
+static inline int can_defer(const Core *c, const block_t *b, int32_t S, const int64_t *vec) {
+    if (c->poolbytes < c->queue_from || b->stream != S || b->ng || b->nviews || b->nfs == FS_FULL) return 0;
+    for (uint32_t k = 0; k < b->nfs; k++) if (vec[b->fs_stream[k]] < b->fs_seq[k]) return 0;
+    return 1;
+}
+
+/* The index lines around where the segment of byte `off` is guessed to be (or the index's
+ * first lines, without a guess); returns the guess (NO_SEG: none). */
+static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int ranged) {
+    if (!b->keys) {
+        size_t span = (size_t)b->nseg * sizeof(u128);
+        if (span > 1024) span = 1024;
+        for (size_t o = 0; o < span; o += 64) __builtin_prefetch((const char *)b->ends + o);
+        for (size_t o = 0; o < (size_t)b->nseg * sizeof(uint16_t); o += 64) __builtin_prefetch((const char *)b->ord + o);
+        return NO_SEG;
+    }
+    uint32_t g = ranged ? seg_guess(b, (u128)off) : NO_SEG;
+    if (g != NO_SEG) { /* the keys around the guess, and the two that bound them */
+        uint32_t L = g > GUESS_WINDOW ? g - GUESS_WINDOW - 1 : 0;
+        uint32_t H = g + GUESS_WINDOW < b->nseg ? g + GUESS_WINDOW : b->nseg;
+        for (uintptr_t p = (uintptr_t)&b->keys[L] & ~(uintptr_t)63; p <= (uintptr_t)&b->keys[H - 1]; p += 64)
+            __builtin_prefetch((const void *)p);
+    } else {
+        size_t span = (size_t)b->nseg * sizeof(uint64_t);
+        if (span > 2048) span = 2048;
+        for (size_t o = 0; o < span; o += 64) __builtin_prefetch((const char *)b->keys + o);
+    }
+    return g;
+}
+
+/* The segment of byte `off` (a hint for range_access; NO_SEG: none), its line requested. */
+static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t guess) {
+    if (!b->nseg || ((!b->size_known || off >= b->size) && (u128)off >= seg_hi(b, b->nseg - 1))) return NO_SEG;
+    uint32_t k = guess;
+    if (k == NO_SEG || (k ? b->keys[k - 1] >> 16 : 0) > off || b->keys[k] >> 16 <= off) k = seg_find_near(b, (u128)off, guess);
+    __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
+    return k;
+}
+
+/* Make the queued accesses, in order. */
+static int flush(Core *c) {
+    uint32_t n = c->npend;
+    if (!n) return 0;
+    if (c->allcap < c->nslots) {
+        int64_t *v = realloc(c->allvec, c->scap * sizeof(int64_t));
+        if (!v) return oom(c);
+        for (uint32_t i = 0; i < c->scap; i++) v[i] = INT64_MAX;
+        c->allvec = v; c->allcap = c->scap;
+    }
+    struct pend *q = c->pend;
+    for (uint32_t i = 0; i < n; i++) { /* the keys of the guess and the one before it (or the index's first lines) */
+        const block_t *b = q[i].b;
+        uint32_t g = q[i].hint = seg_guess(b, (u128)q[i].acc.off);
+        if (g == NO_SEG) { if (b->nseg) prefetch_index(b, q[i].acc.off, 1); }
+        else { __builtin_prefetch(&b->keys[g]); if (g) __builtin_prefetch(&b->keys[g - 1]); }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const block_t *b = q[i].b;
+        uint32_t k = q[i].hint = prefetch_segment(b, q[i].acc.off, q[i].hint);
+        if (k == NO_SEG || !b->keys) continue;
+        uint64_t lo = q[i].acc.off, hi = lo + q[i].acc.n;
+        if ((k ? b->keys[k - 1] >> 16 : 0) == lo && b->keys[k] >> 16 == hi) continue;
+        /* a split: the lines it writes (its new states, the index entries it moves) */
+        if (b->nseg + 2 <= b->segcap) { __builtin_prefetch(&b->segs[b->nseg], 1); __builtin_prefetch(&b->segs[b->nseg + 1], 1); }
+        for (uintptr_t p = (uintptr_t)&b->keys[k] & ~(uintptr_t)63; p <= (uintptr_t)&b->keys[b->nseg - 1] + 16; p += 64)
+            __builtin_prefetch((const void *)p, 1);
+    }
+    c->npend = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        block_t *b = q[i].b;
+        b->pending = 0;
+        if (range_access(c, b, q[i].acc.stream, c->allvec, &q[i].acc, q[i].hint)) return -1;
+    }
+    return 0;
+}
+
+static int defer(Core *c, block_t *b, const acc_t *acc) {
+    if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) return oom(c);
+    if (c->npend == PEND_MAX && flush(c)) return -1;
+    c->pend[c->npend].b = b;
+    c->pend[c->npend++].acc = *acc;
+    b->pending++;
+    return 0;
+}
 
 static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape,
                       uint32_t hint) {
@@ -1846,6 +1995,7 @@ static int one_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
         }
     }
     if (b->stream >= 0 && S != b->stream && av_set(&b->uses, acc)) return oom(c);
+    if (S != b->stream) fs_note(b, acc);
     return 0;
 }
 
@@ -2110,49 +2260,37 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
         }
     int32_t op = id_or_none(c, &f[2]), stack = id_or_none(c, &f[3]);
     if (nacc > 1 && nacc <= 16) {
+        uint32_t queued = 0; /* accesses likely to be queued (defer), which the batch prefetches */
         /* The blocks are independent: load the state of all of them at once (each step's
          * loads overlap) before the first is used. Only hints: nothing here changes state. */
         for (uint32_t i = 0; i < nacc; i++)
             for (size_t off = 0; off < sizeof(block_t); off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
         for (uint32_t i = 0; i < nacc; i++) {
-            const block_t *b = c->targets[i].b;
+            target_t *t = &c->targets[i];
+            const block_t *b = t->b;
+            if (t->ranged && !t->shape && can_defer(c, b, S, vec)) { queued |= 1u << i; continue; } /* (the batch prefetches) */
             if (!b->nseg) {
                 if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
-            } else if (b->keys) { /* the index (the search below then hits the cache) */
-                target_t *t = &c->targets[i];
-                /* (t->seg holds the guess until the search below replaces it with the answer) */
-                uint32_t g = t->seg = t->ranged ? seg_guess(b, (u128)t->off) : NO_SEG;
-                if (g != NO_SEG) { /* the keys around the guess, and the two that bound them */
-                    uint32_t L = g > GUESS_WINDOW ? g - GUESS_WINDOW - 1 : 0;
-                    uint32_t H = g + GUESS_WINDOW < b->nseg ? g + GUESS_WINDOW : b->nseg;
-                    for (uintptr_t p = (uintptr_t)&b->keys[L] & ~(uintptr_t)63; p <= (uintptr_t)&b->keys[H - 1]; p += 64)
-                        __builtin_prefetch((const void *)p);
-                } else {
-                    size_t span = (size_t)b->nseg * sizeof(uint64_t);
-                    if (span > 2048) span = 2048;
-                    for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->keys + off);
-                }
-            } else {
-                size_t span = (size_t)b->nseg * sizeof(u128);
-                if (span > 1024) span = 1024;
-                for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)b->ends + off);
-                for (size_t off = 0; off < (size_t)b->nseg * sizeof(uint16_t); off += 64) __builtin_prefetch((const char *)b->ord + off);
+            } else { /* the index (the search below then hits the cache); t->seg: the guess, until then */
+                t->seg = prefetch_index(b, t->off, t->ranged);
             }
             if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
         }
         for (uint32_t i = 0; i < nacc; i++) {
             target_t *t = &c->targets[i];
-            const block_t *b = t->b;
-            if (!b->nseg || !t->ranged || (u128)t->off >= seg_hi(b, b->nseg - 1)) continue;
-            uint32_t k = t->seg = seg_find_near(b, (u128)t->off, t->seg); /* (t->seg: the guess) */
-            __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
+            if (t->ranged && !(queued >> i & 1)) t->seg = prefetch_segment(t->b, t->off, t->seg);
         }
     }
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
         acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
-        if (one_access(c, t->b, S, vec, &acc, t->shape, t->seg)) return -1;
+        block_t *b = t->b;
+        if (t->ranged && !t->shape && can_defer(c, b, S, vec)) {
+            if (defer(c, b, &acc)) return -1;
+            continue;
+        }
+        if ((b->pending && flush(c)) || one_access(c, b, S, vec, &acc, t->shape, t->seg)) return -1;
     }
     return 0;
 }
@@ -2228,7 +2366,7 @@ static int apply(Core *c, int t, const field_t *f, uint32_t nacc) {
     }
     case T_FREE: {
         block_t *b = f[1].t == F_INT ? block(c, f[1].v, 1) : (fail(c, E_BLOCK_UNDEFINED, 1), NULL);
-        if (!b) return -1;
+        if (!b || (b->pending && flush(c))) return -1;
         if (b->stream >= 0) {
             acc_t fr = {c->seq, b->stream, OP_FREE, id_or_none(c, &f[2]), 0, 1, 0, 0, 0};
             if (check_free(c, b, &fr, 1)) return -1;
@@ -2372,6 +2510,7 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         pos = p - base;
     }
     PyBuffer_Release(&view);
+    if (flush(c)) return PyErr_NoMemory(); /* (the queue is empty between calls) */
     return result(status, pos, len, code, field);
 }
 
@@ -2539,12 +2678,14 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     limits_t *L = &c->L;
     unsigned long long max_id;
     long long budget;
-    if (!PyArg_ParseTuple(args, "lllllllKKKKKKOOplL", &L->max_segments, &L->max_streams, &L->max_findings,
+    Py_ssize_t queue_from;
+    if (!PyArg_ParseTuple(args, "lllllllKKKKKKOOplLn", &L->max_segments, &L->max_streams, &L->max_findings,
                           &L->max_occurrences, &L->max_addresses, &L->max_ghosts, &L->max_block_ghosts, &max_id,
                           &L->max_str, &L->max_bin, &L->max_array, &L->max_map, &L->max_ext, &c->free_op,
-                          &c->leak_op, &c->views_on, &c->max_views, &budget))
+                          &c->leak_op, &c->views_on, &c->max_views, &budget, &queue_from))
         return -1;
     c->vbudget_left = budget;
+    c->queue_from = queue_from < 0 ? 0 : (size_t)queue_from;
     if (c->refs) { PyErr_SetString(PyExc_RuntimeError, "Core is initialized once"); return -1; }
     Py_INCREF(c->free_op); Py_INCREF(c->leak_op);
     c->refs = 1;
@@ -2581,7 +2722,7 @@ static void Core_dealloc(Core *c) {
     for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
     free(c->targets); free(c->afields); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
-    free(c->bdense); free(c->sdense); free(c->ascr);
+    free(c->bdense); free(c->sdense); free(c->ascr); free(c->pend); free(c->allvec);
     if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
