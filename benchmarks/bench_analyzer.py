@@ -577,11 +577,13 @@ differ by up to 2x). Where the time goes (cachegrind and perf; the subsections b
 applying three whole-block accesses. ranged16's state (2000 blocks of 16 segments, about
 3 MiB) fits the last-level cache, and it spends about twice as many. ranged256's does not:
 2000 blocks of up to 256 segments are over 30 MiB of segment states and indexes, and its
-time goes to cache misses: the block, its index and the segment are dependent loads
-(overlapped across one kernel's accesses by prefetching, not across kernels), and the
-first touch of a range writes new segment states. A million kernels touch each block's
-256 ranges about six times, and the hand-offs' whole-block writes return each block to one
-segment about five times, so about half the accesses are first touches.
+time goes to cache misses: the block, its index and the segment are dependent loads, and
+the first touch of a range splits a segment, writing new segment states and moving the
+index entries after it. Its accesses by a block's own stream wait in a queue and are made
+in batches of up to 256 whose loads overlap (docs/native.md), but the misses remain: a
+million kernels touch each block's 256 ranges about six times, and the hand-offs'
+whole-block writes return each block to one segment about five times, so over 40% of the
+accesses split a segment.
 """
     path = update_docs(section)
     print(f"updated {os.path.relpath(path, ROOT)}")

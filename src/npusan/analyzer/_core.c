@@ -1343,7 +1343,7 @@ static int vcovers(Core *c, const shape_t *big, const shape_t *small) {
 
 /* A write over the whole block leaves nothing of other streams in its state (the strided
  * entries it covers, all of them, go next: views_meet): fs_note starts afresh. */
-static inline void fs_forget(block_t *b) { b->nfs = 0; }
+static inline void fs_forget(block_t *b) { if (b->nfs) b->nfs = 0; }
 
 static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     if (!acc->write) {
