@@ -189,6 +189,12 @@ class Event:
         if self.handle is None:
             self.handle = next(_event_ids)
             trace.fire("event_creation", self.handle)
+            if trace.callbacks["event_deletion"]:
+                # Only while someone listens: Python code run when an object dies can swallow
+                # a Ctrl-C ("Exception ignored in ..."), and a program on the simulated device
+                # drops an event at every wait_stream. (While recording, the recorder's signal
+                # handling keeps the Ctrl-C for the program.)
+                weakref.finalize(self, trace.fire, "event_deletion", self.handle).atexit = False
         trace.fire("event_record", self.handle, stream.stream_id)
 
     def wait(self, stream: Optional[Stream] = None) -> None:
@@ -206,14 +212,6 @@ class Event:
 
     def elapsed_time(self, end_event: "Event") -> float:
         return 0.0
-
-    def __del__(self) -> None:
-        h = getattr(self, "handle", None)
-        if h is not None:
-            try:
-                trace.fire("event_deletion", h)
-            except Exception:
-                pass
 
     def __repr__(self) -> str:
         return f"<npusan.sim.Event handle={self.handle}>"
