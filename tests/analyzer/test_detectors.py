@@ -66,6 +66,7 @@ def test_sub_range_write_keeps_the_rest_of_the_block_state():
     p.kernel(S0, "aten::sum", reads=[(X + 200, 8)])  # still S1's write: race with S1
     (f,) = p.races()
     assert f.previous.stream.handle == S1
+    assert not f.merged_ranges  # (a report says so when a block's ranges were merged)
 
 
 def test_whole_block_write_after_ranges_checks_every_range():
@@ -102,6 +103,8 @@ def test_many_ranges_are_capped_and_merged_conservatively():
     # Nothing is lost by merging: each stream's writes still race with an unsynced read.
     p.kernel(S0, "aten::sum", reads=[(X + 64 * 3, 8)])
     assert {f.previous.stream.handle for f in p.races()} >= {S1}
+    # and each such report says that its earlier access may be a merged neighbour's
+    assert all(f.merged_ranges for f in p.races())
 
 
 def test_over_the_cap_pieces_of_one_stream_are_merged_before_pieces_of_two():

@@ -125,7 +125,7 @@ def _finding(f):
     b = f.block
     return (f.kind, _side(f.access), _side(f.previous), b.address, b.size,
             None if b.stream is None else b.stream.index, tuple(b.stack), f.count, f.first_seq, f.last_seq,
-            list(f.addresses), list(f.occurrences))
+            list(f.addresses), list(f.occurrences), f.merged_ranges)
 
 
 def outcome(data: bytes, cls, check_leaks: bool = True, source=None):

@@ -176,12 +176,27 @@ def test_a_block_whose_ranges_were_merged_is_warned_about(run, workdir):
     (warning,) = doc["traces"][0]["warnings"]
     assert "1 block had more than 256 separately accessed byte ranges" in warning and "may be false" in warning
     assert "may be false" in r.stderr
+    # and so does each finding there
+    assert [f["merged_ranges"] for f in doc["findings"]] == [True]
+    text = run("analyze", "pieces.npusan").stdout
+    assert text.count("note:") == 1 and "neighbouring range's" in text
+    run("analyze", "pieces.npusan", "--format", "html", "-o", "r.html")
+    assert "may be a neighbouring range" in open("r.html").read()
+    sarif = json.loads(run("analyze", "pieces.npusan", "--format", "sarif").stdout)
+    assert "may be a neighbouring range" in sarif["runs"][0]["results"][0]["message"]["text"]
     with TraceWriter("clean.npusan", backend="cuda", header={"default_streams": {0: 0}}) as w:
         w.memory_allocated(0x10000, 0, size=1 << 20)
         for i in range(300):  # over the cap too, but one stream: no race, nothing to doubt
             w.kernel(1, "aten::copy_", writes=[(0x10000 + 64 * i, 64)])
     r = run("analyze", "clean.npusan")
     assert r.exit_code == 0 and "may be false" not in r.stderr + r.stdout
+    with TraceWriter("few.npusan", backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.memory_allocated(0x10000, 0, size=1 << 20)
+        for i in range(200):  # under the cap: a race that is what it says
+            w.kernel(1 + i % 2, "aten::copy_", writes=[(0x10000 + 64 * i, 64)])
+        w.kernel(3, "aten::sum", reads=[(0x10000, 64)])
+    doc = json.loads(run("analyze", "few.npusan", "--format", "json").stdout)
+    assert [f["merged_ranges"] for f in doc["findings"]] == [False]
 
 
 @pytest.mark.parametrize(

@@ -316,6 +316,7 @@ typedef struct {
     int64_t count, first, last;
     uint64_t *addrs; uint32_t naddr;
     occ_t *occ; uint32_t nocc, occcap;
+    uint8_t merged; /* a data race on a block merged past the cap (Finding.merged_ranges) */
 } finding_t;
 
 /* one access of the kernel being replayed; seg: the segment its first byte was found in by
@@ -813,7 +814,10 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
     for (;;) {
         int32_t fi = c->ftab[i];
         if (fi < 0) break;
-        if (fkey_eq(&c->found[fi], kind, acc, earlier, b->stack)) return occ_add(c, &c->found[fi], acc, earlier, b->ptr);
+        if (fkey_eq(&c->found[fi], kind, acc, earlier, b->stack)) {
+            c->found[fi].merged |= kind == K_DATA_RACE && b->capped;
+            return occ_add(c, &c->found[fi], acc, earlier, b->ptr);
+        }
         i = (i + 1) & mask;
     }
     if ((long)c->nfound >= c->L.max_findings) { c->dropped++; return 0; }
@@ -825,6 +829,7 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
     f->bptr = b->ptr; f->bsize = b->size; f->bsize_known = b->size_known;
     f->bstream = b->stream; f->bstack = b->stack;
     f->first = f->last = acc->seq;
+    f->merged = kind == K_DATA_RACE && b->capped;
     c->ftab[i] = (int32_t)c->nfound++;
     return occ_add(c, f, acc, earlier, b->ptr);
 }
@@ -2622,9 +2627,10 @@ static PyObject *Core_findings(Core *c, PyObject *args) {
         }
         PyObject *size = f->bsize_known ? PyLong_FromUnsignedLongLong(f->bsize) : (Py_INCREF(Py_None), Py_None);
         PyObject *bstream = f->bstream >= 0 ? PyLong_FromUnsignedLong(c->sidx_of[f->bstream]) : (Py_INCREF(Py_None), Py_None);
-        PyObject *item = Py_BuildValue("(iNN(KNNN)LLLNN)", f->kind, acc_tuple(c, &f->acc), acc_tuple(c, &f->prev),
+        PyObject *item = Py_BuildValue("(iNN(KNNN)LLLNNN)", f->kind, acc_tuple(c, &f->acc), acc_tuple(c, &f->prev),
                                        (unsigned long long)f->bptr, size, bstream, opt_id(f->bstack),
-                                       (long long)f->count, (long long)f->first, (long long)f->last, addrs, occ);
+                                       (long long)f->count, (long long)f->first, (long long)f->last, addrs, occ,
+                                       PyBool_FromLong(f->merged));
         if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
         Py_DECREF(item);
     }

@@ -194,7 +194,7 @@ class _Occurrences:
     """Everything kept for one distinct finding while replaying."""
 
     __slots__ = ("kind", "access", "previous", "block", "count", "first", "last", "addresses", "occurrences",
-                 "finding")
+                 "merged", "finding")
 
     def __init__(self, kind, access: Access, previous: Access, block: tuple) -> None:
         self.kind = kind
@@ -205,6 +205,7 @@ class _Occurrences:
         self.first = self.last = access.seq
         self.addresses: list = []
         self.occurrences: list = []
+        self.merged = False  # an occurrence on a block merged past the cap (Finding.merged_ranges)
         self.finding: Optional[Finding] = None
 
     def add(self, acc: Access, earlier: Access, addr: int) -> None:
@@ -376,6 +377,7 @@ class Engine:
             f.last_seq = occ.last
             f.addresses = list(occ.addresses)
             f.occurrences = list(occ.occurrences)
+            f.merged_ranges = occ.merged
             out.append(f)
         out.sort(key=lambda f: (f.first_seq, f.kind.value))
         return out
@@ -752,15 +754,17 @@ class Engine:
                 return
             occ = self.found[key] = _Occurrences(kind, acc, earlier, (b.ptr, b.size, b.stream, b.stack))
             occ.add(acc, earlier, b.ptr)
+            occ.merged = kind is Kind.DATA_RACE and b.capped
             if self.on_finding is not None:
                 occ.finding = self._build(occ)
                 self.on_finding(occ.finding)
             return
         occ.add(acc, earlier, b.ptr)
+        occ.merged = occ.merged or (kind is Kind.DATA_RACE and b.capped)
 
     def _build(self, occ: _Occurrences) -> Finding:
         return build_finding(self, occ.kind, occ.access, occ.previous, occ.block, occ.count, occ.first,
-                             occ.last, occ.addresses, occ.occurrences)
+                             occ.last, occ.addresses, occ.occurrences, occ.merged)
 
     def stream_ref(self, S) -> StreamRef:
         dev, handle = self.symbols.streams.get(S, (-1, -1))
@@ -786,7 +790,8 @@ class Engine:
 # same code whichever engine replayed the trace.
 
 
-def build_finding(eng, kind, access, previous, block, count, first, last, addresses, occurrences) -> Finding:
+def build_finding(eng, kind, access, previous, block, count, first, last, addresses, occurrences,
+                  merged: bool = False) -> Finding:
     """A resolved Finding; ``eng`` provides ``symbols``, ``stream_ref`` and ``frames``."""
     ptr, size, A, astack = block
     return Finding(
@@ -801,6 +806,7 @@ def build_finding(eng, kind, access, previous, block, count, first, last, addres
         trace=eng.trace_index,
         traces=[eng.trace_index],
         occurrences=list(occurrences),
+        merged_ranges=bool(merged),
     )
 
 

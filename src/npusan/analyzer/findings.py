@@ -109,6 +109,10 @@ class Finding:
     #: previous_nbytes)`` (offsets and sizes None for a whole-block access), capped (see the
     #: engine); ``--no-group`` lists them one by one.
     occurrences: list = field(default_factory=list)
+    #: A data race found on a block whose byte ranges had been merged past the cap on
+    #: segments (in any occurrence): its earlier access may be a neighbouring range's, and
+    #: the race may be false.
+    merged_ranges: bool = False
 
     def fingerprint(self) -> str:
         """A stable identity from code only: never pointers, seqs, handles or line numbers.

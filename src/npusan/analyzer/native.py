@@ -446,9 +446,9 @@ class NativeEngine:
             self.on_finding(f)
 
     def _build(self, item) -> Finding:
-        kind, acc, prev, block, count, first, last, addresses, occurrences = item
+        kind, acc, prev, block, count, first, last, addresses, occurrences, merged = item
         return E.build_finding(self, _KINDS[kind], Access(*acc), Access(*prev), block, count, first, last,
-                               addresses, occurrences)
+                               addresses, occurrences, merged)
 
     def finish(self) -> list:
         """As :meth:`Engine.finish`: the leak check (once, if asked), then the findings."""
@@ -460,7 +460,7 @@ class NativeEngine:
             if i < len(self._built):
                 f = self._built[i]
                 f.count, f.first_seq, f.last_seq = item[4], item[5], item[6]
-                f.addresses, f.occurrences = list(item[7]), list(item[8])
+                f.addresses, f.occurrences, f.merged_ranges = list(item[7]), list(item[8]), item[9]
             else:
                 f = self._build(item)
                 self._built.append(f)

@@ -109,6 +109,16 @@ def stream_label(s: StreamRef, header: dict) -> str:
     return f"default stream ({dev})" if s.is_default else f"stream #{stream_number(s)} ({dev})"
 
 
+def merged_ranges_note(group) -> Optional[str]:
+    """What to say of a group found on a block whose byte ranges were merged (None: not)."""
+    if not any(f.merged_ranges for f in group.findings):
+        return None
+    from ..engine import MAX_SEGMENTS  # (the cap in force: tests change it)
+
+    return (f"the block had more than {MAX_SEGMENTS} separately accessed byte ranges and neighbouring "
+            "ranges were merged: the earlier access may be a neighbouring range's, and the race may be false")
+
+
 def other_streams(report, group) -> list:
     """``(stream, header)`` for each stream of a group's other findings that its entry does
     not name (its first finding's two streams), once per label: one bug at one pair of

@@ -165,6 +165,9 @@ def _finding(report: Report, g: Group, i: int, sources: SourceCache, near: dict,
     if f.block.stream is not None:
         alloc += f" on {D.stream_name(f.block.stream, header)}"
     rows.append(f"<tr><th>allocated</th><td>{e(alloc)}{_stack(f.block.stack, sources)}</td></tr>")
+    note = D.merged_ranges_note(g)
+    if note is not None:
+        rows.append(f"<tr><th>note</th><td>{e(note)}</td></tr>")
     rows.append(f'<tr><th>fix</th><td><pre class="fix">{e_lines(D.fix(f, header, sources))}</pre></td></tr>')
     others = [D.stream_name(s, h) for s, h in D.other_streams(report, g)]
     if others:

@@ -19,7 +19,7 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.6"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.7"
 
 
 def frames_json(stack) -> list:
@@ -75,6 +75,7 @@ def group_json(report: Report, g: Group, sources: Optional[SourceCache] = None) 
         "access": access_json(f.access, header),
         "previous": access_json(f.previous, header),
         "other_streams": [stream_json(s, h) for s, h in D.other_streams(report, g)],
+        "merged_ranges": any(x.merged_ranges for x in g.findings),
         "block": block_json(f.block, header),
         "traces": g.traces,
         "first": {"trace": g.first.trace, "seq": g.first.seq},

@@ -136,6 +136,9 @@ def result(report: Report, g: Group, sources: Optional[SourceCache] = None, root
     text = f"{D.title(f, header)}. {later[0].upper() + later[1:]}; earlier: {earlier}. Fix: " + " ".join(
         line.strip() for line in fix
     )
+    note = D.merged_ranges_note(g)
+    if note is not None:
+        text += f" Note: {note}."
     related = [location(user_site(f.previous.stack), "earlier access: " + earlier, 1, f.previous.op, root)]
     site = user_site(f.block.stack)
     if site is not None or f.block.stream is not None:

@@ -92,6 +92,7 @@ REPORT_SCHEMA = {
                     "access": {"$ref": "#/$defs/access"},
                     "previous": {"$ref": "#/$defs/access"},
                     "other_streams": {"type": "array", "items": {"$ref": "#/$defs/stream"}},
+                    "merged_ranges": {"type": "boolean"},
                     "block": {
                         "type": "object",
                         "required": ["address", "size", "stream", "stack"],

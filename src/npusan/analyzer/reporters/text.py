@@ -220,6 +220,9 @@ class _Writer:
         self.labelled("allocated", *alloc)
         if f.block.stack or f.block.stream is not None:
             self.stack(f.block.stack)
+        note = D.merged_ranges_note(g)
+        if note is not None:
+            self.labelled("note", (note, "yellow"))
         advice = D.fix(f, header, self.sources)
         self.labelled("fix", (advice[0], "green"))
         for extra in advice[1:]:
