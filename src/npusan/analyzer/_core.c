@@ -786,9 +786,11 @@ static int fkey_eq(const finding_t *f, int kind, const acc_t *a, const acc_t *p,
            f->prev.stack == p->stack && f->prev.write == p->write;
 }
 
-static int occ_add(Core *c, finding_t *f, const acc_t *acc, const acc_t *earlier, uint64_t addr) {
+static int occ_add(Core *c, finding_t *f, const acc_t *acc, const acc_t *earlier, const block_t *b) {
+    uint64_t addr = b->ptr;
     f->count++;
     f->last = acc->seq;
+    f->merged |= f->kind == K_DATA_RACE && b->capped;
     if ((long)f->naddr < c->L.max_addresses) {
         int seen = 0;
         for (uint32_t i = 0; i < f->naddr; i++) if (f->addrs[i] == addr) { seen = 1; break; }
@@ -814,10 +816,7 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
     for (;;) {
         int32_t fi = c->ftab[i];
         if (fi < 0) break;
-        if (fkey_eq(&c->found[fi], kind, acc, earlier, b->stack)) {
-            c->found[fi].merged |= kind == K_DATA_RACE && b->capped;
-            return occ_add(c, &c->found[fi], acc, earlier, b->ptr);
-        }
+        if (fkey_eq(&c->found[fi], kind, acc, earlier, b->stack)) return occ_add(c, &c->found[fi], acc, earlier, b);
         i = (i + 1) & mask;
     }
     if ((long)c->nfound >= c->L.max_findings) { c->dropped++; return 0; }
@@ -829,9 +828,8 @@ static int report(Core *c, int kind, const acc_t *acc, const acc_t *earlier, con
     f->bptr = b->ptr; f->bsize = b->size; f->bsize_known = b->size_known;
     f->bstream = b->stream; f->bstack = b->stack;
     f->first = f->last = acc->seq;
-    f->merged = kind == K_DATA_RACE && b->capped;
     c->ftab[i] = (int32_t)c->nfound++;
-    return occ_add(c, f, acc, earlier, b->ptr);
+    return occ_add(c, f, acc, earlier, b);
 }
 
 /* ------------------------------------------------------------------ segment states (see seg_t) */
@@ -1389,6 +1387,9 @@ static inline void seg_set(block_t *b, uint32_t k, u128 hi, uint32_t slot) {
     else { b->ends[k] = hi; b->ord[k] = (uint16_t)slot; }
 }
 static inline void seg_sethi(block_t *b, uint32_t k, u128 hi) { seg_set(b, k, hi, seg_slot(b, k)); }
+/* a narrow index K: where its segment k starts, and whether that segment holds byte l */
+static inline uint64_t key_lo(const uint64_t *K, uint32_t k) { return k ? K[k - 1] >> 16 : 0; }
+static inline int key_holds(const uint64_t *K, uint32_t k, uint64_t l) { return key_lo(K, k) <= l && l < K[k] >> 16; }
 
 /* In keys e[base, base + len) (len >= 1), the first above t (base + len: none).
  * Branch-free: on random offsets a branching binary search mispredicts about every
@@ -1775,8 +1776,8 @@ static inline int seg_place(const block_t *b, u128 lo, u128 hi, uint32_t hint, u
     if (b->keys && hi < NARROW_INF) {
         const uint64_t *K = b->keys;
         uint64_t l = (uint64_t)lo, h = (uint64_t)hi;
-        if (k >= b->nseg || (k ? K[k - 1] >> 16 : 0) > l || K[k] >> 16 <= l) k = seg_find(b, lo);
-        uint64_t klo = k ? K[k - 1] >> 16 : 0, khi = K[k] >> 16; /* (NARROW_INF: unbounded, above h) */
+        if (k >= b->nseg || !key_holds(K, k, l)) k = seg_find(b, lo);
+        uint64_t klo = key_lo(K, k), khi = K[k] >> 16; /* (NARROW_INF: unbounded, above h) */
         *pk = k;
         return klo == l && khi == h ? 1 : h <= khi ? 2 : 0;
     }
@@ -1906,9 +1907,9 @@ static inline int can_defer(const Core *c, const block_t *b, int32_t S, const in
     return 1;
 }
 
-/* The index lines around where the segment of byte `off` is guessed to be (or the index's
- * first lines, without a guess); returns the guess (NO_SEG: none). */
-static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int ranged) {
+/* The index lines around where the segment of byte `off` is guessed to be, if `guess` (or
+ * the index's first lines, without a guess); returns the guess (NO_SEG: none). */
+static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess) {
     if (!b->keys) {
         size_t span = (size_t)b->nseg * sizeof(u128);
         if (span > 1024) span = 1024;
@@ -1916,7 +1917,7 @@ static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int ranged
         for (size_t o = 0; o < (size_t)b->nseg * sizeof(uint16_t); o += 64) __builtin_prefetch((const char *)b->ord + o);
         return NO_SEG;
     }
-    uint32_t g = ranged ? seg_guess(b, (u128)off) : NO_SEG;
+    uint32_t g = guess ? seg_guess(b, (u128)off) : NO_SEG;
     if (g != NO_SEG) { /* the keys around the guess, and the two that bound them */
         uint32_t L = g > GUESS_WINDOW ? g - GUESS_WINDOW - 1 : 0;
         uint32_t H = g + GUESS_WINDOW < b->nseg ? g + GUESS_WINDOW : b->nseg;
@@ -1934,7 +1935,7 @@ static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int ranged
 static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t guess) {
     if (!b->nseg || ((!b->size_known || off >= b->size) && (u128)off >= seg_hi(b, b->nseg - 1))) return NO_SEG;
     uint32_t k = guess;
-    if (k == NO_SEG || (k ? b->keys[k - 1] >> 16 : 0) > off || b->keys[k] >> 16 <= off) k = seg_find_near(b, (u128)off, guess);
+    if (k == NO_SEG || !key_holds(b->keys, k, off)) k = seg_find_near(b, (u128)off, guess);
     __builtin_prefetch(SEG(b, k)); /* one line (seg_t) */
     return k;
 }
@@ -1953,7 +1954,7 @@ static int flush(Core *c) {
     for (uint32_t i = 0; i < n; i++) { /* the keys of the guess and the one before it (or the index's first lines) */
         const block_t *b = q[i].b;
         uint32_t g = q[i].hint = seg_guess(b, (u128)q[i].acc.off);
-        if (g == NO_SEG) { if (b->nseg) prefetch_index(b, q[i].acc.off, 1); }
+        if (g == NO_SEG) { if (b->nseg) prefetch_index(b, q[i].acc.off, 0); }
         else { __builtin_prefetch(&b->keys[g]); if (g) __builtin_prefetch(&b->keys[g - 1]); }
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -1961,7 +1962,7 @@ static int flush(Core *c) {
         uint32_t k = q[i].hint = prefetch_segment(b, q[i].acc.off, q[i].hint);
         if (k == NO_SEG || !b->keys) continue;
         uint64_t lo = q[i].acc.off, hi = lo + q[i].acc.n;
-        if ((k ? b->keys[k - 1] >> 16 : 0) == lo && b->keys[k] >> 16 == hi) continue;
+        if (key_lo(b->keys, k) == lo && b->keys[k] >> 16 == hi) continue;
         /* a split: the lines it writes (its new states, the index entries it moves) */
         if (b->nseg + 2 <= b->segcap) { __builtin_prefetch(&b->segs[b->nseg], 1); __builtin_prefetch(&b->segs[b->nseg + 1], 1); }
         for (uintptr_t p = (uintptr_t)&b->keys[k] & ~(uintptr_t)63; p <= (uintptr_t)&b->keys[b->nseg - 1] + 16; p += 64)

@@ -208,9 +208,11 @@ class _Occurrences:
         self.merged = False  # an occurrence on a block merged past the cap (Finding.merged_ranges)
         self.finding: Optional[Finding] = None
 
-    def add(self, acc: Access, earlier: Access, addr: int) -> None:
+    def add(self, acc: Access, earlier: Access, b: Block) -> None:
+        addr = b.ptr
         self.count += 1
         self.last = acc.seq
+        self.merged = self.merged or (self.kind is Kind.DATA_RACE and b.capped)
         if len(self.addresses) < MAX_ADDRESSES and addr not in self.addresses:
             self.addresses.append(addr)
         if len(self.occurrences) < MAX_OCCURRENCES:
@@ -753,14 +755,12 @@ class Engine:
                 self.dropped += 1
                 return
             occ = self.found[key] = _Occurrences(kind, acc, earlier, (b.ptr, b.size, b.stream, b.stack))
-            occ.add(acc, earlier, b.ptr)
-            occ.merged = kind is Kind.DATA_RACE and b.capped
+            occ.add(acc, earlier, b)
             if self.on_finding is not None:
                 occ.finding = self._build(occ)
                 self.on_finding(occ.finding)
             return
-        occ.add(acc, earlier, b.ptr)
-        occ.merged = occ.merged or (kind is Kind.DATA_RACE and b.capped)
+        occ.add(acc, earlier, b)
 
     def _build(self, occ: _Occurrences) -> Finding:
         return build_finding(self, occ.kind, occ.access, occ.previous, occ.block, occ.count, occ.first,
