@@ -456,6 +456,8 @@ def test_same_on_corrupted_bytes(ops, data):
     b"\x94\x11\x00\x00\xd7\xff" + b"\xff" * 8,  # an invalid timestamp extension
     b"\x95\x11\x00\x00\xc0\xc1",  # a byte msgpack never uses
     b"\x96\x11\x00\x00\xc0\xd6\x05\x00\x00\x00\x00\x00",  # an extension value as an access
+    b"\x9a\xd5\x80\x00\x00",  # an extension of a negative type other than the timestamp's (-1)
+    b"\x94\x11\x00\x00\xd4\xfe\x00",  # the same in a kernel
 ])
 def test_same_error_on_hostile_tails(tail):
     header, recs = split(write_program([("kernel", 1, [(0, True)])]))

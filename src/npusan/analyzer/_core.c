@@ -503,6 +503,7 @@ ext: {
     int8_t type = (int8_t)*p++;
     if ((uint64_t)(end - p) < len) return MP_NEED;
     if (len > L->max_ext) return MP_BAD;
+    if (type < -1) return MP_BAD; /* msgpack refuses the other negative types ("code must be 0~127") */
     if (type == -1) { /* a timestamp: msgpack checks it */
         if (len == 8) { if ((be(p, 8) >> 34) > 999999999u) return MP_BAD; }
         else if (len == 12) { if (be(p, 4) > 999999999u) return MP_BAD; }
