@@ -68,17 +68,12 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
     except TraceFormatError as e:
         raise type(e)(f"{name}: {e}") from None
     with reader:
-        engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=index)
         try:
-            _replay(engine, reader, index, report)
-        except RecordError as e:
-            raise RecordError(f"{name}: {reader.where()}: {e}") from None
+            engine, found = replay_reader(reader, index, check_leaks=check_leaks, report=report)
         except TraceFormatError as e:
             raise type(e)(f"{name}: {e}") from None
         except OSError as e:
             raise TraceFormatError(f"{name}: cannot read the trace: {e.strerror or e}") from None
-        found = engine.finish()
-        name_streams_and_sources(found, reader)
         warnings = list(reader.warnings)
         slower = newer_than_core(reader.header)
         if slower:
@@ -106,6 +101,23 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
             end_reason=reader.end_reason,
         )
     return found, summary
+
+
+def replay_reader(reader: TraceReader, index: int = 0, *, check_leaks: bool = False, report=None) -> tuple:
+    """Replay the records of an open ``reader`` with the engine ``make_engine`` picks;
+    return ``(engine, findings)``, the findings' streams and recorded sources named.
+
+    What ``analyze`` and ``export`` share. A bad record raises :class:`RecordError` with
+    its position (``reader.where()``), not yet the file's name.
+    """
+    engine = make_engine(reader.symbols, header=reader.header, check_leaks=check_leaks, trace_index=index)
+    try:
+        _replay(engine, reader, index, report)
+    except RecordError as e:
+        raise RecordError(f"{reader.where()}: {e}") from None
+    found = engine.finish()
+    name_streams_and_sources(found, reader)
+    return engine, found
 
 
 def capped_warning(blocks: int) -> str:

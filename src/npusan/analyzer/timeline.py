@@ -26,7 +26,7 @@ from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from ..trace_format.safe_text import clean_tree
 from .findings import Finding, StreamRef, stream_numbers
-from .replay import name_streams_and_sources
+from .replay import replay_reader
 from .reporters import describe as D
 from .sources import SourceCache, SourceSettings, attach_local_sources, display_path
 TICK = 10  # µs per operation slot
@@ -41,41 +41,19 @@ def _tid(sidx: int) -> int:
 
 
 def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None,
-         sources: Optional[SourceSettings] = None):
-    """Pass 1: replay ``path``; return (findings, {id(finding): record index at first occurrence}).
+         sources: Optional[SourceSettings] = None) -> list:
+    """Pass 1: replay ``path`` as ``npusan analyze`` does (the compiled core when it is
+    built); return its findings.
 
     Frames get their source text as ``npusan analyze`` gives it (recorded in the trace, else
     from an allowed file under ``sources``), so fingerprints and fixes match its report.
     """
-    from .engine import Engine, RecordError
-
-    where: dict[int, int] = {}
+    report = None if progress is None else (lambda _index, done, total: progress("finding", done, total))
     with TraceReader(path) as reader:
-        position = [0]
-        total = reader.size if progress is not None else None
-
-        def counted():
-            for rec in reader.records():
-                position[0] += 1
-                if progress is not None and not position[0] % PROGRESS_EVERY:
-                    progress("finding", reader.position, total)
-                yield rec
-
-        engine = Engine(
-            reader.symbols,
-            header=reader.header,
-            check_leaks=check_leaks,
-            on_finding=lambda f: where.setdefault(id(f), position[0]),
-        )
-        try:
-            engine.run(counted())
-        except RecordError as e:
-            raise RecordError(f"{reader.where()}: {e}") from None
-        findings = engine.finish()
-        name_streams_and_sources(findings, reader)
+        findings = replay_reader(reader, check_leaks=check_leaks, report=report)[1]
     if sources is not None:
         attach_local_sources(findings, sources)
-    return findings, where
+    return findings
 
 
 class _Windows:
@@ -240,16 +218,16 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                   progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
                   sources: Optional[SourceSettings] = None) -> Iterator[dict]:
     """The timeline's events in order, track names last; ``stats`` is filled in as they go."""
-    findings, first_at = find(path, check_leaks=check_leaks, progress=progress, sources=sources)
+    findings = find(path, check_leaks=check_leaks, progress=progress, sources=sources)
     cache = SourceCache(sources or SourceSettings())
     stats.findings = len({f.fingerprint() for f in findings})  # as `npusan analyze` counts them (grouped)
     if limits.auto_window and limits.around is None and findings:
         limits = dataclasses.replace(limits, around=DEFAULT_AROUND)
     stats.limits = limits
 
-    # Where each marker goes: kernel markers by seq, host-side ones (frees) by record index.
+    # Where each marker goes: at the kernel of its access's seq (a free's seq is the last
+    # kernel's before it); an access of seq 0 (before any kernel) goes at the end.
     by_seq: dict[int, list] = {}
-    by_record: dict[int, list] = {}
     at_end: list = []
     centers: list[int] = []
     for f in findings:
@@ -257,10 +235,7 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
             if acc.seq:
                 by_seq.setdefault(acc.seq, []).append((f, role, acc))
                 centers.append(acc.seq)
-            elif id(f) in first_at:
-                by_record.setdefault(first_at[id(f)], []).append((f, role, acc))
-                centers.append(f.first_seq)
-            else:  # found at the end of the trace (leak check)
+            else:
                 at_end.append((f, role, acc))
                 centers.append(f.first_seq)
     window = _Windows(centers, limits.around)
@@ -382,9 +357,6 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                                       {"block": f"{ptr:#x}" if isinstance(ptr, int) else rec[1], "at": user_frame(rec[3])})
                 elif t == R.NOTE:
                     yield instant(f"note: {rec[2]}", "note", tick * TICK, HOST_TID, {"level": rec[1]})
-                if index in by_record:
-                    tick += 1
-                    yield from markers(by_record.pop(index), tick * TICK)
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             raise TraceFormatError(f"{reader.where()}: malformed record (a field has the wrong type)") from None
         tick += 1
