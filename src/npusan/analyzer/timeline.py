@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from ..trace_format import records as R
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
-from ..trace_format.safe_text import clean_tree
+from ..trace_format.safe_text import clean_json, clean_tree
 from .findings import Finding, StreamRef, stream_numbers
 from .replay import replay_reader
 from .reporters import describe as D
@@ -180,16 +179,15 @@ def write_chrome(path, out: IO[str], limits: ExportLimits, *, check_leaks: bool 
     where local source may be read (``--source-root``, ``--map-path``), as for a report.
     """
     stats = ExportStats(limits=limits)
-    dumps = functools.partial(json.dumps, separators=(",", ":"), ensure_ascii=False)
     out.write('{"traceEvents":[\n')
     first = True
     for ev in chrome_events(path, limits, stats, check_leaks=check_leaks, progress=progress, sources=sources):
         if not first:
             out.write(",\n")
-        out.write(dumps(clean_tree(ev)))  # trace strings, sanitized on the way out
+        out.write(clean_json(ev))  # trace strings, sanitized on the way out
         first = False
     out.write('\n],"displayTimeUnit":"ms","otherData":')
-    out.write(dumps(clean_tree(_other_data(path, stats))))
+    out.write(clean_json(_other_data(path, stats)))
     out.write("}\n")
     return stats
 

@@ -12,6 +12,7 @@ again on the way out, so a string that reaches output by another road is caught 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -58,3 +59,25 @@ def clean_tree(value: Any, limit: int = MAX_TEXT) -> Any:
     if isinstance(value, (list, tuple)):
         return [clean_tree(v, limit) for v in value]
     return value
+
+
+#: What, in compact JSON written with ``ensure_ascii=False``, may stand for a character
+#: :data:`UNSAFE` matches: the character itself (json writes C1 controls, bidi marks and
+#: the like as they are) or an escape (json escapes the C0 controls; its only other
+#: escapes, of a quote and of a backslash, may match too, which only costs the full walk).
+_UNSAFE_IN_JSON = re.compile(UNSAFE.pattern + r"|\\[bfnrtu]")
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def clean_json(value: Any, limit: int = MAX_TEXT) -> str:
+    """``value`` as compact JSON, exactly ``json.dumps(clean_tree(value))``, faster.
+
+    The walk of :func:`clean_tree` costs more than encoding; when the encoded text holds
+    no character or escape that cleaning would change, and is too short to hold a string
+    over ``limit``, it is the answer as it is (the timeline writes hundreds of thousands
+    of small events this way).
+    """
+    text = _compact(value)
+    if len(text) <= limit and not _UNSAFE_IN_JSON.search(text):
+        return text
+    return _compact(clean_tree(value, limit))
