@@ -7,10 +7,12 @@ import io
 import os
 import sys
 
+import pytest
 import zstandard
 
 from npusan.trace_format import TraceReader, TraceWriter
 from npusan.trace_format.compression import DecompressingReader, decompressed
+from npusan.trace_format.errors import TraceFormatError
 from npusan.trace_format.inputs import find_traces, is_trace_file
 
 from .conftest import write_small_trace
@@ -88,3 +90,70 @@ def test_third_party_writers_can_skip_source_text(tmp_path):
     r = TraceReader(str(tmp_path / "u"))
     list(r.records())
     assert list(r.symbols.frame_sources.values())[0][0] == '"""Which files a command line names, and compressed traces read as streams."""'
+
+
+def _racy_last_frame(path, kernels: int = 1) -> None:
+    """A trace whose last frame (a flush of its own) holds a data race: a write on the
+    default stream and an unsynchronized read on a side stream."""
+    with TraceWriter(str(path), backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.stream_created(0xA0)
+        w.memory_allocated(0x1000, 0, 256)
+        for _ in range(200):
+            w.kernel(0, "aten::fill_", writes=[0x1000])
+        w.flush()
+        for i in range(kernels):  # (offsets that do not repeat: a frame of several KiB compressed)
+            w.kernel(0xA0, "aten::sum", reads=[(0x1000, (i * 7919) % 251 + 1)])
+
+
+@pytest.mark.parametrize("suffix, checksum_at", [(".zst", -1), (".gz", -8)])
+def test_a_frame_that_fails_its_checksum_yields_no_records(tmp_path, suffix, checksum_at):
+    """Damaged compressed data can decode to plausible records (deflate has no check of its
+    own, zstandard checks a frame at its end): a frame's records are read only once its
+    checksum verified them, so a damaged file never yields a finding that was not recorded."""
+    from npusan.analyzer.replay import analyze_traces
+
+    path = tmp_path / f"t{suffix}"
+    _racy_last_frame(path)
+    assert len(analyze_traces([str(path)]).findings) == 1
+    data = bytearray(path.read_bytes())
+    data[checksum_at] ^= 0x01  # only the last frame's checksum: its content still decodes to the race
+    bad = tmp_path / f"bad{suffix}"
+    bad.write_bytes(bytes(data))
+    result = analyze_traces([str(bad)])
+    assert result.findings == []
+    (summary,) = result.traces
+    assert summary.truncated and summary.kernels == 200
+    assert "data is corrupt" in summary.warnings[0] and "200" not in summary.warnings[0].split(":")[0]
+
+
+def test_a_frame_too_large_to_hold_back_that_fails_is_an_error(tmp_path, monkeypatch):
+    """A frame larger than the reader holds back (other tools may write one frame for a whole
+    file) is read as it is decoded; if its checksum then fails, what was read from it may be
+    wrong, and the analysis cannot stand."""
+    from npusan.analyzer.replay import analyze_traces
+    from npusan.trace_format import compression
+
+    path = tmp_path / "t.zst"
+    _racy_last_frame(path, kernels=30_000)  # several blocks of 128 KiB
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    bad = tmp_path / "bad.zst"
+    bad.write_bytes(bytes(data))
+    monkeypatch.setattr(compression, "HOLD_BYTES", 8)
+    monkeypatch.setattr(compression._VerifiedFrames, "ZSTD_IN", 16)  # the frame is decoded in pieces
+    with pytest.raises(TraceFormatError, match="cannot be trusted"):
+        analyze_traces([str(bad)])
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".gz"])
+def test_frames_of_a_megabyte_and_more_read_back_exactly(tmp_path, suffix, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["pytest"])
+    plain, packed = tmp_path / "t.npusan", tmp_path / f"t.npusan{suffix}"
+    for target in (plain, packed):
+        with TraceWriter(str(target), backend="cuda") as w:  # frames of the default 1 MiB of records
+            for i in range(300_000):
+                w.kernel(0, "aten::add", reads=[(0x1000 + 64 * (i % 50), 64)], writes=[0x9000])
+    assert packed.stat().st_size < plain.stat().st_size // 3
+    want = list(TraceReader(str(plain)).records())
+    r = TraceReader(str(packed))
+    assert list(r.records()) == want and r.ended_cleanly and not r.warnings

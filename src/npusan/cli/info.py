@@ -133,7 +133,7 @@ def _render(s, no_color: bool) -> None:
     else:
         console.print(
             "[bold yellow]truncated[/bold yellow]: no end record, the recording was cut "
-            "(the process was killed or crashed before it could finish the trace); "
+            "(the process was killed or crashed before it could finish the trace, or is still writing it); "
             "everything up to the last complete record is usable"
         )
     console.print()

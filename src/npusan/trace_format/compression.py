@@ -100,9 +100,17 @@ class DecompressingReader(io.RawIOBase):
     """A read-only stream of the decompressed bytes of a ``.zst`` or ``.gz`` file.
 
     Deliberately without ``fileno``/``seek``: consumers must treat it as a pipe (its size is
-    unknown). Corrupt compressed data ends the stream where it starts, with :attr:`problem`
-    set, so a reader analyzes everything before it, as it does for a cut plain trace; a
-    file cut inside a frame simply ends after the last complete data.
+    unknown). The bytes of a frame (a zstandard frame, a gzip member) are handed out only
+    once the frame's checksum has verified them: a damaged byte in compressed data can
+    decode to plausible records (deflate has no check of its own, and zstandard checks a
+    frame at its end), and a trace attached to a bug report must not yield a finding that
+    was never recorded. Corrupt compressed data therefore ends the stream at the start of
+    its frame, with :attr:`problem` set, and a reader analyzes everything before it, as it
+    does for a cut plain trace. A frame larger than :data:`HOLD_BYTES` (npusan writes
+    frames of about 1 MiB; other tools may write one frame for a whole file) is handed out
+    as it is decoded instead, and :attr:`untrusted` says that bytes of a frame that then
+    failed its check were already read. A file cut inside a frame (a killed writer) ends
+    after the decoded bytes of that frame, which no checksum covers yet.
     """
 
     def __init__(self, raw: IO[bytes], kind: str, name: Optional[str] = None) -> None:
@@ -110,38 +118,24 @@ class DecompressingReader(io.RawIOBase):
         self.kind = kind
         self.name = name
         self.problem: Optional[str] = None
-        self._raw = raw
-        if kind == "zstd":
-            import zstandard
+        self._frames = _VerifiedFrames(raw, kind)
 
-            self._errors: tuple = (zstandard.ZstdError,)
-            self._stream: Any = zstandard.ZstdDecompressor().stream_reader(
-                raw, read_across_frames=True, closefd=False
-            )
-        else:
-            self._errors = (zlib.error,)
-            self._stream = _GzipMembers(raw)
+    @property
+    def untrusted(self) -> bool:
+        """Whether bytes already read came from the frame that failed its check."""
+        return self.problem is not None and self._frames.released_unverified
 
     def readable(self) -> bool:
         return True
 
-    #: Decompressed bytes asked of the decoder at a time: data decoded in a call that then
-    #: meets corrupt input is lost with it, so calls are kept small.
-    STEP = 4096
-
     def read(self, size: int = -1) -> bytes:
-        want = size if size is not None and size >= 0 else 1 << 62
-        out = bytearray()
-        while len(out) < want and self.problem is None:
-            try:
-                chunk = self._stream.read(min(self.STEP, want - len(out)))
-            except self._errors as e:
-                self.problem = f"the {self.kind} data is corrupt ({e})"
-                break
-            if not chunk:
-                break
-            out += chunk
-        return bytes(out)
+        if self.problem is not None:
+            return b""
+        try:
+            return self._frames.read(size)
+        except self._frames.errors as e:  # (raised once the verified bytes before it are out)
+            self.problem = f"the {self.kind} data is corrupt ({e})"
+            return b""
 
     def readinto(self, b) -> int:
         data = self.read(len(b))
@@ -151,46 +145,92 @@ class DecompressingReader(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             try:
-                self._stream.close()
+                self._frames.raw.close()
             finally:
-                self._raw.close()
                 super().close()
 
 
-class _GzipMembers:
-    """Decompresses concatenated gzip members; a file cut inside one yields what was decoded.
+#: Decoded bytes of one frame held back until its checksum verifies them (see
+#: DecompressingReader); past this the frame is handed out unverified.
+HOLD_BYTES = 8 << 20
 
-    (``gzip.GzipFile`` raises at a cut member and drops the bytes decoded from it.)
+
+class _VerifiedFrames:
+    """Concatenated zstandard frames or gzip members, each released once verified.
+
+    Output per decoder call is bounded, so memory stays bounded on hostile files (a few
+    bytes of compressed input can stand for megabytes of output): gzip decodes at most
+    :attr:`GZIP_OUT` bytes a call; zstandard decodes all a piece of input holds, so it gets
+    :attr:`ZSTD_IN` bytes at a time (at most 64 blocks of 128 KiB).
     """
 
-    CHUNK = 1 << 16
+    READ = 1 << 16
+    GZIP_OUT = 1 << 16
+    ZSTD_IN = 256
 
-    def __init__(self, raw: IO[bytes]) -> None:
-        self._raw = raw
-        self._d = zlib.decompressobj(wbits=31)
-        self._in = b""  # compressed bytes not yet decompressed
-        self._out = bytearray()  # decompressed bytes not yet returned
+    def __init__(self, raw: IO[bytes], kind: str) -> None:
+        self.raw = raw
+        if kind == "zstd":
+            import zstandard
+
+            self.errors: tuple = (zstandard.ZstdError,)
+            self._new = zstandard.ZstdDecompressor().decompressobj
+            self._gzip = False
+        else:
+            self.errors = (zlib.error,)
+            self._new = lambda: zlib.decompressobj(wbits=31)
+            self._gzip = True
+        self._d: Any = None  # the current frame's decoder (None: between frames)
+        self._in = memoryview(b"")  # compressed bytes not yet given to a decoder
+        self._frame = bytearray()  # decoded bytes of the current frame, not yet verified
+        self._ready = bytearray()  # verified bytes not yet returned
         self._eof = False
+        self._error: Optional[BaseException] = None
+        self.released_unverified = False  # bytes of the current frame were handed out before its check
 
     def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` verified bytes; raises the decoder's error once those before it are out."""
         want = size if size is not None and size >= 0 else 1 << 62
-        while len(self._out) < want and not self._eof:
-            if self._d.eof:  # the next member starts in what is left
-                self._in = self._d.unused_data + self._in
-                self._d = zlib.decompressobj(wbits=31)
-            if not self._in:
-                self._in = self._raw.read(self.CHUNK)
-                if not self._in:
-                    self._eof = True  # a member cut short ends here: decoded bytes stand
-                    break
-            self._out += self._d.decompress(self._in, 4 * self.CHUNK)
-            self._in = self._d.unconsumed_tail
-        data = bytes(self._out[:want])
-        del self._out[:want]
+        while len(self._ready) < want and not self._eof and self._error is None:
+            try:
+                self._step()
+            except self.errors as e:
+                self._error = e
+                self._frame.clear()  # a frame that fails its check yields nothing
+        if not self._ready and self._error is not None:
+            raise self._error
+        data = bytes(self._ready[:want])
+        del self._ready[:want]
         return data
 
-    def close(self) -> None:
-        pass
+    def _step(self) -> None:
+        if not self._in:
+            self._in = memoryview(self.raw.read(self.READ))
+            if not self._in:  # the end: between frames, or a frame cut short (a killed writer)
+                self._eof = True
+                self._ready += self._frame
+                self._frame.clear()
+                return
+        if self._d is None:
+            self._d = self._new()
+        d = self._d
+        if self._gzip:  # (all the input goes in: what is left is the tail, or past the member's end)
+            self._frame += d.decompress(self._in, self.GZIP_OUT)
+            self._in = memoryview(d.unused_data if d.eof else d.unconsumed_tail)
+        else:  # (a piece goes in: what is left of it past the frame's end comes before the rest)
+            self._frame += d.decompress(self._in[: self.ZSTD_IN])
+            self._in = self._in[self.ZSTD_IN:]
+            if d.eof and d.unused_data:
+                self._in = memoryview(bytes(d.unused_data) + bytes(self._in))
+        if d.eof:  # the frame ended and its checksum matched: its bytes stand
+            self._d = None
+            self._ready += self._frame
+            self._frame.clear()
+            self.released_unverified = False
+        elif len(self._frame) > HOLD_BYTES:
+            self._ready += self._frame
+            self._frame.clear()
+            self.released_unverified = True
 
 
 def open_for_reading(path: Any) -> IO[bytes]:

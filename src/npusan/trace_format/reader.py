@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Iterator, Optional, Union
 import msgpack
 
 from . import records as R
-from .compression import decompressed
+from .compression import HOLD_BYTES, decompressed
 from .errors import TraceFormatError
 from .header import MAX_VALUE_NODES, clean_header, format_version, summarize_value
 from .input_files import open_input
@@ -339,11 +339,18 @@ class TraceReader:
         self.truncated = True
         damaged = getattr(self._file, "problem", None)  # compressed data that ended early
         if damaged is not None:
-            self._warn(f"{damaged}: analyzed the {self.events} events before it")
+            self._refuse_untrusted()
+            self._warn(f"{damaged}: analyzed the {self.events} events before its frame")
+            return
+        if self.still_written:
+            self._warn(
+                f"the trace is still being written (it grew while it was read): analyzed the {self.events} "
+                "events written so far"
+            )
             return
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
-            "(the process was killed or crashed, or the trace could not be written to the end); "
+            "(the process was killed or crashed, is still writing it, or could not write it to the end); "
             "analyzed up to the last complete record"
         )
 
@@ -446,6 +453,9 @@ class TraceReader:
 
     _definitions = 0
     _zeros = False  # the data ended in the zero bytes a killed mapped writer leaves
+    #: The data ended where a mapped writer had not written yet, and it wrote there while the
+    #: trace was read: the trace is still being written (read up to there, with a warning).
+    still_written = False
 
     def _check(self, rec: Any) -> int:
         """Validate a record that missed the fast path; return its type (-1: skip it)."""
@@ -506,8 +516,18 @@ class TraceReader:
                 extra = self._unpacker.read_bytes(1)
             except Exception:  # pragma: no cover - a failing file after a clean end
                 extra = b""
+        self._refuse_untrusted()
         if extra:
             self._warn("the trace has data after its end record; it was ignored")
+
+    def _refuse_untrusted(self) -> None:
+        """Raise if records already read came from a compressed frame that then failed its
+        check (one too large to hold back until verified: see DecompressingReader)."""
+        if getattr(self._file, "untrusted", False):
+            raise TraceFormatError(
+                f"{self._file.problem}, in a compressed frame of more than {_mib(HOLD_BYTES)} that was "
+                "read in part before its checksum could be verified: what was decoded from it cannot be trusted"
+            )
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -570,6 +590,13 @@ class TraceReader:
                     self._zeros = True
                     return True
                 if chunk.count(0) != len(chunk):
+                    # A writer fills its mapping in order: bytes after a zero record start can be
+                    # written only once that one is. If it is no longer zero, the trace is being
+                    # written while it is read; what was read so far stands.
+                    self._file.seek(self._base + offset)
+                    if self._file.read(1) not in (b"", b"\0"):
+                        self._zeros = self.still_written = True
+                        return True
                     return False
         except (OSError, ValueError):
             return False
