@@ -6,7 +6,8 @@ import pytest
 
 import tests.cli.npusan_scenarios as S  # noqa: E402
 from npusan.analyzer import native
-from npusan.analyzer.timeline import export_chrome  # noqa: E402
+from npusan.analyzer.timeline import ExportLimits, ExportStats, export_chrome, write_chrome  # noqa: E402
+from tests.analyzer.test_timeline_streaming import Sink, markers_sit_on_drawn_kernels, races_trace
 
 
 def events(doc, ph=None, cat=None):
@@ -139,3 +140,80 @@ def test_truncated_trace_exports_what_it_has(tmp_path):
     doc = export_chrome(path)
     assert doc["otherData"]["truncated"] is True
     assert events(doc, "X", "kernel")
+
+
+def test_a_window_over_the_cap_is_narrowed_so_the_findings_are_drawn(tmp_path):
+    """A race at kernels 1503/1504, a window of 1000 and a cap of 10: the cap used to keep
+    kernels 503-512 and pile both markers up after them, on no kernel. The window is
+    narrowed instead, to the widest that fits: 4 kernels each side, the race in the middle."""
+    path = races_trace(tmp_path / "t.bin", 2000, [1503])
+    doc = export_chrome(path, around_findings=1000, max_kernels=10)
+    assert [k["args"]["seq"] for k in events(doc, "X", "kernel")] == list(range(1499, 1509))
+    assert sorted(m["args"]["seq"] for m in markers_sit_on_drawn_kernels(doc)) == [1503, 1504]
+    other = doc["otherData"]
+    assert (other["around_findings"], other["around_findings_narrowed_from"]) == (4, 1000)
+    assert (other["findings_left_out"], other["markers_left_out"]) == (0, 0)
+    assert export_chrome(path, around_findings=3, max_kernels=10)["otherData"]["around_findings_narrowed_from"] is None
+
+
+def test_windows_are_narrowed_alike_and_merged_ones_count_once(tmp_path):
+    # races at 100/101 and 110/111, one at 500/501: with radius r the first two windows
+    # overlap once r >= 4 (one window of 2r + 12 kernels), the third holds 2r + 2.
+    path = races_trace(tmp_path / "t.bin", 1000, [100, 110, 500])
+    doc = export_chrome(path, around_findings=100, max_kernels=40)
+    assert doc["otherData"]["around_findings"] == 6  # 24 + 14 = 38 kernels; 7 would be 42
+    seqs = {k["args"]["seq"] for k in events(doc, "X", "kernel")}
+    assert seqs == set(range(94, 118)) | set(range(494, 508))
+    assert len(markers_sit_on_drawn_kernels(doc)) == 6
+
+
+def test_findings_past_the_cap_lose_their_markers_not_their_place(tmp_path):
+    """More findings' kernels than the cap even at radius 0: the first ones in trace order
+    are drawn with their markers; the others' markers are left out and counted, with the
+    --max-kernels that draws them all."""
+    path = races_trace(tmp_path / "t.bin", 300, [20, 60, 100, 140, 180])
+    stats = write_chrome(path, Sink(), ExportLimits(50, 4))
+    doc = export_chrome(path, around_findings=50, max_kernels=4)
+    assert [k["args"]["seq"] for k in events(doc, "X", "kernel")] == [20, 21, 60, 61]
+    assert sorted(m["args"]["seq"] for m in markers_sit_on_drawn_kernels(doc)) == [20, 21, 60, 61]
+    other = doc["otherData"]
+    assert other["around_findings"] == 0 and other["around_findings_narrowed_from"] == 50
+    assert (other["findings"], other["findings_left_out"], other["markers_left_out"]) == (5, 3, 6)
+    assert stats.describe() == (
+        "kept 4 of 300 kernels (only the kernels of the 5 findings' accesses, narrowed from 50 by the cap "
+        "of 4 kernels); left out 296, and 6 finding markers (of 3 findings) on kernels past the cap: "
+        "--max-kernels 10 draws every marker, --all everything")
+    full = export_chrome(path, around_findings=50, max_kernels=10)
+    assert len(markers_sit_on_drawn_kernels(full)) == 10 and full["otherData"]["markers_left_out"] == 0
+
+
+def test_without_a_window_the_cap_keeps_the_first_kernels_and_no_stray_markers(tmp_path):
+    path = races_trace(tmp_path / "t.bin", 2000, [1503])
+    doc = export_chrome(path, max_kernels=10)
+    assert [k["args"]["seq"] for k in events(doc, "X", "kernel")] == list(range(1, 11))
+    assert events(doc, "i", "finding") == []
+    assert (doc["otherData"]["findings_left_out"], doc["otherData"]["markers_left_out"]) == (1, 2)
+    stats = write_chrome(path, Sink(), ExportLimits(None, 10))
+    assert "2 finding markers (of 1 finding) on kernels past the cap" in stats.describe()
+    assert "--max-kernels 1504 draws every marker" in stats.describe()
+
+
+@pytest.mark.parametrize("stats, line", [
+    (ExportStats(kernels=54, drawn=6, findings=1, limits=ExportLimits(2, None)),
+     "kept 6 of 54 kernels (the 2 kernels before and after the finding's accesses); left out 48; "
+     "--all exports everything"),
+    (ExportStats(kernels=54, drawn=3, findings=2, limits=ExportLimits(1, None)),
+     "kept 3 of 54 kernels (the 1 kernel before and after each of the 2 findings' accesses); left out 51; "
+     "--all exports everything"),
+    (ExportStats(kernels=9, drawn=2, findings=1, limits=ExportLimits(0, 5)),
+     "kept 2 of 9 kernels (only the kernels of the finding's accesses); left out 7; --all exports everything"),
+    (ExportStats(kernels=9, drawn=1, findings=1, limits=ExportLimits(0, 1), narrowed_from=3,
+                 markers_left_out=1, findings_left_out=1, markers_need=2),
+     "kept 1 of 9 kernels (only the kernels of the finding's accesses, narrowed from 3 by the cap of 1 kernel); "
+     "left out 8, and 1 finding marker (of 1 finding) on a kernel past the cap: "
+     "--max-kernels 2 draws every marker, --all everything"),
+    (ExportStats(kernels=1, drawn=1), "exported the trace's 1 kernel"),
+    (ExportStats(kernels=2_000, drawn=2_000), "exported all 2,000 kernels"),
+])
+def test_what_was_left_out_reads_right_in_the_singular_too(stats, line):
+    assert stats.describe() == line

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import tracemalloc
 
+import pytest
+
 from npusan.analyzer.timeline import ExportLimits, export_chrome, write_chrome
 from npusan.trace_format.writer import TraceWriter
 
@@ -26,6 +28,40 @@ def long_trace(path, steps: int, race_at: int = -1):
             w.record_stream(p, 5)
             w.memory_freed(p)
     return path
+
+
+def races_trace(path, kernels: int, race_at) -> str:
+    """``kernels`` kernels without accesses on the default stream, except at each seq s of
+    ``race_at``: s writes a buffer of its own there and s + 1 reads it on a side stream with
+    no wait, a data race (of its own: each pair is called from its own function)."""
+    races = set(race_at)
+    with TraceWriter(str(path), backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.stream_created(5, stack=[("a.py", 1, "main")])
+        seq = 0
+        while seq < kernels:
+            seq += 1
+            if seq not in races:
+                w.kernel(0, "aten::add_")
+                continue
+            buf = 0x100000 + seq * 0x1000
+            where = [("a.py", 2, "main"), ("a.py", 3, f"step{seq}")]
+            w.memory_allocated(buf, 0, 4096, stack=where)
+            w.kernel(0, "aten::fill_", writes=[buf], stack=where)
+            w.kernel(5, "aten::sum", reads=[buf], stack=where)
+            seq += 1
+    return str(path)
+
+
+def markers_sit_on_drawn_kernels(doc) -> list:
+    """The document's finding markers, each checked to lie within the time span of the
+    slice of the kernel it names (never off every kernel, at the end of the timeline)."""
+    kernels = {e["args"]["seq"]: e for e in doc["traceEvents"] if e.get("cat") == "kernel"}
+    markers = [e for e in doc["traceEvents"] if e.get("cat") == "finding"]
+    for m in markers:
+        k = kernels.get(m["args"]["seq"])
+        assert k is not None, f"a marker of kernel {m['args']['seq']}, which is not drawn"
+        assert k["ts"] <= m["ts"] <= k["ts"] + k["dur"] and m["tid"] == k["tid"]
+    return markers
 
 
 class Sink:
@@ -88,3 +124,24 @@ def test_window_and_cap_say_what_they_left_out(tmp_path):
     stats = write_chrome(clean, Sink(), ExportLimits.default())
     assert stats.limits.around is None and stats.left_out == 0
     assert default.around is None  # the caller's limits are not changed
+
+
+@pytest.mark.slow
+def test_a_default_export_of_a_long_trace_marks_every_finding_on_its_kernels(tmp_path):
+    """600,000 kernels and 399 races spread through them: the 1000-kernel windows hold more
+    than the default cap of 500,000, so they are narrowed (all alike, as wide as fits) and
+    no marker is left out; the cap used to cut off the last findings' kernels and pile
+    their markers up at the end (132 of the 798)."""
+    step = 600_000 // 399
+    path = races_trace(tmp_path / "long.bin", 600_000, [i * step + step // 2 for i in range(399)])
+    out = tmp_path / "t.json"
+    with open(out, "w") as f:
+        stats = write_chrome(path, f, ExportLimits.default())
+    doc = json.loads(out.read_text())
+    assert stats.findings == 399 and stats.kernels == 600_000
+    assert len(markers_sit_on_drawn_kernels(doc)) == 798
+    other = doc["otherData"]
+    assert other["around_findings_narrowed_from"] == 1000
+    assert other["findings_left_out"] == 0 and other["markers_left_out"] == 0
+    radius = other["around_findings"]  # the widest that fits: one kernel more on each side would not
+    assert other["kernels_drawn"] == 399 * (2 * radius + 2) <= 500_000 < 399 * (2 * radius + 4)

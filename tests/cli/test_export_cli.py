@@ -91,7 +91,8 @@ def test_export_counts_findings_as_analyze_does(run, workdir):
             w.kernel(0, "aten::mul", writes=[0x30000], stack=[("train.py", 7, "f")])
     assert "npusan: 1 finding " in run("analyze", "two.npusan").stdout
     r = run("export", "two.npusan", "--around-findings", "2", "-o", "t.json")
-    assert "around each of the 1 findings' accesses" in r.stderr, r.stderr
+    assert "(the 2 kernels before and after the finding's accesses)" in r.stderr, r.stderr
+    assert "1 findings" not in r.stderr
 
 
 def test_export_file_gets_the_mode_of_any_other_output(scenario, run, workdir):
@@ -119,3 +120,45 @@ def test_export_markers_match_the_report(scenario, run, workdir):
         assert marked[f["fingerprint"]] == f["fix"]
     r = run("export", trace, "--source-root", "missing-dir")
     assert r.exit_code == 2 and "--source-root missing-dir: not a directory" in r.stderr
+
+
+def test_export_narrows_the_window_to_fit_the_cap(run, workdir):
+    """A race at kernels 1503/1504 and --max-kernels 10: the default window of 1000 is
+    narrowed to 4 so the race is drawn, rather than kernels 503-512 with both markers
+    piled up after them on no kernel."""
+    from tests.analyzer.test_timeline_streaming import markers_sit_on_drawn_kernels, races_trace
+
+    races_trace(workdir / "t.bin", 2000, [1503])
+    r = run("export", "t.bin", "--max-kernels", "10", "-o", "t.json")
+    assert r.exit_code == 0
+    assert ("kept 10 of 2,000 kernels (the 4 kernels before and after the finding's accesses, "
+            "narrowed from 1,000 by the cap of 10 kernels); left out 1,990; --all exports everything") in r.stderr
+    doc = json.loads((workdir / "t.json").read_text())
+    assert sorted(m["args"]["seq"] for m in markers_sit_on_drawn_kernels(doc)) == [1503, 1504]
+    assert doc["otherData"]["around_findings"] == 4 and doc["otherData"]["around_findings_narrowed_from"] == 1000
+    assert doc["otherData"]["findings_left_out"] == 0
+
+
+def test_export_says_which_findings_markers_it_left_out(run, workdir):
+    from tests.analyzer.test_timeline_streaming import markers_sit_on_drawn_kernels, races_trace
+
+    races_trace(workdir / "t.bin", 300, [20, 60, 100, 140, 180])
+    r = run("export", "t.bin", "--max-kernels", "4", "-o", "t.json")
+    assert r.exit_code == 0
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("npusan: warning: t.bin: kept 4 of 300 kernels")
+    assert "6 finding markers (of 3 findings) on kernels past the cap: --max-kernels 10 draws every marker" in line
+    assert "--all everything" in line
+    doc = json.loads((workdir / "t.json").read_text())
+    assert len(markers_sit_on_drawn_kernels(doc)) == 4
+    assert doc["otherData"]["findings_left_out"] == 3 and doc["otherData"]["markers_left_out"] == 6
+    r = run("export", "t.bin", "--max-kernels", "10", "-o", "t.json", "--force")
+    assert r.exit_code == 0 and "marker" not in r.stderr
+    assert len(markers_sit_on_drawn_kernels(json.loads((workdir / "t.json").read_text()))) == 10
+
+
+def test_export_help_says_what_source_root_does_for_a_timeline(run):
+    text = " ".join(run("export", "--help").stdout.split())
+    assert "--source-root DIR Project folder" in text and "markers' fixes" in text
+    assert "SARIF" not in text and "JUnit" not in text
+    assert "SARIF" in run("analyze", "--help").stdout  # analyze's own help is unchanged

@@ -47,12 +47,19 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
     Frames get their source text as ``npusan analyze`` gives it (recorded in the trace, else
     from an allowed file under ``sources``), so fingerprints and fixes match its report.
     """
+    return _find(path, check_leaks=check_leaks, progress=progress, sources=sources)[0]
+
+
+def _find(path, *, check_leaks: bool, progress: Optional[Callable],
+          sources: Optional[SourceSettings]) -> tuple:
+    """:func:`find`, and the number of kernels replayed (which sizes the windows before the
+    draw pass: a window near the trace's end holds fewer kernels than its width)."""
     report = None if progress is None else (lambda _index, done, total: progress("finding", done, total))
     with TraceReader(path) as reader:
-        findings = replay_reader(reader, check_leaks=check_leaks, report=report)[1]
+        engine, findings = replay_reader(reader, check_leaks=check_leaks, report=report)
     if sources is not None:
         attach_local_sources(findings, sources)
-    return findings
+    return findings, engine.kernels
 
 
 class _Windows:
@@ -75,6 +82,26 @@ class _Windows:
             return True
         i = bisect_right(self.lo, seq) - 1
         return i >= 0 and seq <= self.hi[i]
+
+    def kernels(self, total: int) -> int:
+        """How many of kernels 1..``total`` the windows keep."""
+        if self.all:
+            return total
+        return sum(max(0, min(hi, total) - max(lo, 1) + 1) for lo, hi in zip(self.lo, self.hi))
+
+
+def _fitting_radius(centers: list, most: int, total: int, cap: int) -> int:
+    """The largest radius up to ``most`` whose windows keep at most ``cap`` of ``total``
+    kernels (0 when none does): the widest windows that still draw every finding's kernels
+    under the cap. The kept count only grows with the radius, so a bisection finds it."""
+    lo, hi = 0, most
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _Windows(centers, mid).kernels(total) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _frames_text(stack) -> list[str]:
@@ -106,7 +133,9 @@ class ExportLimits:
     """What an export keeps. The default keeps a timeline a viewer can open.
 
     ``around``: only the kernels within N of a finding's accesses (None: no window; by
-    default a window of :data:`DEFAULT_AROUND` when the trace has findings).
+    default a window of :data:`DEFAULT_AROUND` when the trace has findings). When the
+    windows hold more than ``max_kernels``, they are narrowed to fit, so that every
+    finding's kernels are still drawn.
     ``max_kernels``: at most this many kernel slices (the first ones kept), None for no cap.
     ``auto_window``: with ``around`` None, use a window of :data:`DEFAULT_AROUND` if the
     trace has findings (the default export).
@@ -140,6 +169,14 @@ class ExportStats:
     warnings: list = field(default_factory=list)
     backend: Optional[str] = None
     limits: ExportLimits = field(default_factory=ExportLimits)  # as applied
+    #: The window asked for, when it was narrowed to ``limits.around`` to fit the cap.
+    narrowed_from: Optional[int] = None
+    #: Finding markers not written because their kernel was past the cap (a marker is
+    #: never drawn off its kernel), and the findings (counted as analyze does) they belong to.
+    markers_left_out: int = 0
+    findings_left_out: int = 0
+    #: The ``--max-kernels`` that would draw every marker, when some were left out.
+    markers_need: int = 0
 
     @property
     def left_out(self) -> int:
@@ -148,14 +185,39 @@ class ExportStats:
     def describe(self) -> str:
         """One line for stderr: what was kept, what was left out, how to get everything."""
         if not self.left_out:
-            return f"exported all {self.kernels:,} kernels"
+            return {0: "exported the timeline (the trace has no kernels)",
+                    1: "exported the trace's 1 kernel"}.get(self.kernels, f"exported all {self.kernels:,} kernels")
+        cap = self.limits.max_kernels
         why = []
         if self.limits.around is not None:
-            why.append(f"{self.limits.around:,} kernels around each of the {self.findings:,} findings' accesses")
-        if self.limits.max_kernels is not None and self.drawn >= self.limits.max_kernels:
-            why.append(f"at most {self.limits.max_kernels:,} kernels")
-        return (f"kept {self.drawn:,} of {self.kernels:,} kernels ({'; '.join(why)}); "
-                f"left out {self.left_out:,}; --all exports everything")
+            why.append(self._window())
+        if self.narrowed_from is not None:
+            why[-1] += f", narrowed from {self.narrowed_from:,} by the cap of {_count(cap, 'kernel')}"
+        elif cap is not None and self.drawn >= cap:
+            why.append(f"at most {_count(cap, 'kernel')}")
+        line = f"kept {self.drawn:,} of {_count(self.kernels, 'kernel')} ({'; '.join(why)}); left out {self.left_out:,}"
+        if not self.markers_left_out:
+            return line + "; --all exports everything"
+        on = "a kernel" if self.markers_left_out == 1 else "kernels"
+        return (f"{line}, and {_count(self.markers_left_out, 'finding marker')} "
+                f"(of {_count(self.findings_left_out, 'finding')}) on {on} past the cap: "
+                f"--max-kernels {self.markers_need} draws every marker, --all everything")
+
+    def _window(self) -> str:
+        """The window as applied: "the 1,000 kernels before and after each of the 3 findings'
+        accesses", in the singular for one finding or one kernel."""
+        n, around = self.findings, self.limits.around
+        if n == 0:
+            return f"the {_count(around, 'kernel')} before and after each finding's accesses, and there are none"
+        whose = "the finding's" if n == 1 else f"the {n:,} findings'"
+        if around == 0:
+            return f"only the kernels of {whose} accesses"
+        return f"the {_count(around, 'kernel')} before and after {whose if n == 1 else 'each of ' + whose} accesses"
+
+
+def _count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 kernel", "1,000 kernels"."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def export_chrome(path, *, around_findings: Optional[int] = None, check_leaks: bool = False,
@@ -203,6 +265,9 @@ def _other_data(path, stats: ExportStats) -> dict:
         "findings": stats.findings,
         "truncated": stats.truncated,
         "around_findings": stats.limits.around,
+        "around_findings_narrowed_from": stats.narrowed_from,
+        "findings_left_out": stats.findings_left_out,
+        "markers_left_out": stats.markers_left_out,
         "max_kernels": stats.limits.max_kernels,
         "timestamps": f"synthetic: one {TICK} us slot per kernel or synchronization, in trace order",
     }
@@ -216,12 +281,11 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                   progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
                   sources: Optional[SourceSettings] = None) -> Iterator[dict]:
     """The timeline's events in order, track names last; ``stats`` is filled in as they go."""
-    findings = find(path, check_leaks=check_leaks, progress=progress, sources=sources)
+    findings, total = _find(path, check_leaks=check_leaks, progress=progress, sources=sources)
     cache = SourceCache(sources or SourceSettings())
     stats.findings = len({f.fingerprint() for f in findings})  # as `npusan analyze` counts them (grouped)
     if limits.auto_window and limits.around is None and findings:
         limits = dataclasses.replace(limits, around=DEFAULT_AROUND)
-    stats.limits = limits
 
     # Where each marker goes: at the kernel of its access's seq (a free's seq is the last
     # kernel's before it); an access of seq 0 (before any kernel) goes at the end.
@@ -238,6 +302,13 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                 centers.append(f.first_seq)
     window = _Windows(centers, limits.around)
     cap = limits.max_kernels
+    if limits.around is not None and cap is not None and window.kernels(total) > cap:
+        # Narrower windows rather than the cap cutting off the findings past it: every
+        # finding's kernels are drawn while the radius-0 windows fit.
+        stats.narrowed_from = limits.around
+        limits = dataclasses.replace(limits, around=_fitting_radius(centers, limits.around, total, cap))
+        window = _Windows(centers, limits.around)
+    stats.limits = limits
 
     with TraceReader(path) as reader:
         header = reader.header if isinstance(reader.header, dict) else {}
@@ -358,7 +429,14 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
         except (TypeError, ValueError, KeyError, IndexError, AttributeError):
             raise TraceFormatError(f"{reader.where()}: malformed record (a field has the wrong type)") from None
         tick += 1
-        yield from markers([m for items in by_seq.values() for m in items] + at_end, tick * TICK)
+        yield from markers(at_end, tick * TICK)
+        # What is left in by_seq is on kernels past the cap: left out and counted, never
+        # stacked at the end where they would mark no kernel.
+        left = [m for items in by_seq.values() for m in items]
+        stats.markers_left_out = len(left)
+        stats.findings_left_out = len({f.fingerprint() for f, _, _ in left})
+        if left:
+            stats.markers_need = window.kernels(seq) if limits.around is not None else max(by_seq)
         stats.kernels = seq
         stats.truncated = reader.truncated
         stats.warnings = list(reader.warnings)

@@ -66,15 +66,23 @@ def check_run_options(jobs: Optional[int], scheduler: Optional[str], send_traces
         raise UsageProblem(f"--scheduler expects an address such as tcp://host:8786, got '{scheduler}'")
 
 
-def source_options(command):
-    """``--source-root`` and ``--map-path``: where local source may be read (analyze, export)."""
+#: What ``--source-root`` does for a report (the timeline's own text is in export.py).
+SOURCE_ROOT_HELP = ("Project folder: source is read only from under it (quoted lines, names checked in fixes), and "
+                    "SARIF/JUnit name files relative to it (default: the nearest folder above the working directory "
+                    "with .git or pyproject.toml).")
+
+
+def source_options(command=None, *, root_help: str = SOURCE_ROOT_HELP):
+    """``--source-root`` and ``--map-path``: where local source may be read (analyze, export).
+
+    Used bare (``@source_options``) or with the verb's own ``--source-root`` text
+    (``@source_options(root_help=...)``).
+    """
+    if command is None:
+        return lambda c: source_options(c, root_help=root_help)
     command = click.option("--map-path", multiple=True, metavar="OLD=NEW",
                            help="Read files recorded under OLD from NEW on this machine (repeatable).")(command)
-    return click.option(
-        "--source-root", default=None, metavar="DIR", type=PATH,
-        help="Project folder: source is read only from under it (quoted lines, names checked in fixes), and "
-             "SARIF/JUnit name files relative to it (default: the nearest folder above the working directory "
-             "with .git or pyproject.toml).")(command)
+    return click.option("--source-root", default=None, metavar="DIR", type=PATH, help=root_help)(command)
 
 
 @click.command()

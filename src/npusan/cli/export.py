@@ -25,6 +25,10 @@ from .output import atomic_output, check_writable
 from .progress import LazyProgress
 
 FORMATS = ("chrome",)
+#: --source-root for a timeline (analyze's names its SARIF/JUnit files).
+SOURCE_ROOT_HELP = ("Project folder: source is read only from under it, so that the markers' fixes "
+                    "and fingerprints are those of npusan analyze (default: the nearest folder above "
+                    "the working directory with .git or pyproject.toml).")
 
 
 class _Progress(LazyProgress):
@@ -55,12 +59,14 @@ def single_trace(argument: str) -> str:
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--around-findings", default=None, type=int, metavar="N",
               help="Keep only the N kernels before and after each finding's accesses "
-                   "(default: 1000 when the trace has findings).")
+                   "(default: 1000 when the trace has findings); narrowed when the windows hold "
+                   "more than --max-kernels, so that every finding's kernels are drawn.")
 @click.option("--max-kernels", default=None, type=int, metavar="N",
-              help="Keep at most the first N kernels (default: 500000, what a viewer can open).")
+              help="Draw at most N kernels: the first N, or those of the window around the findings "
+                   "(default: 500000, what a viewer can open).")
 @click.option("--all", "everything", is_flag=True, help="Export every kernel: no window, no limit.")
 @click.option("--check-leaks", is_flag=True, help="Also mark blocks never freed (as npusan analyze --check-leaks).")
-@source_options
+@source_options(root_help=SOURCE_ROOT_HELP)
 @one_line_errors
 def export(trace: str, fmt: str, output: Optional[str], force: bool, around_findings: Optional[int],
            max_kernels: Optional[int], everything: bool, check_leaks: bool, source_root: Optional[str],
