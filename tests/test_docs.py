@@ -101,3 +101,52 @@ def test_every_file_a_document_names_exists(doc):
     missing = [p for p in sorted(mentioned_paths(doc.read_text(encoding="utf-8")))
                if not (ROOT / p).exists() and not (doc.parent / p).exists()]
     assert not missing, f"{doc.relative_to(ROOT)} names files that do not exist: {missing}"
+
+
+def _normalized_report(text: str) -> str:
+    """A report without what differs from run to run: addresses, pid, host, time, argv."""
+    text = re.sub(r"block 0x[0-9a-f]+", "block 0x…", text)
+    text = re.sub(r"torch [^,]+,", "torch …,", text)
+    return re.sub(r"recorded by npusan .*", "recorded by …", text)
+
+
+@pytest.mark.slow
+def test_the_readme_shows_what_make_example_prints(tmp_path):
+    """The sample report in the README is what the bundled example gives today (a trial found
+    its line numbers and event count stale after the example changed)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shown = re.search(r"\$ npusan analyze out/example\.npusan\n(.*?)```", readme, re.S).group(1)
+    trace = tmp_path / "example.npusan"
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "npusan"), "record", "--backend", "sim", "-o", str(trace), "--",
+                    sys.executable, "-m", "npusan.examples.multistream"], cwd=ROOT, check=True,
+                   capture_output=True, timeout=120)
+    r = subprocess.run([str(bin_dir / "npusan"), "analyze", str(trace)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    got = r.stdout.replace(str(trace), "out/example.npusan")
+    assert _normalized_report(got) == _normalized_report(shown), (
+        "README.md's sample report is stale: run `make example` and paste what it prints")
+
+
+def test_every_public_trace_writer_method_is_documented():
+    """docs/trace-format.md lists TraceWriter's methods with their signatures (a trial had to
+    use dir() to find device_synchronized and found its device keyword-only)."""
+    import inspect
+
+    from npusan.trace_format import TraceWriter
+
+    text = (ROOT / "docs" / "trace-format.md").read_text(encoding="utf-8")
+    for name, fn in inspect.getmembers(TraceWriter, inspect.isfunction):
+        if name.startswith("_") or name == "close_after_error":
+            continue
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+        shown = []
+        for i, p in enumerate(params):
+            if p.kind is p.KEYWORD_ONLY and (i == 0 or params[i - 1].kind is not p.KEYWORD_ONLY):
+                shown.append("*")
+            shown.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}".replace("'", '"'))
+        if name in ("flush", "close", "stats"):
+            assert f"`{name}(" in text, name
+        else:
+            assert f"`{name}({', '.join(shown)})`" in text, f"{name}({', '.join(shown)})"

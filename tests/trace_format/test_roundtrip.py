@@ -493,7 +493,7 @@ def test_a_nonzero_byte_after_the_zeros_is_corrupt_in_every_input_mode(tmp_path,
     where = f"record {len(recs) + 1} at byte offset {len(data)}"
     with pytest.raises(TraceFormatError) as e:
         list(TraceReader(sources[mode]).records())
-    assert str(e.value) == f"{where} is not a record (a integer, expected an array)"
+    assert str(e.value) == f"{where} is not a record (an integer, expected an array)"
 
 
 def test_a_range_past_its_block_goes_on_into_the_next_one(tmp_path):

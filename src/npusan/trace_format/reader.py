@@ -50,7 +50,7 @@ READ_SIZE = 1 << 16
 MAX_HEADER_BYTES = 1 << 20
 
 _KNOWN = frozenset(R.MIN_LENGTH)
-_NOT_A_RECORD = "is not a record (a {}, expected an array)"
+_NOT_A_RECORD = "is not a record ({}, expected an array)"
 _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.StackError)
 
 Source = Union[str, "os.PathLike[str]", IO[bytes]]
@@ -717,8 +717,10 @@ def _a(v: Any) -> str:
 
 
 def _typename(v: Any) -> str:
-    return {int: "integer", str: "string", bytes: "binary", dict: "map", list: "array", float: "float",
+    """The msgpack type of ``v`` with its article: "an integer", "a map"."""
+    name = {int: "integer", str: "string", bytes: "binary", dict: "map", list: "array", float: "float",
             bool: "boolean", type(None): "nil"}.get(type(v), type(v).__name__)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _mib(n: int) -> str:

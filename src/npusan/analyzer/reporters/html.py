@@ -116,7 +116,7 @@ def _summary(report: Report) -> str:
     causes = len(report.causes)
     return (
         f'<p class="summary bad" id="summary">{n} finding{"s" if n != 1 else ""} ({e(kinds)}; '
-        f'{report.occurrences} occurrences) from {causes} root cause{"s" if causes != 1 else ""}.</p>'
+        f'{report.occurrences} occurrence{"s" if report.occurrences != 1 else ""}) from {causes} root cause{"s" if causes != 1 else ""}.</p>'
     )
 
 
