@@ -132,7 +132,8 @@ class SourceCache:
     def why_unreadable(self, filename: str) -> tuple:
         """``(why, what to do)``: why ``filename`` is not read, in words that follow its name."""
         if not self._real_roots:
-            return "was not read (no source root is set)", "--source-root DIR lets npusan read it"
+            return ("was not read (no source root: no folder above the working directory has .git or pyproject.toml)",
+                    "--source-root DIR (the folder of your code) lets npusan read it")
         if os.path.isfile(self.settings.mapped(filename)) and self.allowed_path(filename) is None:
             return "is outside the source root", "--source-root DIR lets npusan read it"
         return ("was not found under the source root",

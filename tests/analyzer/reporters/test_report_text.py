@@ -64,8 +64,9 @@ def test_missing_record_stream_fix_names_both_places():
     assert "<x>.record_stream(torch.cuda.current_stream())" in out
     assert "before the free at train.py:12" in out and "torch.cuda.default_stream(0).wait_stream(<s1>)" in out
     assert "where <s1> is stream #1 (cuda:0), created at train.py:18" in out
-    assert ("(train.py was not read (no source root is set), so the names in this fix are not checked against it: "
-            "--source-root DIR lets npusan read it)") in out
+    assert ("(train.py was not read (no source root: no folder above the working directory has .git or "
+            "pyproject.toml), so the names in this fix are not checked against it: --source-root DIR (the folder "
+            "of your code) lets npusan read it)") in out
     assert "once in a.bin, after kernel 2" in out
 
 
@@ -100,8 +101,9 @@ def test_data_race_fix_uses_the_backends_stream_api(backend, mod):
         f"{mod}.current_stream().wait_stream(<s1>)",
         f"or, with an event: after line 29 add `<event> = {mod}.current_stream().record_event()`, "
         f"and before line 30 add `{mod}.current_stream().wait_event(<event>)`",
-        "(train.py was not read (no source root is set), so the names in this fix are not checked against it: "
-        "--source-root DIR lets npusan read it)",
+        "(train.py was not read (no source root: no folder above the working directory has .git or "
+        "pyproject.toml), so the names in this fix are not checked against it: --source-root DIR (the folder "
+        "of your code) lets npusan read it)",
         f"where <s1> is stream #1 ({backend}:0), created at train.py:18",
     ]
     assert not any(f"{m}." in out for m in ("torch.cuda", "torch.npu", "npusan.sim") if m != mod)
@@ -119,8 +121,9 @@ def test_missing_record_stream_fix_uses_the_backends_stream_api(backend, mod):
         f"<x>.record_stream({mod}.current_stream())    # <x>: the 4.0 KiB tensor allocated at train.py:17",
         f"or, before the free at train.py:12, make the allocating stream wait for the use: "
         f"`{mod}.default_stream(0).wait_stream(<s1>)`",
-        "(train.py was not read (no source root is set), so the names in this fix are not checked against it: "
-        "--source-root DIR lets npusan read it)",
+        "(train.py was not read (no source root: no folder above the working directory has .git or "
+        "pyproject.toml), so the names in this fix are not checked against it: --source-root DIR (the folder "
+        "of your code) lets npusan read it)",
         f"where <s1> is stream #1 ({backend}:0), created at train.py:18",
     ]
 
@@ -129,7 +132,7 @@ def test_a_default_stream_in_the_fix_is_named_by_its_api_and_needs_no_note():
     _, fix = fix_lines("npu", make_finding())  # later read on stream #1, earlier write on the default stream
     assert fix[1] == "torch.npu.current_stream().wait_stream(torch.npu.default_stream(0))"
     assert not any(line.startswith("where ") for line in fix)
-    assert fix[-1].startswith("(train.py was not read (no source root is set)")
+    assert fix[-1].startswith("(train.py was not read (no source root: ")
 
 
 def test_streams_of_other_devices_get_distinct_placeholders():
