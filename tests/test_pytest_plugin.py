@@ -81,14 +81,24 @@ def test_races_fail_their_tests_with_the_report_and_clean_tests_pass(pytester):
     assert "pytest frames" in failures
     assert "_pytest/" not in failures and "pluggy/" not in failures
     assert "Traceback" not in failures
-    # pytest has no --full-stacks: the hint says how to see the folded frames
+    # pytest has no --full-stacks: the hint says how to see the folded frames, in the trace
+    # that --npusan-trace-dir kept (not by giving the option that was given)
     assert "--full-stacks shows them" not in failures
-    assert "--npusan-trace-dir" in failures and "npusan analyze --full-stacks" in failures
+    assert "run `npusan analyze --full-stacks` on the trace named below" in failures
+    assert "keep the trace with --npusan-trace-dir" not in failures
     assert "npusan: warning" not in out  # the report is the failure, not warnings besides it
     kept = sorted(p.name for p in traces.iterdir())
     assert kept == ["test_sync.py__test_caught.npusan", "test_sync.py__test_race.npusan"]
     report = npusan_analyze(traces / "test_sync.py__test_race.npusan")
     assert {f.kind.value for f in report.findings} == {"data-race"}
+
+
+@pytest.mark.timeout(900)
+def test_without_a_trace_dir_the_hint_says_how_to_keep_the_trace(pytester):
+    result = _run(pytester, "--npusan", "-k", "test_race")
+    result.assert_outcomes(failed=1, deselected=3)
+    failures = result.stdout.str().split("= FAILURES =")[1]
+    assert "keep the trace with --npusan-trace-dir DIR, then run `npusan analyze --full-stacks` on it" in failures
 
 
 def test_without_the_option_nothing_is_checked(pytester):

@@ -131,6 +131,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 #: How to see folded frames: pytest has no --full-stacks; the kept trace and the CLI do.
 FOLDED_HINT = " (to see them: keep the trace with --npusan-trace-dir DIR, then run `npusan analyze --full-stacks` on it)"
+#: The same, when the trace is kept (its path ends the failure text).
+FOLDED_HINT_KEPT = " (to see them: run `npusan analyze --full-stacks` on the trace named below)"
 
 
 def _failure_text(found: list, state: _TestState, call: pytest.CallInfo) -> str:
@@ -140,7 +142,8 @@ def _failure_text(found: list, state: _TestState, call: pytest.CallInfo) -> str:
     n = len(found)
     lines = [f"npusan: {n} stream-synchronization bug{'s' if n != 1 else ''} in this test", ""]
     for f in found:
-        lines += [format_finding(f, header, folded_hint=FOLDED_HINT), ""]
+        hint = FOLDED_HINT if state.trace is None else FOLDED_HINT_KEPT
+        lines += [format_finding(f, header, folded_hint=hint), ""]
     if call.excinfo is not None and not call.excinfo.errisinstance(RaceError):
         lines.append(f"(the test also failed: {call.excinfo.exconly()})")
     if state.trace is not None:
