@@ -361,3 +361,25 @@ def test_source_root_option_and_detection(scenario, run, workdir):
     assert doc["runs"][0]["originalUriBaseIds"]["SRCROOT"]["uri"] == workdir.as_uri() + "/"
     r = run("analyze", workdir / trace, "--source-root", str(workdir / "nope"))
     assert r.exit_code == 2 and "--source-root" in r.stderr and "not a directory" in r.stderr
+
+
+def test_a_dash_reads_standard_input_and_writes_standard_output(scenario, workdir):
+    """``npusan analyze - -o -``: the usual meaning of ``-`` (a trial got 'No such file' and a
+    report named '-'). A real pipe: ``-`` is the process's standard input."""
+    import subprocess
+    import sys
+
+    trace = scenario("data_race")
+    npusan = [sys.executable, "-m", "npusan"]
+    data = (workdir / trace).read_bytes()
+    r = subprocess.run([*npusan, "analyze", "-", "--format", "json", "-o", "-"], input=data,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert [f["kind"] for f in doc["findings"]] == ["data-race"]
+    assert not os.path.exists(workdir / "-")
+    # export reads its trace twice: a pipe is refused, in one line
+    r = subprocess.run([*npusan, "export", "-"], input=data, capture_output=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == b""
+    (line,) = r.stderr.decode().splitlines()
+    assert "export reads its trace twice" in line and "not a pipe or standard input" in line

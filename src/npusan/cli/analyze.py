@@ -18,7 +18,7 @@ from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
 from .completion import PATH, finding_kinds, report_formats
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, one_line_errors
-from .output import check_writable, write_output
+from .output import check_writable, dash_is_stdout, write_output
 from .progress import LazyProgress
 
 FORMATS = ("text", "json", "sarif", "junit", "short", "html")
@@ -89,8 +89,8 @@ def source_options(command=None, *, root_help: str = SOURCE_ROOT_HELP):
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=PATH)
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True, shell_complete=report_formats,
               help="Report format: text, json, sarif, junit, short (one line per finding) or html (one self-contained page).")
-@click.option("-o", "--output", default=None, metavar="FILE", type=PATH,
-              help="Write the report to FILE instead of stdout.")
+@click.option("-o", "--output", default=None, metavar="FILE", type=PATH, callback=dash_is_stdout,
+              help="Write the report to FILE instead of stdout ('-': stdout).")
 @click.option("--check-leaks", is_flag=True,
               help="Also check blocks still alive when a trace ends for missing record_stream.")
 @click.option("--no-group", is_flag=True, help="List every occurrence instead of one entry per bug.")
@@ -141,8 +141,8 @@ def analyze(
 ) -> None:
     """Analyze traces and report stream-synchronization bugs.
 
-    TRACE may be a file, a directory (searched recursively for traces, plain or .zst/.gz)
-    or a glob pattern. Exit status: 0 no findings, 1 findings, 2 unusable input or usage
+    TRACE may be a file, a directory (searched recursively for traces, plain or .zst/.gz),
+    a glob pattern, or - (standard input). Exit status: 0 no findings, 1 findings, 2 unusable input or usage
     error (also when any trace could not be read; the others are still reported).
     """
     from ..analyzer import pipeline

@@ -21,7 +21,7 @@ from ..trace_format.input_files import open_input
 from .analyze import source_options, warn
 from .completion import timeline_formats
 from .errors import UsageProblem, one_line_errors
-from .output import atomic_output, check_writable
+from .output import atomic_output, check_writable, dash_is_stdout
 from .progress import LazyProgress
 
 FORMATS = ("chrome",)
@@ -55,7 +55,8 @@ def single_trace(argument: str) -> str:
 @click.argument("trace", metavar="TRACE")
 @click.option("--format", "fmt", default="chrome", metavar="FORMAT", show_default=True, shell_complete=timeline_formats,
               help="Timeline format: chrome (Chrome Trace Event JSON for Perfetto / chrome://tracing).")
-@click.option("-o", "--output", default=None, metavar="FILE", help="Write to FILE instead of stdout.")
+@click.option("-o", "--output", default=None, metavar="FILE", callback=dash_is_stdout,
+              help="Write to FILE instead of stdout ('-': stdout).")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @click.option("--around-findings", default=None, type=int, metavar="N",
               help="Keep only the N kernels before and after each finding's accesses "
@@ -73,7 +74,8 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
            map_path: tuple) -> None:
     """Export TRACE as a timeline: one track per stream, sync arrows, findings marked.
 
-    TRACE may also be a directory or glob pattern that names exactly one trace.
+    TRACE may also be a directory or glob pattern that names exactly one trace. It is read
+    twice (the findings, then the timeline), so it must be a file, not a pipe.
     """
     from ..analyzer.sources import SourceSettings
     from ..analyzer.timeline import ExportLimits
@@ -108,6 +110,9 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
         open_input(trace).close()  # unreadable, a device, a FIFO without a writer: fail now
     except OSError as e:
         raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.stat(trace).st_mode):
+        raise UsageProblem(f"{trace}: export reads its trace twice (the findings, then the timeline): "
+                           "give a file, not a pipe or standard input")
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
         stats = _write(trace, output, limits, check_leaks, progress, sources)

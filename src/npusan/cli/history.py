@@ -8,7 +8,7 @@ from typing import Optional
 import click
 
 from .completion import PATH, history_formats
-from .output import check_writable, write_output
+from .output import check_writable, dash_is_stdout, write_output
 from .errors import UsageProblem, one_line_errors
 
 
@@ -16,7 +16,8 @@ from .errors import UsageProblem, one_line_errors
 @click.argument("database", metavar="DB", type=PATH)
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True, shell_complete=history_formats,
               help="text, json or html (a self-contained page with a chart of findings per kind).")
-@click.option("-o", "--output", default=None, metavar="FILE", type=PATH, help="Write to FILE instead of stdout.")
+@click.option("-o", "--output", default=None, metavar="FILE", type=PATH, callback=dash_is_stdout,
+              help="Write to FILE instead of stdout ('-': stdout).")
 @one_line_errors
 def history(database: str, fmt: str, output: Optional[str]) -> None:
     """Show the runs recorded in a history database and, per finding, when it was seen."""

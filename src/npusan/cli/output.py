@@ -17,6 +17,11 @@ import click
 from .errors import UsageProblem
 
 
+def dash_is_stdout(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    """``-o -``: standard output, as without ``-o`` (the usual meaning of ``-``)."""
+    return None if value == "-" else value
+
+
 def check_writable(path: str, what: str = "the report") -> None:
     """Fail now, before any analysis, if ``-o PATH`` cannot be written."""
     if os.path.isdir(path):

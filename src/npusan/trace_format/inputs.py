@@ -16,7 +16,7 @@ find them all. A directory (or a glob pattern) is searched recursively for *trac
   holds something else is not a trace.
 
 A file named explicitly is always taken, so that a file that is not a trace is reported
-as such instead of silently skipped.
+as such instead of silently skipped. ``-`` names standard input (read as a pipe, as it comes).
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from . import records as R
+
+#: What ``-`` names: standard input, read as any other file (a pipe: as it comes).
+STDIN = "/dev/stdin"
 from .compression import WRITE_SUFFIXES, DecompressingReader, sniff
 from .reader import _read_exactly
 
@@ -65,6 +68,8 @@ def find_traces(arguments: Iterable[str]) -> Inputs:
         arg = os.fspath(arg)
         if not arg:  # ('' names no file; opening it fails with a message that names nothing)
             out.problems.append(("''", "an empty path names no trace"))
+        elif arg == "-":
+            take(STDIN)
         elif os.path.isdir(arg):
             found = list(_walk(arg))
             if not found:
