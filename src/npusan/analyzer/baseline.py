@@ -34,6 +34,10 @@ class Baseline:
     #: fingerprint -> the traces (paths as reported) it was seen in; a history's previous
     #: run knows them, a JSON baseline does not (empty).
     traces: dict = field(default_factory=dict)
+    #: (fingerprint, trace) -> the kernel seq at which that trace first showed the finding:
+    #: a history knows it (for runs recorded since it keeps it), a JSON baseline does not.
+    #: A trace cut before that kernel cannot say the finding is fixed.
+    first_kernel: dict = field(default_factory=dict)
 
     def __contains__(self, fingerprint: str) -> bool:
         return fingerprint in self.known

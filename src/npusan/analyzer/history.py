@@ -2,15 +2,25 @@
 
 ``npusan analyze --history DB`` records every run in an SQLite database (created when
 missing): the run's label, the traces (rank, kernels, status), and every finding's
-fingerprint, kind, title and occurrences per trace. The previous run of the database is
+fingerprint, kind, title and occurrences per trace, and the kernel at which each trace first
+showed it (table ``first_kernels``). The previous run of the database is
 what "new", "persisting" and "fixed" are measured against; ``npusan history DB`` shows
 the runs and, per fingerprint, when it was first and last seen.
 
-A finding of the previous run that was seen only in traces that are unreadable in this
+A finding of the previous run that was seen only in traces that cannot show it in this
 run is neither seen nor fixed: the report lists it as *unchecked*, and the run records it
-(table ``unchecked``, with the traces it was last seen in) so that the next run compares
-against it as if it had been seen: it persists, or is fixed, or stays unchecked, but does
-not come back as "new" after a night with a corrupt trace.
+(table ``unchecked``, with the traces it was last seen in, and ``first_kernels`` keeps
+their kernels) so that the next run compares against it as if it had been seen: it
+persists, or is fixed, or stays unchecked, but does not come back as "new" after a night
+with a corrupt trace. A trace cannot show a finding when it is unreadable, or when it was
+cut (a crashed run) before it got past the kernel where it first showed the finding: a
+rank that died at kernel 45,154 says nothing about a race seen at kernel 50,102.
+
+``first_kernels`` came after the other tables: a database written without it (or by an
+older npusan, which leaves it empty) still loads, its findings simply have no kernel, and
+a cut trace then confirms no fix of them (they stay unchecked until a complete trace
+checks them). It is a table of its own, not a column, so that an older npusan can still
+record runs in the same database.
 
 The database holds data derived from traces (titles, paths): it is read back only as
 values, never as code, and every reporter escapes what it shows.
@@ -66,6 +76,12 @@ CREATE TABLE IF NOT EXISTS unchecked (
     kind TEXT NOT NULL,
     title TEXT NOT NULL,
     trace TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS first_kernels (
+    run INTEGER NOT NULL REFERENCES runs(id),
+    trace TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    kernel INTEGER NOT NULL
 );
 """
 
@@ -159,6 +175,12 @@ class History:
         ):
             out.known.setdefault(fp, KnownFinding(fp, kind, title))
             out.traces.setdefault(fp, []).append(trace)
+        # Where each trace first showed each finding, so that a cut trace can tell whether
+        # it got that far (runs recorded without it: none known).
+        out.first_kernel = {
+            (fp, trace): kernel for trace, fp, kernel in self.db.execute(
+                "SELECT trace, fingerprint, kernel FROM first_kernels WHERE run = ?", (last.id,))
+        }
         return out
 
     def has_label(self, label: str) -> bool:
@@ -193,6 +215,7 @@ class History:
             run = cur.lastrowid
             totals: dict = {}
             per_trace: dict = {}
+            first: dict = {}  # (trace, fingerprint) -> the first kernel it was seen at there
             for g in groups:
                 f = g.finding
                 entry = totals.setdefault(g.fingerprint, [f.kind.value, D.title(f, report.header(f.trace)), 0])
@@ -200,6 +223,14 @@ class History:
                 for x in g.findings:
                     key = (report.trace_path(x.trace), g.fingerprint)
                     per_trace[key] = per_trace.get(key, 0) + max(1, x.count)
+                    seq = x.first_seq or x.access.seq
+                    first[key] = min(first.get(key, seq), seq)
+            # Unchecked findings keep the kernels they were last seen at, for the next run.
+            carried = getattr(report.compared_with, "first_kernel", {})
+            for k in getattr(report, "unchecked", ()):
+                for tr in report.unchecked_traces.get(k.fingerprint, ()):
+                    if (k.fingerprint, tr) in carried:
+                        first[(tr, k.fingerprint)] = carried[(k.fingerprint, tr)]
             self.db.executemany(
                 "INSERT INTO findings VALUES (?, ?, ?, ?, ?)",
                 [(run, fp, k, t, c) for fp, (k, t, c) in totals.items()],
@@ -212,6 +243,10 @@ class History:
                 "INSERT INTO unchecked VALUES (?, ?, ?, ?, ?)",
                 [(run, k.fingerprint, k.kind, k.title, tr)
                  for k in getattr(report, "unchecked", ()) for tr in report.unchecked_traces.get(k.fingerprint, ())],
+            )
+            self.db.executemany(
+                "INSERT INTO first_kernels VALUES (?, ?, ?, ?)",
+                [(run, tr, fp, kernel) for (tr, fp), kernel in first.items()],
             )
             self.db.executemany(
                 "INSERT INTO traces VALUES (?, ?, ?, ?, ?)",

@@ -63,10 +63,14 @@ class Report:
     #: Findings of ``compared_with`` that are gone now.
     fixed: list = field(default_factory=list)  # list[KnownFinding]
     #: Findings of ``compared_with`` not seen now, but seen there only in traces that are
-    #: unreadable now: not fixed, just not checked (see :func:`split_unchecked`).
+    #: unreadable now or cut before the finding's kernel: not fixed, just not checked (see
+    #: :func:`split_unchecked`).
     unchecked: list = field(default_factory=list)  # list[KnownFinding]
     #: fingerprint -> the traces an unchecked finding was last seen in.
     unchecked_traces: dict = field(default_factory=dict)
+    #: fingerprint -> why each of its ``unchecked_traces`` could not check it now
+    #: ("unreadable now", "cut at kernel 45,154 now, before this finding's kernel 50,102").
+    unchecked_why: dict = field(default_factory=dict)
     #: ``(trace or argument, reason)`` for inputs that could not be analyzed.
     errors: list = field(default_factory=list)
     _causes: Optional[list] = field(default=None, repr=False)
@@ -200,9 +204,8 @@ def build_report(
     compared = history if history is not None else baseline
     if compared is not None:
         report.compared_with = compared
-        report.fixed, report.unchecked, report.unchecked_traces = split_unchecked(
-            compared.gone(present), compared.traces,
-            [str(t.path) for t in result.traces], report.unreadable_traces,
+        report.fixed, report.unchecked, report.unchecked_traces, report.unchecked_why = split_unchecked(
+            compared.gone(present), compared.traces, result.traces, compared.first_kernel,
         )
         for g in report.groups:
             g.status = "persisting" if g.fingerprint in compared else "new"
@@ -210,46 +213,65 @@ def build_report(
     return report
 
 
-def split_unchecked(gone: list, seen_in: dict, traces: list, unreadable: list) -> tuple:
-    """``(fixed, unchecked, {fingerprint: traces})`` of the compared run's ``gone`` findings.
+def split_unchecked(gone: list, seen_in: dict, traces: list, first_kernel: dict) -> tuple:
+    """``(fixed, unchecked, {fingerprint: traces}, {fingerprint: whys})`` of the compared
+    run's ``gone`` findings.
 
-    A gone finding is *unchecked*, not fixed, when every trace it was seen in (``seen_in``:
-    fingerprint -> paths, from a history) is unreadable in this run. A trace of that run
-    is matched to this run's trace (``traces``) with the same path or, when none has it (a
+    A gone finding is *unchecked*, not fixed, when none of the traces it was seen in
+    (``seen_in``: fingerprint -> paths, from a history) could have shown it in this run
+    (``traces``: this run's :class:`TraceSummary` list): the trace is unreadable now, or it
+    was cut (a crashed run) before it got past the kernel where it first showed the finding
+    (``first_kernel``: (fingerprint, path) -> kernel seq). A cut trace confirms no fix of a
+    finding whose kernel is not known (histories recorded before it was kept). A trace of
+    that run is matched to this run's trace with the same path or, when none has it (a
     folder per night), with the longest common tail of path components (at least the file
-    name); when several match equally well, it is unreadable if any of them is, so that a
-    finding is never called fixed for a trace that could not be read. A finding without
-    known traces (a JSON baseline) is fixed.
+    name); when several match equally well, the first that cannot check the finding
+    decides, so that a finding is never called fixed for a trace that could not show it.
+    A finding without known traces (a JSON baseline) is fixed.
     """
-    if not unreadable or not gone:
-        return list(gone), [], {}
-    bad = set(unreadable)
-    parts = {t: _components(t) for t in traces}
+    if not gone or not any(t.error is not None or t.truncated for t in traces):
+        return list(gone), [], {}, {}
+    now = {str(t.path): t for t in traces}
+    parts = {p: _components(p) for p in now}
 
-    def unread(prev: str) -> bool:
-        if prev in parts:
-            return prev in bad
+    def matching(prev: str) -> list:
+        if prev in now:
+            return [now[prev]]
         mine = _components(prev)
         best, tied = 0, []
-        for t, theirs in parts.items():
+        for p, theirs in parts.items():
             n = 0
             while n < min(len(mine), len(theirs)) and mine[-1 - n] == theirs[-1 - n]:
                 n += 1
             if n and n > best:
-                best, tied = n, [t]
+                best, tied = n, [now[p]]
             elif n and n == best:
-                tied.append(t)
-        return any(t in bad for t in tied)
+                tied.append(now[p])
+        return tied
 
-    fixed, unchecked, where = [], [], {}
+    def why_unchecked(fp: str, prev: str) -> Optional[str]:
+        for t in matching(prev):
+            if t.error is not None:
+                return "unreadable now"
+            if t.truncated:
+                seen = first_kernel.get((fp, prev))
+                if seen is None:
+                    return f"cut at kernel {t.kernels:,} now (the history does not know this finding's kernel)"
+                if t.kernels <= seen:
+                    when = "before" if t.kernels < seen else "at"
+                    return f"cut at kernel {t.kernels:,} now, {when} this finding's kernel {seen:,}"
+        return None
+
+    fixed, unchecked, where, why = [], [], {}, {}
     for k in gone:
         prev = list(dict.fromkeys(seen_in.get(k.fingerprint, ())))
-        if prev and all(unread(t) for t in prev):
+        whys = [why_unchecked(k.fingerprint, t) for t in prev]
+        if prev and all(whys):
             unchecked.append(k)
-            where[k.fingerprint] = prev
+            where[k.fingerprint], why[k.fingerprint] = prev, whys
         else:
             fixed.append(k)
-    return fixed, unchecked, where
+    return fixed, unchecked, where, why
 
 
 def _components(path: str) -> list:

@@ -19,7 +19,7 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.7"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.8"
 
 
 def frames_json(stack) -> list:
@@ -174,7 +174,8 @@ def report_json(report: Report, options: ReportOptions) -> dict:
         doc["fixed"] = [{"fingerprint": k.fingerprint, "kind": k.kind, "title": k.title} for k in report.fixed]
         doc["unchecked"] = [
             {"fingerprint": k.fingerprint, "kind": k.kind, "title": k.title,
-             "traces": list(report.unchecked_traces.get(k.fingerprint, ()))}
+             "traces": list(report.unchecked_traces.get(k.fingerprint, ())),
+             "why": list(report.unchecked_why.get(k.fingerprint, ()))}
             for k in report.unchecked
         ]
     if report.baseline is not None:

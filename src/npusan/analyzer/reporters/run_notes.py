@@ -78,8 +78,9 @@ def _comparison(report: Report) -> RunNote:
             + (":" if report.fixed or report.unchecked else ""))
     items = [_item("-", k) for k in report.fixed]
     for k in report.unchecked:
-        where = ", ".join(report.unchecked_traces.get(k.fingerprint, ()))
-        items.append(_item("?", k, f"unchecked: last seen only in {where}, unreadable now"))
+        where = "; ".join(f"{t}, {why}" for t, why in zip(report.unchecked_traces.get(k.fingerprint, ()),
+                                                           report.unchecked_why.get(k.fingerprint, ())))
+        items.append(_item("?", k, f"unchecked: last seen only in {where}"))
     caveat = None
     if c["unreadable_traces"]:
         caveat = (f"{count(c['unreadable_traces'], 'trace')} unreadable: the fixed list may be incomplete "

@@ -185,7 +185,8 @@ REPORT_SCHEMA = {
             "items": {
                 "allOf": [{"$ref": "#/$defs/known"}],
                 "required": ["traces"],
-                "properties": {"traces": {"type": "array", "items": {"type": "string"}}},
+                "properties": {"traces": {"type": "array", "items": {"type": "string"}},
+                               "why": {"type": "array", "items": {"type": "string"}}},
             },
         },
         "comparison": {
