@@ -378,6 +378,12 @@ def test_a_dash_reads_standard_input_and_writes_standard_output(scenario, workdi
     doc = json.loads(r.stdout)
     assert [f["kind"] for f in doc["findings"]] == ["data-race"]
     assert not os.path.exists(workdir / "-")
+    import zstandard  # a compressed trace through a pipe is recognized by its first bytes too
+
+    r = subprocess.run([*npusan, "analyze", "-", "--format", "json"], input=zstandard.compress(data),
+                       capture_output=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert [f["kind"] for f in json.loads(r.stdout)["findings"]] == ["data-race"]
     # export reads its trace twice: a pipe is refused, in one line
     r = subprocess.run([*npusan, "export", "-"], input=data, capture_output=True, timeout=120)
     assert r.returncode == 2 and r.stdout == b""

@@ -246,13 +246,17 @@ def open_for_reading(path: Any) -> IO[bytes]:
 def decompressed(raw: IO[bytes], name: Optional[str] = None) -> IO[bytes]:
     """``raw`` itself, or a decompressing stream over it when its content is compressed.
 
-    Only a seekable ``raw`` is sniffed (a pipe is read as it comes).
+    A seekable ``raw`` is read and put back; a pipe (``cat t.npusan.zst | npusan analyze -``)
+    is peeked at, when it can be (a buffered reader), and read as it comes otherwise.
     """
-    if not raw.seekable():
+    if raw.seekable():
+        start = raw.tell()
+        head = raw.read(4)
+        raw.seek(start)
+    elif hasattr(raw, "peek"):
+        head = raw.peek(4)[:4]
+    else:
         return raw
-    start = raw.tell()
-    head = raw.read(4)
-    raw.seek(start)
     kind = sniff(head)
     if kind is None:
         return raw
