@@ -217,3 +217,74 @@ def test_without_a_window_the_cap_keeps_the_first_kernels_and_no_stray_markers(t
 ])
 def test_what_was_left_out_reads_right_in_the_singular_too(stats, line):
     assert stats.describe() == line
+
+
+def _free_in_the_middle(path, after: int = 100):
+    """A missing record_stream whose free comes after kernel 2, then ``after`` more kernels."""
+    with S.writer(path) as w:
+        w.stream_created(S.SIDE)
+        w.memory_allocated(0x7F0000000000, S.DEFAULT, 4096)
+        w.kernel(S.DEFAULT, "aten::fill_", writes=[0x7F0000000000])
+        w.event_created(1)
+        w.event_recorded(1, S.DEFAULT)
+        w.event_waited(1, S.SIDE)
+        w.kernel(S.SIDE, "aten::sum", reads=[0x7F0000000000])  # kernel 2, no record_stream
+        w.memory_freed(0x7F0000000000)
+        for _ in range(after):
+            w.kernel(S.DEFAULT, "aten::add", writes=[0x7F0000100000])
+    return path
+
+
+def test_a_free_s_marker_sits_at_the_free_not_at_the_end(tmp_path):
+    """A free is host-side (seq 0): its marker goes right after its FREE record, between the
+    kernel before it and the one after (a trial found it drawn at the end of the timeline)."""
+    doc = export_chrome(_free_in_the_middle(tmp_path / "t.bin"))
+    kernels = {k["args"]["seq"]: k for k in events(doc, "X", "kernel")}
+    (free,) = [m for m in events(doc, "i", "finding") if m["args"]["role"] == "later access"]
+    assert kernels[2]["ts"] < free["ts"] < kernels[3]["ts"]
+    assert doc["otherData"]["markers_left_out"] == 0
+
+
+def test_a_free_past_the_cap_loses_its_marker_and_is_counted(tmp_path):
+    doc = export_chrome(_free_in_the_middle(tmp_path / "t.bin"), max_kernels=1)
+    assert events(doc, "i", "finding") == []
+    assert doc["otherData"]["markers_left_out"] == 2 and doc["otherData"]["findings_left_out"] == 1
+
+
+def test_a_trace_that_grew_between_the_passes_is_drawn_as_the_first_pass_saw_it(tmp_path, monkeypatch):
+    """A trace still being written is longer when the export reads it again to draw it: the
+    drawing stops where the findings stopped, and the export says the trace was cut (a trial
+    got the whole, later trace drawn with no finding on it and no warning)."""
+    import io
+
+    from npusan.analyzer import timeline
+    from npusan.trace_format import TraceWriter
+
+    buf = io.BytesIO()
+    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.stream_created(0xA0)
+        w.memory_allocated(0x1000, 0, 256)
+        for _ in range(50):
+            w.kernel(0, "aten::fill_", writes=[0x1000])
+        w.flush()
+        first = len(buf.getvalue())
+        for _ in range(50):
+            w.kernel(0xA0, "aten::sum", reads=[0x1000])  # races: written after the first pass
+    whole = buf.getvalue()
+    trace = tmp_path / "live.npusan"
+    trace.write_bytes(whole[:first])
+    real = timeline.replay_reader
+
+    def then_the_writer_writes(*args, **kwargs):
+        out = real(*args, **kwargs)
+        trace.write_bytes(whole)
+        return out
+
+    monkeypatch.setattr(timeline, "replay_reader", then_the_writer_writes)
+    out = io.StringIO()
+    stats = write_chrome(trace, out, ExportLimits.default())
+    doc = json.loads(out.getvalue())
+    assert [k["args"]["seq"] for k in events(doc, "X", "kernel")] == list(range(1, 51))
+    assert doc["otherData"]["kernels"] == 50 and doc["otherData"]["truncated"] is True
+    assert events(doc, "i", "finding") == []
+    assert stats.truncated and "trace ends without an end record after" in stats.warnings[0]

@@ -24,6 +24,7 @@ from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
 from ..trace_format.reader import TraceReader
 from ..trace_format.safe_text import clean_json, clean_tree
+from .engine import FREE_OP
 from .findings import Finding, StreamRef, stream_numbers
 from .replay import replay_reader
 from .reporters import describe as D
@@ -47,19 +48,30 @@ def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None
     Frames get their source text as ``npusan analyze`` gives it (recorded in the trace, else
     from an allowed file under ``sources``), so fingerprints and fixes match its report.
     """
-    return _find(path, check_leaks=check_leaks, progress=progress, sources=sources)[0]
+    return _find(path, check_leaks=check_leaks, progress=progress, sources=sources).findings
+
+
+@dataclass
+class _Found:
+    """What the first pass saw: the findings, and how far the trace went then. The draw pass
+    stops where it stopped (a trace still being written is longer the second time it is
+    read, and what lies past that holds no findings yet), and the export warns as it did."""
+
+    findings: list
+    kernels: int  # which also sizes the windows: one near the trace's end holds fewer kernels
+    truncated: bool
+    warnings: list
 
 
 def _find(path, *, check_leaks: bool, progress: Optional[Callable],
-          sources: Optional[SourceSettings]) -> tuple:
-    """:func:`find`, and the number of kernels replayed (which sizes the windows before the
-    draw pass: a window near the trace's end holds fewer kernels than its width)."""
+          sources: Optional[SourceSettings]) -> _Found:
     report = None if progress is None else (lambda _index, done, total: progress("finding", done, total))
     with TraceReader(path) as reader:
         engine, findings = replay_reader(reader, check_leaks=check_leaks, report=report)
+        found = _Found(findings, engine.kernels, reader.truncated, list(reader.warnings))
     if sources is not None:
         attach_local_sources(findings, sources)
-    return findings, engine.kernels
+    return found
 
 
 class _Windows:
@@ -281,15 +293,18 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                   progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
                   sources: Optional[SourceSettings] = None) -> Iterator[dict]:
     """The timeline's events in order, track names last; ``stats`` is filled in as they go."""
-    findings, total = _find(path, check_leaks=check_leaks, progress=progress, sources=sources)
+    found = _find(path, check_leaks=check_leaks, progress=progress, sources=sources)
+    findings = found.findings
     cache = SourceCache(sources or SourceSettings())
     stats.findings = len({f.fingerprint() for f in findings})  # as `npusan analyze` counts them (grouped)
     if limits.auto_window and limits.around is None and findings:
         limits = dataclasses.replace(limits, around=DEFAULT_AROUND)
 
-    # Where each marker goes: at the kernel of its access's seq (a free's seq is the last
-    # kernel's before it); an access of seq 0 (before any kernel) goes at the end.
+    # Where each marker goes: a kernel's access on that kernel (by seq); a free (seq 0: host
+    # side) at its FREE record, the first free of the block's address after kernel
+    # ``first_seq`` (the last kernel before it); the leak check's "end of trace" at the end.
     by_seq: dict[int, list] = {}
+    by_free: dict[tuple, list] = {}
     at_end: list = []
     centers: list[int] = []
     for f in findings:
@@ -297,9 +312,13 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
             if acc.seq:
                 by_seq.setdefault(acc.seq, []).append((f, role, acc))
                 centers.append(acc.seq)
+            elif acc.op == FREE_OP:
+                by_free.setdefault((f.first_seq, f.block.address), []).append((f, role, acc))
+                centers.append(f.first_seq)
             else:
                 at_end.append((f, role, acc))
                 centers.append(f.first_seq)
+    total = found.kernels
     window = _Windows(centers, limits.around)
     cap = limits.max_kernels
     if limits.around is not None and cap is not None and window.kernels(total) > cap:
@@ -355,6 +374,8 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                 t = rec[0]
                 if t == R.KERNEL:
                     seq += 1
+                    if seq > found.kernels:  # written since the first pass read the trace
+                        break
                     tick += 1
                     if full or not window.keeps(seq):
                         continue
@@ -382,7 +403,10 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                 elif t == R.ALLOC:
                     blocks[rec[1]] = (rec[2], rec[3])
                 elif t == R.FREE:
-                    blocks.pop(rec[1], None)
+                    ptr = blocks.pop(rec[1], symbols.blocks.get(rec[1], (None,)))[0]
+                    if (seq, ptr) in by_free and kept:
+                        tick += 1
+                        yield from markers(by_free.pop((seq, ptr)), tick * TICK)
                 elif t == R.EVENT_RECORD:
                     tick += 1
                     ts = tick * TICK
@@ -432,14 +456,15 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
         yield from markers(at_end, tick * TICK)
         # What is left in by_seq is on kernels past the cap: left out and counted, never
         # stacked at the end where they would mark no kernel.
-        left = [m for items in by_seq.values() for m in items]
+        left = [m for items in (*by_seq.values(), *by_free.values()) for m in items]
         stats.markers_left_out = len(left)
         stats.findings_left_out = len({f.fingerprint() for f, _, _ in left})
         if left:
-            stats.markers_need = window.kernels(seq) if limits.around is not None else max(by_seq)
-        stats.kernels = seq
-        stats.truncated = reader.truncated
-        stats.warnings = list(reader.warnings)
+            last = max([*by_seq, *(k for k, _ in by_free)])  # (a free after kernel k: drawn with the first k)
+            stats.markers_need = window.kernels(seq) if limits.around is not None else last
+        stats.kernels = min(seq, found.kernels)
+        stats.truncated = found.truncated
+        stats.warnings = found.warnings
 
         yield {"name": "process_name", "ph": "M", "pid": PID, "tid": HOST_TID,
                "args": {"name": f"npusan: {os.path.basename(str(path))}"}}
