@@ -57,7 +57,11 @@ def test_written_compressed_traces_are_frames_per_flush(tmp_path, monkeypatch):
         assert counts == sorted(counts) and counts[-1] >= 12
 
 
-def test_corrupt_compressed_data_is_a_warning_after_what_came_before(tmp_path):
+def test_corrupt_compressed_data_is_an_error_not_a_cut(tmp_path):
+    """Damage is not a crash: a crash only cuts a compressed trace short (read up to there,
+    with a warning), while a frame that fails its checksum makes the trace unusable, as a
+    corrupt record does in a plain trace (exit 2 from analyze), so that CI never passes on
+    a damaged trace."""
     path = tmp_path / "t.zst"
     with TraceWriter(str(path), flush_bytes=2048) as w:  # frames of about 2 KiB
         for i in range(5000):
@@ -66,9 +70,8 @@ def test_corrupt_compressed_data_is_a_warning_after_what_came_before(tmp_path):
     data[-40] ^= 0xFF  # inside one of the last frames: its checksum fails
     (tmp_path / "bad.zst").write_bytes(bytes(data))
     r = TraceReader(str(tmp_path / "bad.zst"))
-    recs = list(r.records())
-    assert r.truncated and 4000 < len(recs) < 5000
-    assert "corrupt" in r.warnings[-1] and "analyzed" in r.warnings[-1]
+    with pytest.raises(TraceFormatError, match=r"zstd data is corrupt .*, after 4\d{3} events: the trace is damaged"):
+        list(r.records())
 
 
 def test_file_objects_are_sniffed_too(small_trace):
@@ -119,11 +122,15 @@ def test_a_frame_that_fails_its_checksum_yields_no_records(tmp_path, suffix, che
     data[checksum_at] ^= 0x01  # only the last frame's checksum: its content still decodes to the race
     bad = tmp_path / f"bad{suffix}"
     bad.write_bytes(bytes(data))
-    result = analyze_traces([str(bad)])
-    assert result.findings == []
+    with pytest.raises(TraceFormatError, match="data is corrupt .*, after 202 events: the trace is damaged"):
+        analyze_traces([str(bad)])  # (the 200 kernels and 2 other events of the verified frames)
+    # a cut in the same frame (a crash while writing it) is read up to there, with a warning:
+    # what it holds is what was written (the race, recorded), only shorter
+    (tmp_path / f"cut{suffix}").write_bytes(path.read_bytes()[:-12])
+    result = analyze_traces([str(tmp_path / f"cut{suffix}")])
     (summary,) = result.traces
-    assert summary.truncated and summary.kernels == 200
-    assert "data is corrupt" in summary.warnings[0] and "200" not in summary.warnings[0].split(":")[0]
+    assert summary.truncated and "without an end record" in summary.warnings[0]
+    assert len(result.findings) == 1
 
 
 def test_a_frame_too_large_to_hold_back_that_fails_is_an_error(tmp_path, monkeypatch):

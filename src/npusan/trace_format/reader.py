@@ -337,11 +337,12 @@ class TraceReader:
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
-        damaged = getattr(self._file, "problem", None)  # compressed data that ended early
+        damaged = getattr(self._file, "problem", None)  # corrupt compressed data, not a cut
         if damaged is not None:
-            self._refuse_untrusted()
-            self._warn(f"{damaged}: analyzed the {self.events} events before its frame")
-            return
+            raise TraceFormatError(
+                f"{damaged}, after {self.events} events: the trace is damaged (a crash only cuts a "
+                "compressed trace short; this is corruption)"
+            )
         if self.still_written:
             self._warn(
                 f"the trace is still being written (it grew while it was read): analyzed the {self.events} "
