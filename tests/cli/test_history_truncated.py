@@ -139,3 +139,31 @@ def test_a_history_without_kernels_lets_no_cut_trace_confirm_a_fix(workdir, run)
     # complete trace then checks it.
     n3, _ = analyze(run, night(workdir, "n3", race=False), "n3")
     assert [k["kind"] for k in n3["fixed"]] == ["data-race"] and n3["unchecked"] == []
+
+
+def test_a_rank_without_a_trace_tonight_checked_nothing(workdir, run):
+    """A rank that crashed before writing its trace leaves no file: its findings are not
+    fixed (a second trial got 'fixed: 1'). The history knows each trace's rank."""
+    analyze(run, night(workdir, "n1"), "n1")
+    folder = workdir / "nights" / "n2"
+    folder.mkdir(parents=True)
+    rank_trace(folder / "rank1.npusan", 1, race=False)  # rank0 wrote nothing
+    n2, text = analyze(run, str(folder), "n2")
+    assert [(k["kind"], k["why"]) for k in n2["unchecked"]] == [("data-race", ["no trace of rank 0 now"])]
+    assert n2["fixed"] == [] and "1 unchecked" in text
+
+
+def test_a_renamed_rank_trace_is_still_that_rank_s(workdir, run):
+    """rank0.npusan last night, rank0.npusan.zst tonight (cut before the race): matched by
+    the rank in its header, so the cut leaves the race unchecked, not fixed."""
+    analyze(run, night(workdir, "n1"), "n1")
+    folder = workdir / "nights" / "n2"
+    folder.mkdir(parents=True)
+    rank_trace(folder / "rank0.npusan.zst", 0)
+    rank_trace(folder / "rank1.npusan", 1, race=False)
+    data = (folder / "rank0.npusan.zst").read_bytes()
+    (folder / "rank0.npusan.zst").write_bytes(data[: len(data) // 3])  # a crash: cut short
+    n2, _ = analyze(run, str(folder), "n2")
+    assert n2["fixed"] == []
+    ((why,),) = [k["why"] for k in n2["unchecked"]]
+    assert why.startswith("cut at kernel ") and why.endswith(f"before this finding's kernel {RACE_KERNEL:,}")

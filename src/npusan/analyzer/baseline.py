@@ -38,6 +38,10 @@ class Baseline:
     #: a history knows it (for runs recorded since it keeps it), a JSON baseline does not.
     #: A trace cut before that kernel cannot say the finding is fixed.
     first_kernel: dict = field(default_factory=dict)
+    #: trace path -> its rank (from its header), as a history last recorded it: a rank's
+    #: trace renamed tonight (rank0.npusan -> rank0.npusan.zst) is still that rank's, and a
+    #: rank with no trace tonight checked nothing.
+    ranks: dict = field(default_factory=dict)
 
     def __contains__(self, fingerprint: str) -> bool:
         return fingerprint in self.known

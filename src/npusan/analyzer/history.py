@@ -181,6 +181,10 @@ class History:
             (fp, trace): kernel for trace, fp, kernel in self.db.execute(
                 "SELECT trace, fingerprint, kernel FROM first_kernels WHERE run = ?", (last.id,))
         }
+        # Each trace's rank as last recorded (a trace carried as unchecked may be missing from
+        # the last run's traces, when its rank wrote none that night).
+        out.ranks = {trace: rank for trace, rank in self.db.execute(
+            "SELECT trace, rank FROM traces WHERE rank IS NOT NULL ORDER BY run")}
         return out
 
     def has_label(self, label: str) -> bool:

@@ -205,7 +205,7 @@ def build_report(
     if compared is not None:
         report.compared_with = compared
         report.fixed, report.unchecked, report.unchecked_traces, report.unchecked_why = split_unchecked(
-            compared.gone(present), compared.traces, result.traces, compared.first_kernel,
+            compared.gone(present), compared.traces, result.traces, compared.first_kernel, compared.ranks,
         )
         for g in report.groups:
             g.status = "persisting" if g.fingerprint in compared else "new"
@@ -213,7 +213,7 @@ def build_report(
     return report
 
 
-def split_unchecked(gone: list, seen_in: dict, traces: list, first_kernel: dict) -> tuple:
+def split_unchecked(gone: list, seen_in: dict, traces: list, first_kernel: dict, ranks: Optional[dict] = None) -> tuple:
     """``(fixed, unchecked, {fingerprint: traces}, {fingerprint: whys})`` of the compared
     run's ``gone`` findings.
 
@@ -225,13 +225,18 @@ def split_unchecked(gone: list, seen_in: dict, traces: list, first_kernel: dict)
     finding whose kernel is not known (histories recorded before it was kept). A trace of
     that run is matched to this run's trace with the same path or, when none has it (a
     folder per night), with the longest common tail of path components (at least the file
-    name); when several match equally well, the first that cannot check the finding
-    decides, so that a finding is never called fixed for a trace that could not show it.
-    A finding without known traces (a JSON baseline) is fixed.
+    name), else with this run's traces of the same rank (``ranks``: path -> rank, from a
+    history; a file renamed, ``rank0.npusan`` -> ``rank0.npusan.zst``); when several match
+    equally well, the first that cannot check the finding decides, so that a finding is
+    never called fixed for a trace that could not show it. A trace of a known rank that
+    matches none now (the rank wrote no trace) checked nothing either. A finding without
+    known traces (a JSON baseline) is fixed.
     """
-    if not gone or not any(t.error is not None or t.truncated for t in traces):
-        return list(gone), [], {}, {}
+    ranks = ranks or {}
+    if not gone:
+        return [], [], {}, {}
     now = {str(t.path): t for t in traces}
+    rank_of = {p: (t.header.get("rank") if isinstance(t.header, dict) else None) for p, t in now.items()}
     parts = {p: _components(p) for p in now}
 
     def matching(prev: str) -> list:
@@ -247,10 +252,15 @@ def split_unchecked(gone: list, seen_in: dict, traces: list, first_kernel: dict)
                 best, tied = n, [now[p]]
             elif n and n == best:
                 tied.append(now[p])
+        if not tied and ranks.get(prev) is not None:
+            tied = [now[p] for p, r in rank_of.items() if r == ranks[prev]]
         return tied
 
     def why_unchecked(fp: str, prev: str) -> Optional[str]:
-        for t in matching(prev):
+        found = matching(prev)
+        if not found and ranks.get(prev) is not None:
+            return f"no trace of rank {ranks[prev]} now"
+        for t in found:
             if t.error is not None:
                 return "unreadable now"
             if t.truncated:
