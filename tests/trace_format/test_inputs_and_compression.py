@@ -164,3 +164,23 @@ def test_frames_of_a_megabyte_and_more_read_back_exactly(tmp_path, suffix, monke
     want = list(TraceReader(str(plain)).records())
     r = TraceReader(str(packed))
     assert list(r.records()) == want and r.ended_cleanly and not r.warnings
+
+
+def test_damage_in_a_whole_file_frame_names_the_frame_not_the_header_alone(tmp_path, small_trace):
+    """`gzip t.npusan` makes one member of the whole trace: damage anywhere in it stops the
+    reader before the header can be read, and the error says it is that frame."""
+    data = bytearray(gzip.compress(small_trace))
+    data[-6] ^= 0x01  # the member's length field, at the very end
+    (tmp_path / "t.npusan.gz").write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match="gzip data is corrupt .*, in the compressed frame that holds the trace header"):
+        TraceReader(str(tmp_path / "t.npusan.gz"))
+
+
+def test_an_empty_array_where_a_record_belongs_is_named_so():
+    buf = io.BytesIO()
+    w = TraceWriter(buf, backend="cuda")
+    w.kernel(0, "aten::add", writes=[0x1000])
+    w.flush()  # (not closed: no END record)
+    bad = io.BytesIO(buf.getvalue() + b"\x90")  # [] after the records
+    with pytest.raises(TraceFormatError, match=r"is not a record \(an empty array, expected an array\)"):
+        list(TraceReader(bad).records())

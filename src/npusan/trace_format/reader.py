@@ -99,7 +99,7 @@ class TraceReader:
             damaged = getattr(self._file, "problem", None)  # corrupt compressed data
             self.close()
             if damaged is not None:
-                raise TraceFormatError(f"{damaged} inside the trace header") from None
+                raise TraceFormatError(f"{damaged}, in the compressed frame that holds the trace header") from None
             raise
         except BaseException:
             self.close()
@@ -721,7 +721,9 @@ def _typename(v: Any) -> str:
     """The msgpack type of ``v`` with its article: "an integer", "a map"."""
     name = {int: "integer", str: "string", bytes: "binary", dict: "map", list: "array", float: "float",
             bool: "boolean", type(None): "nil"}.get(type(v), type(v).__name__)
-    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+    if v == [] and type(v) is list:
+        name = "empty array"
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _mib(n: int) -> str:
