@@ -258,19 +258,9 @@ def test_a_trace_that_grew_between_the_passes_is_drawn_as_the_first_pass_saw_it(
     import io
 
     from npusan.analyzer import timeline
-    from npusan.trace_format import TraceWriter
+    from tests.trace_format.conftest import growing_trace
 
-    buf = io.BytesIO()
-    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
-        w.stream_created(0xA0)
-        w.memory_allocated(0x1000, 0, 256)
-        for _ in range(50):
-            w.kernel(0, "aten::fill_", writes=[0x1000])
-        w.flush()
-        first = len(buf.getvalue())
-        for _ in range(50):
-            w.kernel(0xA0, "aten::sum", reads=[0x1000])  # races: written after the first pass
-    whole = buf.getvalue()
+    whole, first = growing_trace(50)  # the races come after the first pass read the trace
     trace = tmp_path / "live.npusan"
     trace.write_bytes(whole[:first])
     real = timeline.replay_reader

@@ -31,6 +31,24 @@ def write_small_trace(target, **kwargs) -> None:
         w.device_synchronized()
 
 
+def growing_trace(kernels: int) -> tuple:
+    """``(whole, first)``: a trace's bytes, and where its first flush ended: ``kernels``
+    writes on the default stream, a flush, then as many unsynchronized reads of the same
+    block on a side stream (races). A reader that saw only the first part (a trace still
+    being written) saw no race."""
+    buf = io.BytesIO()
+    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.stream_created(0xA0)
+        w.memory_allocated(0x1000, 0, 256)
+        for _ in range(kernels):
+            w.kernel(0, "aten::fill_", writes=[0x1000])
+        w.flush()
+        first = len(buf.getvalue())
+        for _ in range(kernels):
+            w.kernel(0xA0, "aten::sum", reads=[0x1000])
+    return buf.getvalue(), first
+
+
 @pytest.fixture
 def small_trace() -> bytes:
     buf = io.BytesIO()

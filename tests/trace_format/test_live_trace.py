@@ -12,7 +12,9 @@ import io
 import pytest
 
 from npusan.analyzer.replay import analyze_trace
-from npusan.trace_format import TraceReader, TraceWriter
+from npusan.trace_format import TraceReader
+
+from .conftest import growing_trace
 
 
 class _WrittenMeanwhile(io.FileIO):
@@ -34,17 +36,7 @@ class _WrittenMeanwhile(io.FileIO):
 
 def _live_trace(tmp_path):
     """A file holding a trace's first records then zeros, and the bytes that later fill them."""
-    buf = io.BytesIO()
-    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
-        w.stream_created(0xA0)
-        w.memory_allocated(0x1000, 0, 256)
-        for _ in range(100):
-            w.kernel(0, "aten::fill_", writes=[0x1000])
-        w.flush()
-        written = len(buf.getvalue())
-        for _ in range(100):
-            w.kernel(0xA0, "aten::sum", reads=[0x1000])  # a race, written after the reader looked
-    data = buf.getvalue()
+    data, written = growing_trace(100)
     live = tmp_path / "live.npusan"
     live.write_bytes(data[:written] + bytes(len(data) - written))
     return live, data[written:], written
