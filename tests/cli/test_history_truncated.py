@@ -167,3 +167,14 @@ def test_a_renamed_rank_trace_is_still_that_rank_s(workdir, run):
     assert n2["fixed"] == []
     ((why,),) = [k["why"] for k in n2["unchecked"]]
     assert why.startswith("cut at kernel ") and why.endswith(f"before this finding's kernel {RACE_KERNEL:,}")
+
+
+def test_the_short_format_tags_findings_new_or_persisting_too(workdir, run):
+    """--format short with --history keeps the text report's [new] / [persisting] (trial)."""
+    lines = []
+    for label in ("n1", "n2"):
+        r = run("analyze", night(workdir, label), "--history", "h.db", "--format", "short")
+        assert r.exit_code == 1, r.stderr
+        lines.append(r.stdout.splitlines())
+    assert [line.endswith(" [new]") for line in lines[0]] == [True]
+    assert [line.endswith(" [persisting]") for line in lines[1]] == [True]

@@ -66,6 +66,8 @@ class ShortReporter(Reporter):
         for c in report.causes:
             for g in c.groups:
                 line = D.short_line(g.finding, report.header(g.finding.trace))
+                if g.status:  # against a baseline or a history: new or persisting
+                    line += f" [{g.status}]"
                 if len(c.groups) > 1:
                     line += f" [root cause #{c.number}]"
                 out.append(clean(line, 1 << 16) + "\n")
