@@ -2,7 +2,8 @@
 
 Nightly jobs keep one trace per rank and compress them. A reader recognizes a compressed
 trace by its content (the zstandard or gzip magic bytes), not by its name, and decompresses
-it as a stream in constant memory.
+it as a stream in bounded memory (a frame of up to 8 MiB is held until its checksum has
+verified it: see DecompressingReader).
 
 Writing keeps the crash safety of plain traces: every flush of the trace's buffer becomes
 one complete, independent compressed frame (a zstandard frame or a gzip member), and a
@@ -105,8 +106,8 @@ class DecompressingReader(io.RawIOBase):
     decode to plausible records (deflate has no check of its own, and zstandard checks a
     frame at its end), and a trace attached to a bug report must not yield a finding that
     was never recorded. Corrupt compressed data therefore ends the stream at the start of
-    its frame, with :attr:`problem` set, and a reader analyzes everything before it, as it
-    does for a cut plain trace. A frame larger than :data:`HOLD_BYTES` (npusan writes
+    its frame, with :attr:`problem` set (the trace reader then refuses the trace as
+    damaged: a crash only cuts a compressed trace short). A frame larger than :data:`HOLD_BYTES` (npusan writes
     frames of about 1 MiB; other tools may write one frame for a whole file) is handed out
     as it is decoded instead, and :attr:`untrusted` says that bytes of a frame that then
     failed its check were already read. A file cut inside a frame (a killed writer) ends
