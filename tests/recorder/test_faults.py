@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 
 import pytest
 import torch
@@ -549,3 +550,30 @@ def test_a_forwarded_sigint_is_taken_for_a_copy_only_right_after_the_original(mo
     assert not sigint(111.5)
     note["fwd"] = (4, 111.501)
     assert sigint(111.502)  # its own copy is
+
+
+def test_a_signal_in_a_finalizer_or_the_sim_hook_registry_waits_for_the_program():
+    """A Ctrl-C handled inside a ``weakref.finalize`` callback is printed as "Exception
+    ignored" and lost (the simulated device reports an event's deletion through one, and
+    its hook registry, ``sim.Trace.fire``, calls the recorder): both count as inside the
+    recorder, so the signal is raised again once the program runs (a fresh-clone run lost
+    one such Ctrl-C: the recorded loop below ran on past the test's 30 s)."""
+    import gc
+
+    from npusan import sim
+    from npusan.recorder import signals
+
+    seen = []
+
+    class Thing:
+        pass
+
+    t = Thing()
+    weakref.finalize(t, lambda: seen.append(signals.inside_recorder(sys._getframe(0))))
+    del t
+    gc.collect()
+    trace = sim._TraceRegistry()
+    trace.register_callback_for_event_deletion(lambda *a: seen.append(signals.inside_recorder(sys._getframe(0))))
+    trace.fire("event_deletion", 1)
+    assert seen == [True, True]
+    assert not signals.inside_recorder(sys._getframe(0))  # the program's own frames do not

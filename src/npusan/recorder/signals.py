@@ -9,7 +9,8 @@ runtimes' hook registries log it) or leave the trace half-written.
 
 So while recording, SIGINT and SIGTERM go through :func:`_on_signal` first. When the
 interrupted frame, or one of its callers, is npusan's recording code (or a runtime's
-``fire_callbacks`` calling it), the signal is raised again (``_thread.interrupt_main``,
+``fire_callbacks`` calling it, or a ``weakref.finalize`` callback, where an exception is
+only printed), the signal is raised again (``_thread.interrupt_main``,
 from a short timer thread) and handled again at the next bytecode that runs -- within
 microseconds, once the recorder has returned to the program. Elsewhere:
 
@@ -33,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Optional
 
 from . import status
@@ -46,6 +48,12 @@ _PKG = os.path.dirname(_HERE)
 _GUARDED_FILES = tuple(os.path.join(_PKG, "trace_format", f) for f in ("writer.py", "encoder.py"))
 _GUARDED_EXCLUDED = (os.path.join(_HERE, "activate.py"), os.path.join(_HERE, "_boot") + os.sep, __file__)
 _MAX_DEPTH = 400
+#: The simulated device's hook registry (``npusan.sim.Trace.fire``, as CUDA's
+#: ``fire_callbacks``), found by file and name: importing npusan.sim here would import torch.
+_SIM_FILE = os.path.join(_PKG, "sim.py")
+#: A finalizer's call (the simulated device reports an event's deletion through one): an
+#: exception raised in it is printed as "Exception ignored" and lost, a Ctrl-C with it.
+_FINALIZER_CALL = weakref.finalize.__call__.__code__
 
 #: Seconds within which a SIGINT passed on by ``npusan record`` is taken for the copy of one
 #: this process has just handled (a signal to the process group reaches both).
@@ -74,7 +82,8 @@ def inside_recorder(frame: Any) -> bool:
     depth = 0
     while frame is not None and depth < _MAX_DEPTH:
         code = frame.f_code
-        if _guarded_file(code.co_filename) or code.co_name == "fire_callbacks":  # + the runtimes' hook registries
+        if (_guarded_file(code.co_filename) or code.co_name == "fire_callbacks"  # + the runtimes' hook registries
+                or code is _FINALIZER_CALL or (code.co_name == "fire" and code.co_filename == _SIM_FILE)):
             return True
         frame = frame.f_back
         depth += 1
