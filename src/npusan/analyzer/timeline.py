@@ -40,19 +40,8 @@ def _tid(sidx: int) -> int:
     return sidx + 1
 
 
-def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None,
-         sources: Optional[SourceSettings] = None) -> list:
-    """Pass 1: replay ``path`` as ``npusan analyze`` does (the compiled core when it is
-    built); return its findings.
-
-    Frames get their source text as ``npusan analyze`` gives it (recorded in the trace, else
-    from an allowed file under ``sources``), so fingerprints and fixes match its report.
-    """
-    return _find(path, check_leaks=check_leaks, progress=progress, sources=sources).findings
-
-
 @dataclass
-class _Found:
+class Found:
     """What the first pass saw: the findings, and how far the trace went then. The draw pass
     stops where it stopped (a trace still being written is longer the second time it is
     read, and what lies past that holds no findings yet), and the export warns as it did."""
@@ -63,12 +52,18 @@ class _Found:
     warnings: list
 
 
-def _find(path, *, check_leaks: bool, progress: Optional[Callable],
-          sources: Optional[SourceSettings]) -> _Found:
+def find(path, *, check_leaks: bool = False, progress: Optional[Callable] = None,
+         sources: Optional[SourceSettings] = None) -> Found:
+    """Pass 1: replay ``path`` as ``npusan analyze`` does (the compiled core when it is
+    built); return its findings and how far it read.
+
+    Frames get their source text as ``npusan analyze`` gives it (recorded in the trace, else
+    from an allowed file under ``sources``), so fingerprints and fixes match its report.
+    """
     report = None if progress is None else (lambda _index, done, total: progress("finding", done, total))
     with TraceReader(path) as reader:
         engine, findings = replay_reader(reader, check_leaks=check_leaks, report=report)
-        found = _Found(findings, engine.kernels, reader.truncated, list(reader.warnings))
+        found = Found(findings, engine.kernels, reader.truncated, list(reader.warnings))
     if sources is not None:
         attach_local_sources(findings, sources)
     return found
@@ -293,7 +288,7 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
                   progress: Optional[Callable[[str, int, Optional[int]], None]] = None,
                   sources: Optional[SourceSettings] = None) -> Iterator[dict]:
     """The timeline's events in order, track names last; ``stats`` is filled in as they go."""
-    found = _find(path, check_leaks=check_leaks, progress=progress, sources=sources)
+    found = find(path, check_leaks=check_leaks, progress=progress, sources=sources)
     findings = found.findings
     cache = SourceCache(sources or SourceSettings())
     stats.findings = len({f.fingerprint() for f in findings})  # as `npusan analyze` counts them (grouped)
@@ -318,14 +313,13 @@ def chrome_events(path, limits: ExportLimits, stats: ExportStats, *, check_leaks
             else:
                 at_end.append((f, role, acc))
                 centers.append(f.first_seq)
-    total = found.kernels
     window = _Windows(centers, limits.around)
     cap = limits.max_kernels
-    if limits.around is not None and cap is not None and window.kernels(total) > cap:
+    if limits.around is not None and cap is not None and window.kernels(found.kernels) > cap:
         # Narrower windows rather than the cap cutting off the findings past it: every
         # finding's kernels are drawn while the radius-0 windows fit.
         stats.narrowed_from = limits.around
-        limits = dataclasses.replace(limits, around=_fitting_radius(centers, limits.around, total, cap))
+        limits = dataclasses.replace(limits, around=_fitting_radius(centers, limits.around, found.kernels, cap))
         window = _Windows(centers, limits.around)
     stats.limits = limits
 
