@@ -28,7 +28,9 @@ command as `npusan ...`.
 
 Exit status of every command: 0 success (for `analyze`: no findings), 1 findings
 (`analyze` only), 2 unusable input or usage error, with one line on stderr.
-`npusan record` exits with the recorded command's status.
+`npusan record` exits with the recorded command's status. When the reader of the output goes
+away (`npusan analyze T | head`), a command ends quietly with status 141 (128 + SIGPIPE, what
+the shell reports for git or cat there).
 
 ## Shell completion
 

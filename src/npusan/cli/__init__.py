@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Optional
+from typing import NoReturn, Optional
 
 import click
 
@@ -45,18 +45,27 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     # Usage errors (of the group or of a verb: its arguments are parsed in Group.invoke)
-    # become one line; see errors.OneLineUsageError.
+    # become one line; see errors.OneLineUsageError. A reader of the output that went away
+    # (--help, --version or a verb's output piped into head) ends the command quietly, here
+    # for every verb: click's own handling would exit 1, which npusan analyze uses for findings.
     def make_context(self, *args, **kwargs) -> click.Context:
         try:
             return super().make_context(*args, **kwargs)
         except click.ClickException as e:
             raise _one_line(e) from None
+        except BrokenPipeError:
+            _reader_gone()
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:
+                sys.stdout.flush()  # output still buffered fails here, not at exit
         except click.ClickException as e:
             raise _one_line(e) from None
+        except BrokenPipeError:
+            _reader_gone()
 
     def all_commands(self) -> dict:
         """Every command by name, importing the lazy ones (for documentation and tests)."""
@@ -89,6 +98,12 @@ def _one_line(error: click.ClickException) -> click.ClickException:
     from .errors import as_one_line
 
     return as_one_line(error)
+
+
+def _reader_gone() -> NoReturn:
+    from .errors import reader_gone
+
+    reader_gone()
 
 
 @click.group("npusan", cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from typing import Callable, NoReturn, TypeVar
 
@@ -14,6 +15,9 @@ from ..trace_format.safe_text import clean
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
 EXIT_UNUSABLE = 2
+#: The reader of the output went away (``npusan analyze | head``): what the shell reports for
+#: a program killed by SIGPIPE (128 + 13), as for git or cat; 1 would read as findings.
+EXIT_READER_GONE = 141
 
 F = TypeVar("F", bound=Callable)
 
@@ -49,13 +53,34 @@ def refuse_like_analyze(path: str) -> None:
     analyze_trace(path)
 
 
+def reader_gone() -> NoReturn:
+    """End quietly, as Unix tools do, when whoever reads the output has gone away.
+
+    Python ignores SIGPIPE, so a write to a pipe whose reader exited (``| head``) raises
+    BrokenPipeError; the verbs let it through (it is no failure of theirs) and the
+    command group calls this once for all of them. Nothing is printed: the user stopped
+    reading on purpose. Standard output becomes /dev/null so that the flush at exit does
+    not fail again and print "Exception ignored" (the ``signal`` module's note on SIGPIPE).
+    """
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor: a captured stdout (click's CliRunner)
+        pass
+    sys.exit(EXIT_READER_GONE)
+
+
 def one_line_errors(fn: F) -> F:
-    """Turn the expected failures of a verb into ``npusan: error: ...`` and exit 2."""
+    """Turn the expected failures of a verb into ``npusan: error: ...`` and exit 2.
+
+    A BrokenPipeError is not one: it goes on to :func:`reader_gone`.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            raise
         except TraceFormatError as e:
             fail(str(e))
         except UsageProblem as e:

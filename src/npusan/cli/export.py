@@ -116,6 +116,8 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
         stats = _write(trace, output, limits, check_leaks, progress, sources)
+    except BrokenPipeError:  # the reader of the timeline left: see errors.reader_gone
+        raise
     except OSError as e:
         raise UsageProblem(f"cannot write the timeline to {output or 'stdout'}: {e.strerror or e}") from None
     except TraceFormatError as e:

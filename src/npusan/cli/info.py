@@ -7,7 +7,9 @@ with one line for unusable input.
 from __future__ import annotations
 
 import datetime
+import errno
 import json
+import os
 import shlex
 import sys
 from typing import Any
@@ -88,7 +90,12 @@ def _render(s, no_color: bool) -> None:
 
     from ..trace_format.info import display_path
 
-    console = Console(no_color=no_color, highlight=False, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            """Rich would exit 1 itself; info ends as every verb does (errors.reader_gone)."""
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    console = _Console(no_color=no_color, highlight=False, soft_wrap=False)
     h = s.header
 
     title = f"[bold]{_escape(display_path(s.path))}[/bold]"

@@ -76,5 +76,7 @@ def atomic_output(path: str, what: str = "the report") -> Iterator[BinaryIO]:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+    except BrokenPipeError:  # a FIFO whose reader left: see errors.reader_gone
+        raise
     except OSError as e:
         raise UsageProblem(f"cannot write {what} to {path}: {e.strerror or e}; nothing was written") from None
