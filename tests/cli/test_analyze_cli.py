@@ -389,3 +389,44 @@ def test_a_dash_reads_standard_input_and_writes_standard_output(scenario, workdi
     assert r.returncode == 2 and r.stdout == b""
     (line,) = r.stderr.decode().splitlines()
     assert "export reads its trace twice" in line and "not a pipe or standard input" in line
+
+
+def test_a_trace_read_from_standard_input_is_called_stdin(scenario, workdir):
+    """``cat t | npusan analyze -``: reports, warnings, errors and ``info`` call the trace
+    ``<stdin>``, as Python does, not ``/dev/stdin`` (the device it was read through)."""
+    import subprocess
+    import sys
+
+    npusan = [sys.executable, "-m", "npusan"]
+    data = (workdir / scenario("data_race")).read_bytes()
+
+    def through_stdin(*args, data=data):
+        r = subprocess.run([*npusan, *args], input=data, capture_output=True, timeout=120)
+        out, err = r.stdout.decode(), r.stderr.decode()
+        assert "/dev/stdin" not in out + err, out + err
+        return r.returncode, out, err
+
+    code, out, _ = through_stdin("analyze", "-", "--format", "json")
+    assert code == 1 and [t["path"] for t in json.loads(out)["traces"]] == ["<stdin>"]
+    code, out, _ = through_stdin("analyze", "-")
+    assert code == 1 and "  trace <stdin>: " in out and "seen:      once in <stdin>" in out
+    code, out, _ = through_stdin("analyze", "-", "--format", "sarif")
+    assert json.loads(out)["runs"][0]["artifacts"][0]["location"]["uri"] == "%3Cstdin%3E"
+    code, out, _ = through_stdin("analyze", "-", "--format", "junit")
+    assert 'name="trace" value="&lt;stdin&gt;"' in out
+    code, out, _ = through_stdin("analyze", "-", "--format", "html")
+    assert "<h3>&lt;stdin&gt;</h3>" in out
+    # worker processes (two traces: a pool) name it as this process does
+    code, out, _ = through_stdin("analyze", "-", "data_race.bin", "--format", "json", "-j", "2")
+    assert [t["path"] for t in json.loads(out)["traces"]] == ["<stdin>", "data_race.bin"]
+    code, out, _ = through_stdin("info", "-", "--json")
+    assert code == 0 and json.loads(out)["path"] == "<stdin>"
+    code, out, _ = through_stdin("info", "-")
+    assert code == 0 and out.splitlines()[0].startswith("<stdin>")
+
+    code, _, err = through_stdin("analyze", "-", data=data[:-8])  # cut: the end record is gone
+    assert code == 1 and "npusan: warning: <stdin>: " in err
+    code, _, err = through_stdin("analyze", "-", data=b"")
+    assert code == 2 and err == "npusan: error: <stdin>: the file is empty: not an npusan trace\n"
+    code, _, err = through_stdin("export", "-")
+    assert code == 2 and err.startswith("npusan: error: <stdin>: export reads its trace twice")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import pickle
 import sys
 
 import pytest
@@ -13,6 +14,7 @@ import zstandard
 from npusan.trace_format import TraceReader, TraceWriter
 from npusan.trace_format.compression import DecompressingReader, decompressed
 from npusan.trace_format.errors import TraceFormatError
+from npusan.trace_format.input_files import StandardInput, trace_name
 from npusan.trace_format.inputs import find_traces, is_trace_file
 
 from .conftest import write_small_trace
@@ -36,6 +38,28 @@ def test_directories_globs_and_explicit_files(tmp_path, small_trace):
     (tmp_path / "none").mkdir()
     assert find_traces([str(tmp_path / "none")]).problems[0][1].startswith("no npusan traces")
     assert not is_trace_file(str(tmp_path / "a" / "fifo"))
+
+
+def test_a_dash_is_standard_input_opened_as_dev_stdin_and_named_stdin():
+    """One value says both: where ``-`` is read from (``os.fspath``) and what it is called."""
+    found = find_traces(["-", "-"])
+    assert found.paths == [StandardInput()] and not found.problems  # named twice, read once
+    stdin = found.paths[0]
+    assert os.fspath(stdin) == "/dev/stdin" and str(stdin) == f"{stdin}" == "<stdin>"
+    assert trace_name(stdin) == "<stdin>" and trace_name("/dev/stdin") == "/dev/stdin"
+    assert trace_name(b"t.bin") == "t.bin" and trace_name(io.BytesIO()) is None
+    assert pickle.loads(pickle.dumps(stdin)) == stdin  # sent to worker processes as it is
+
+
+def test_a_trace_piped_to_standard_input_is_read_and_named_stdin(tmp_path, small_trace):
+    import subprocess
+
+    code = ("import sys; from npusan.trace_format import TraceReader; "
+            "from npusan.trace_format.inputs import STDIN; "
+            "r = TraceReader(STDIN); print(r.name, sum(1 for _ in r))")
+    out = subprocess.run([sys.executable, "-c", code], input=small_trace, capture_output=True, timeout=60)
+    name, records = out.stdout.decode().split()
+    assert out.returncode == 0 and name == "<stdin>" and int(records) > 0
 
 
 def test_written_compressed_traces_are_frames_per_flush(tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from ..trace_format.compression import decompressed
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.info import no_device_work
+from ..trace_format.input_files import trace_name
 from ..trace_format.inputs import find_traces
 from .findings import AnalysisResult, TraceSummary
 from .sources import SourceSettings, attach_local_sources
@@ -53,7 +54,7 @@ def analyze_one(source, index: int, check_leaks: bool = False, name: Optional[st
     from .replay import analyze_trace  # the engine is imported in the worker, not before
 
     if name is None:
-        name = os.fspath(source) if isinstance(source, (str, os.PathLike)) else getattr(source, "name", f"trace {index}")
+        name = trace_name(source) or f"trace {index}"
     try:
         found, summary = analyze_trace(source, index, check_leaks=check_leaks, report=report)
     except (TraceFormatError, OSError, MemoryError, RecursionError) as e:
@@ -106,7 +107,8 @@ def merge(outcomes: Iterable[tuple], sources: Optional[SourceSettings] = None) -
     return AnalysisResult(findings=findings, traces=summaries)
 
 
-def analyze_paths(paths: Sequence[str], options: BatchOptions, progress: Optional[Callable] = None) -> list:
+def analyze_paths(paths: Sequence["str | os.PathLike[str]"], options: BatchOptions,
+                  progress: Optional[Callable] = None) -> list:
     """``[(findings, TraceSummary)]`` for ``paths``, in order, run as ``options`` say.
 
     ``progress`` (serial runs only) is called as in :func:`~npusan.analyzer.replay.analyze_traces`.
@@ -190,12 +192,13 @@ def _on_dask(paths: list, options: BatchOptions) -> list:
 
 def _analyze_on(client, paths: list, options: BatchOptions) -> list:
     """``analyze_paths`` on a Dask ``client``: one task per trace, results in input order."""
+    names = [trace_name(p) for p in paths]
     if not options.send_bytes:
         # Workers open the traces themselves (shared storage): absolute paths, reported
         # under the names given here. One map call: the tasks go to the scheduler at once.
         n = len(paths)
         futures = client.map(analyze_one, [os.path.abspath(p) for p in paths], range(n),
-                             [options.check_leaks] * n, paths, pure=False)
+                             [options.check_leaks] * n, names, pure=False)
         return client.gather(futures)
     results: list = [None] * len(paths)
     window = max(2, 2 * len(client.scheduler_info().get("workers", {})))
@@ -207,9 +210,9 @@ def _analyze_on(client, paths: list, options: BatchOptions) -> list:
             with open(p, "rb") as f:
                 data = f.read()
         except OSError as e:
-            results[i] = ([], TraceSummary(path=p, header={}, error=f"cannot read the trace: {e.strerror or e}"))
+            results[i] = ([], TraceSummary(path=names[i], header={}, error=f"cannot read the trace: {e.strerror or e}"))
             continue
-        pending[client.submit(_analyze_bytes, data, i, options.check_leaks, p, pure=False)] = i
+        pending[client.submit(_analyze_bytes, data, i, options.check_leaks, names[i], pure=False)] = i
         del data
         if len(pending) >= window:  # bound what the client holds in flight
             done, _ = wait(list(pending), return_when="FIRST_COMPLETED")

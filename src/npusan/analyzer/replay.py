@@ -14,11 +14,11 @@ import functools
 import gc
 import inspect
 import itertools
-import os
 from typing import Callable, Optional, Sequence
 
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.header import is_default_stream
+from ..trace_format.input_files import trace_name
 from ..trace_format.reader import TraceReader
 from .engine import Engine, RecordError, SourceError
 from .native import NativeEngine, make_engine, newer_than_core
@@ -60,7 +60,7 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
     :class:`TraceFormatError` naming the file. Which engine replays it: see
     ``native.make_engine`` (the compiled core, VIEWS records of format 1.1 included).
     """
-    name = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else getattr(path, "name", str(path))
+    name = trace_name(path) or str(path)
     try:
         reader = TraceReader(path)
     except OSError as e:

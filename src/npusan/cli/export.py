@@ -39,8 +39,9 @@ class _Progress(LazyProgress):
         self.update(phase, label, done, total)
 
 
-def single_trace(argument: str) -> str:
-    """The one trace a file, directory or glob argument names; a usage problem otherwise."""
+def single_trace(argument: str) -> "str | os.PathLike[str]":
+    """The one trace a file, directory, glob or ``-`` argument names (``-``: a
+    :class:`~npusan.trace_format.input_files.StandardInput`); a usage problem otherwise."""
     from ..trace_format.inputs import find_traces
 
     found = find_traces([argument])

@@ -14,10 +14,41 @@ import errno
 import os
 import select
 import stat
-from typing import BinaryIO
+from dataclasses import dataclass
+from typing import BinaryIO, Optional
 
 #: How long a pipe or FIFO may stay silent before it is given up as having no writer.
 PIPE_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class StandardInput(os.PathLike):
+    """The trace ``-`` names: standard input, opened as a file and shown as ``<stdin>``.
+
+    ``os.fspath`` gives ``/dev/stdin``, so every reader opens it as it opens any path (a
+    pipe included); ``str`` gives ``<stdin>``, the name Python and most tools give standard
+    input, for reports and messages: ``/dev/stdin`` would name this machine's device, not
+    the trace that came through it.
+    """
+
+    path: str = "/dev/stdin"
+    name: str = "<stdin>"
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def trace_name(source: object) -> Optional[str]:
+    """What messages and reports call a trace source: a path as given, ``<stdin>`` for
+    :class:`StandardInput`, a file object's ``name`` (None when it has none)."""
+    if isinstance(source, StandardInput):
+        return source.name
+    if isinstance(source, (str, bytes, os.PathLike)):
+        return os.fsdecode(source)
+    return getattr(source, "name", None)
 
 
 def open_input(path: "str | os.PathLike[str]") -> BinaryIO:

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from . import records as R
+from .compression import WRITE_SUFFIXES, DecompressingReader, sniff
+from .input_files import StandardInput
+from .reader import _read_exactly
 
 #: What ``-`` names: standard input, read as any other file (a pipe: as it comes).
-STDIN = "/dev/stdin"
-from .compression import WRITE_SUFFIXES, DecompressingReader, sniff
-from .reader import _read_exactly
+STDIN = StandardInput()
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -44,7 +45,8 @@ TRACE_SUFFIXES = (".npusan", ".npusan.gz", ".npusan.zst", ".npusan.zstd")
 class Inputs:
     """The traces a command line names, in order, and the arguments that named none."""
 
-    paths: list = field(default_factory=list)  # list[str], each once, in command-line order
+    #: ``str`` paths, each once, in command-line order; ``-`` as :data:`STDIN`.
+    paths: list = field(default_factory=list)
     #: ``(argument, reason)`` for arguments that name no trace (missing file, empty folder).
     problems: list = field(default_factory=list)
 
@@ -58,7 +60,7 @@ def find_traces(arguments: Iterable[str]) -> Inputs:
     out = Inputs()
     seen: set = set()
 
-    def take(path: str) -> None:
+    def take(path: "str | StandardInput") -> None:
         key = os.path.realpath(path)
         if key not in seen:
             seen.add(key)

@@ -30,7 +30,7 @@ from . import records as R
 from .compression import HOLD_BYTES, decompressed
 from .errors import TraceFormatError
 from .header import MAX_VALUE_NODES, clean_header, format_version, summarize_value
-from .input_files import open_input
+from .input_files import open_input, trace_name
 from .safe_text import clean
 from .symbols import SymbolTable
 
@@ -82,9 +82,9 @@ class TraceReader:
         self._consumed: Optional[int] = None
         self._origin = len(R.MAGIC)  # byte offset where the record unpacker's tell() counts from
         if isinstance(source, (str, bytes, os.PathLike)):
-            self._file: Any = decompressed(open_input(source), os.fsdecode(source))  # .zst/.gz as a stream
+            self._file: Any = decompressed(open_input(source), trace_name(source))  # .zst/.gz as a stream
             self._owns = True
-            self.name: Optional[str] = os.fsdecode(source)
+            self.name: Optional[str] = trace_name(source)
         else:
             if not hasattr(source, "read"):
                 raise TypeError(f"expected a path or a binary file object, got {type(source).__name__}")
