@@ -268,6 +268,8 @@ typedef struct {
     uint8_t nfs;           /* entries of fs_stream and fs_seq, FS_FULL: too many streams to say */
     uint8_t size_known, from_def, has_write;
     uint8_t capped; /* its segments were merged past the cap (counted once: Core.capped) */
+    uint8_t grid;   /* range mode held in cells, not in the index (see cells) */
+    uint8_t gbits;  /* 1 + log2 of the cell width this range mode keeps to; 0: none */
     uint64_t size;
     uint64_t *keys;
     seg_t *segs;
@@ -286,6 +288,14 @@ typedef struct {
      * A block whose range mode ends (its whole block written) keeps a narrow index and
      * its pool, empty, for the next time its bytes are split: in a training step the same
      * buffers go through both modes over and over. */
+    /* The grid form of range mode, for a block whose ranged accesses each cover exactly one
+     * of its equal parts (a buffer cut into 2^k-byte slices, each touched alone: the same
+     * segments, each an uninterrupted run of cells): cells[x] is the slot of the segment that
+     * holds bytes [x << (gbits - 1), (x + 1) << (gbits - 1)). Finding a slice's segment is one
+     * load, and splitting one relabels cells instead of moving the index, which is stale
+     * while grid is set (ungrid rebuilds it for anything but such an access). */
+    uint16_t *cells; uint32_t ncells; /* (allocated; kept, like the pool, across range modes) */
+    uint16_t *runend; /* runend[slot]: the cell after the slot's run (in the cells' allocation) */
     void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
     u128 *ends;
     uint16_t *ord;
@@ -1038,6 +1048,7 @@ static void block_clear(block_t *b) {
     for (uint32_t i = 0; i < b->nseg; i++) seg_clear(&b->segs[i]);
     free(b->segmem);
     free(b->keys); free(b->ends); /* and ord */
+    free(b->cells);
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
@@ -1097,6 +1108,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     b->has_write = 0; b->capped = 0; b->nfs = 0; b->pending = 0;
     av_init(&b->reads); av_init(&b->uses);
     b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
+    b->cells = b->runend = NULL; b->ncells = 0; b->grid = b->gbits = 0;
     b->recorded = NULL; b->nrec = b->reccap = 0;
     b->ghosts = NULL; b->ng = 0;
     b->views = NULL; b->nviews = 0;
@@ -1788,12 +1800,53 @@ static inline int seg_place(const block_t *b, u128 lo, u128 hi, uint32_t hint, u
     return seg_lo(b, k) == lo && khi == hi ? 1 : hi <= khi ? 2 : 0;
 }
 
-/* hint: the segment the kernel's prefetch pass found for acc's first byte (NO_SEG: none),
- * checked before it is trusted (an earlier access of the same kernel may have split it).
- * (Kept out of line: inlined into kernel, it cost the whole-block path of every kernel about
- * 3% more instructions, through register pressure.) */
-__attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc,
-                                                  uint32_t hint) {
+/* One access against one segment's state: the race checks, then the state change.
+ * fast/x: the access packs in the three-access form, and its encoding (range_access). */
+__attribute__((always_inline)) static inline int seg_access(Core *c, block_t *b, int32_t S, const int64_t *vec,
+                                                           const acc_t *acc, seg_t *s, int fast, const p3e_t *x) {
+    if (!acc->write) {
+        if (fast && SEG_FORM(s) == FORM_THREE) {
+            uint32_t nw = s->hdr & 3u, n = nw + (s->hdr >> 2 & 3u), q;
+            if (p3_check(c, b, S, vec, acc, s, 0, nw)) return -1;
+            for (q = nw; q < n && p3_stream(p3_key(s, q)) != S; q++) {}
+            if (q < 3) { /* reads[S] = acc, in place */
+                p3_put(s, q, x);
+                if (q == n) s->hdr += 1u << 2;
+                return 0;
+            }
+        } else if (check_seg(c, b, S, vec, acc, s, 0, seg_nw(s))) return -1;
+        return seg_set_read(c, s, acc);
+    }
+    if (fast && SEG_FORM(s) == FORM_THREE) {
+        uint32_t nw = s->hdr & 3u, nr = s->hdr >> 2 & 3u;
+        if (p3_check(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1;
+        p3_put(s, 0, x);
+        seg_counts(s, FORM_THREE, 1, 0);
+        return 0;
+    }
+    uint32_t nw = seg_nw(s), nr = seg_nr(s);
+    if (check_seg(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1; /* the reads, else the writes */
+    return seg_write(s, acc) ? oom(c) : 0;
+}
+
+/* Back to whole mode, the block's bytes all written by acc (their segments checked). */
+static void to_whole(Core *c, block_t *b, const acc_t *acc) {
+    for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
+    b->nseg = 0;
+    b->grid = 0;
+    if (!b->keys) { /* a wide index: the next range mode starts narrow */
+        c->poolbytes -= (size_t)b->segcap * sizeof(seg_t);
+        free(b->segmem); free(b->ends);
+        b->segs = NULL; b->segmem = NULL; b->ends = NULL; b->ord = NULL; b->segcap = 0;
+    }
+    b->write = *acc; b->has_write = 1;
+    av_clear(&b->reads);
+    fs_forget(b);
+}
+
+/* The range access of range_access, on the index (hint: as there). */
+__attribute__((noinline)) static int range_index(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc,
+                                                 uint32_t hint) {
     if (!b->nseg && to_segments(c, b)) return -1;
     u128 lo, hi;
     if (!acc->ranged) { lo = 0; hi = seg_hi(b, b->nseg - 1); }
@@ -1813,59 +1866,171 @@ __attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S
         j = i + 1;
     } else if (split(c, b, lo, hi, &i, &j)) return -1;
     c->nrep = 0;
-    /* The same access goes into every segment: in the three-access form it is encoded once,
-     * and a segment in that form is checked and changed here, without the general calls. */
+    /* The same access goes into every segment: in the three-access form it is encoded once. */
     int fast = packs3(acc);
     p3e_t x = p3_encode(acc);
-    if (!acc->write) {
-        for (uint32_t k = i; k < j; k++) {
-            if (k + 8 < j) __builtin_prefetch(SEG(b, k + 8));
-            seg_t *s = SEG(b, k);
-            if (fast && SEG_FORM(s) == FORM_THREE) {
-                uint32_t nw = s->hdr & 3u, n = nw + (s->hdr >> 2 & 3u), q;
-                if (p3_check(c, b, S, vec, acc, s, 0, nw)) return -1;
-                for (q = nw; q < n && p3_stream(p3_key(s, q)) != S; q++) {}
-                if (q < 3) { /* reads[S] = acc, in place */
-                    p3_put(s, q, &x);
-                    if (q == n) s->hdr += 1u << 2;
-                    continue;
-                }
-            } else if (check_seg(c, b, S, vec, acc, s, 0, seg_nw(s))) return -1;
-            if (seg_set_read(c, s, acc)) return -1;
-        }
-    } else {
-        for (uint32_t k = i; k < j; k++) {
-            if (k + 8 < j) __builtin_prefetch(SEG(b, k + 8));
-            seg_t *s = SEG(b, k);
-            if (fast && SEG_FORM(s) == FORM_THREE) {
-                uint32_t nw = s->hdr & 3u, nr = s->hdr >> 2 & 3u;
-                if (p3_check(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1;
-                p3_put(s, 0, &x);
-                seg_counts(s, FORM_THREE, 1, 0);
-                continue;
-            }
-            uint32_t nw = seg_nw(s), nr = seg_nr(s);
-            if (check_seg(c, b, S, vec, acc, s, nr ? nw : 0, nr ? nw + nr : nw)) return -1; /* the reads, else the writes */
-            if (seg_write(s, acc)) return oom(c);
-        }
-        if (i == 0 && j == b->nseg) { /* the whole block was written: back to whole mode */
-            for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
-            b->nseg = 0;
-            if (!b->keys) { /* a wide index: the next range mode starts narrow */
-                c->poolbytes -= (size_t)b->segcap * sizeof(seg_t);
-                free(b->segmem); free(b->ends);
-                b->segs = NULL; b->segmem = NULL; b->ends = NULL; b->ord = NULL; b->segcap = 0;
-            }
-            b->write = *acc; b->has_write = 1;
-            av_clear(&b->reads);
-            fs_forget(b);
-            return 0;
-        }
+    for (uint32_t k = i; k < j; k++) {
+        if (k + 8 < j) __builtin_prefetch(SEG(b, k + 8));
+        if (seg_access(c, b, S, vec, acc, SEG(b, k), fast, &x)) return -1;
+    }
+    if (acc->write && i == 0 && j == b->nseg) { /* the whole block was written */
+        to_whole(c, b, acc);
+        return 0;
     }
     /* One segment changed, by an access none of its neighbours holds: no two neighbours can
      * be joined, so only the cap can leave something to merge. */
     if (exact && (long)b->nseg <= c->L.max_segments) return 0;
     return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
+}
+
+/* ------------------------------------------------------------------ the grid form (block_t.cells) */
+
+static inline uint32_t grid_cells(const block_t *b) { return (uint32_t)(b->size >> (b->gbits - 1)); }
+
+/* Is acc exactly one cell of b's grid? */
+static inline int grid_fits(const block_t *b, const acc_t *acc) {
+    uint64_t w = 1ull << (b->gbits - 1);
+    return acc->ranged && acc->n == w && !(acc->off & (w - 1)) && acc->off < b->size;
+}
+
+/* The index from the cells (grid cleared): the runs of equal cells are the segments. */
+static void ungrid(block_t *b) {
+    uint32_t G = grid_cells(b), shift = b->gbits - 1, k = 0;
+    for (uint32_t x = 0; x < G;) {
+        uint16_t s = b->cells[x];
+        x = b->runend[s];
+        b->keys[k++] = ((uint64_t)x << shift) << 16 | s;
+    }
+    b->grid = 0;
+}
+
+/* The cells from the index, if every segment ends on a cell boundary (else no grid). */
+static void regrid(block_t *b) {
+    uint32_t G = grid_cells(b), shift = b->gbits - 1, x = 0;
+    uint64_t w = 1ull << shift;
+    if (!b->keys || b->nseg > G || (b->keys[b->nseg - 1] >> 16) != b->size) { b->gbits = 0; return; }
+    for (uint32_t k = 0; k < b->nseg; k++) if ((b->keys[k] >> 16) & (w - 1)) { b->gbits = 0; return; }
+    for (uint32_t k = 0; k < b->nseg; k++) {
+        uint32_t y = (uint32_t)((b->keys[k] >> 16) >> shift);
+        uint16_t s = (uint16_t)b->keys[k];
+        while (x < y) b->cells[x++] = s;
+        b->runend[s] = (uint16_t)y;
+    }
+    b->grid = 1;
+}
+
+/* A block leaving whole mode for acc: in the grid form when acc is one of at least two
+ * equal 2^k-byte parts of a block of known size (its cells, one segment), at most the cap
+ * of segments of them (so that the cap never merges in this form). 1: not in that form. */
+static int grid_start(Core *c, block_t *b, const acc_t *acc) {
+    uint64_t n = acc->n;
+    b->gbits = 0;
+    if (!acc->ranged || !b->size_known || b->size >= NARROW_INF || !n || (n & (n - 1)) || (acc->off & (n - 1)) ||
+        (b->size & (n - 1)) || acc->off >= b->size) return 1;
+    uint64_t G = b->size / n;
+    if (G < 2 || G >= UINT16_MAX || (long)G > c->L.max_segments) return 1;
+    if (G > b->ncells) {
+        uint16_t *cells = realloc(b->cells, 2 * G * sizeof(uint16_t));
+        if (!cells) return oom(c);
+        b->cells = cells; b->runend = cells + G; b->ncells = (uint32_t)G;
+    }
+    if (to_segments(c, b)) return -1;
+    if (!b->keys) { b->grid = 0; return 1; } /* (a wide index: not for this form) */
+    memset(b->cells, 0, G * sizeof(uint16_t)); /* (slot 0: to_segments' one segment) */
+    b->runend[0] = (uint16_t)G;
+    b->gbits = (uint8_t)(__builtin_ctzll(n) + 1);
+    b->grid = 1;
+    return 0;
+}
+
+/* range_index for an access of exactly one cell, in the grid form: the segment of the cell
+ * is found in one load; a cell inside a longer segment is split off it as split_one does
+ * (the part before keeps the segment's slot, the cell and the part after get copies of its
+ * state), then the access is made. No neighbour can then be joined (see range_index) and
+ * the cap is not reached (grid_start). */
+static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+    uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
+    uint16_t *cells = b->cells, *runend = b->runend, s = cells[x];
+    uint32_t end = runend[s], before = x > 0 && cells[x - 1] == s, after = end > x + 1;
+    if (before | after) {
+        uint32_t add = before + after, slot = b->nseg;
+        if (slot + add > b->segcap && seg_room(c, b, add)) return -1;
+        for (uint32_t q = 0; q < add; q++) {
+            seg_init(&b->segs[slot + q]);
+            if (seg_copy(&b->segs[slot + q], &b->segs[s])) return oom(c);
+        }
+        uint16_t own = s;
+        if (before) { runend[s] = (uint16_t)x; cells[x] = own = (uint16_t)slot++; }
+        runend[own] = (uint16_t)(x + 1);
+        if (after) {
+            for (uint32_t y = x + 1; y < end; y++) cells[y] = (uint16_t)slot;
+            runend[slot] = (uint16_t)end;
+        }
+        b->nseg += add;
+        s = own;
+    }
+    c->nrep = 0;
+    p3e_t e = p3_encode(acc);
+    return seg_access(c, b, S, vec, acc, &b->segs[s], packs3(acc), &e);
+}
+
+/* range_index for a whole-block access in the grid form: every segment, in byte order;
+ * a write then returns the block to whole mode, a read joins equal neighbours (coalesce
+ * over all of them: each run joins the run before it when their states are the same; the
+ * cap is not reached) and then fills the slots it freed with the last ones, to keep the
+ * pool dense. */
+static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
+    uint32_t G = grid_cells(b);
+    uint16_t *cells = b->cells, *runend = b->runend;
+    int fast = packs3(acc);
+    p3e_t e = p3_encode(acc);
+    c->nrep = 0;
+    for (uint32_t x = 0; x < G; x = runend[cells[x]])
+        if (seg_access(c, b, S, vec, acc, &b->segs[cells[x]], fast, &e)) return -1;
+    if (acc->write) { to_whole(c, b, acc); return 0; }
+    uint32_t n = b->nseg, freed = 0;
+    for (uint32_t x = 0, y; (y = runend[cells[x]]) < G;) {
+        uint16_t s = cells[x], t = cells[y];
+        if (!same_state(&b->segs[s], &b->segs[t])) { x = y; continue; }
+        uint32_t z = runend[t];
+        for (uint32_t q = y; q < z; q++) cells[q] = s;
+        runend[s] = (uint16_t)z;
+        seg_clear(&b->segs[t]);
+        runend[t] = UINT16_MAX; /* (a free slot) */
+        freed++;
+    }
+    if (!freed) return 0;
+    uint32_t m = n - freed, hole = 0;
+    for (uint32_t x = 0; x < G; x = runend[cells[x]]) { /* the runs of slots from m up move into the holes */
+        uint16_t u = cells[x];
+        if (u < m) continue;
+        while (runend[hole] != UINT16_MAX) hole++;
+        b->segs[hole] = b->segs[u];
+        runend[hole] = runend[u];
+        for (uint32_t q = x; q < runend[u]; q++) cells[q] = (uint16_t)hole;
+    }
+    b->nseg = m;
+    return 0;
+}
+
+/* hint: the segment the kernel's prefetch pass found for acc's first byte (NO_SEG: none),
+ * checked before it is trusted (an earlier access of the same kernel may have split it).
+ * (Kept out of line: inlined into kernel, it cost the whole-block path of every kernel about
+ * 3% more instructions, through register pressure.) */
+__attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc,
+                                                  uint32_t hint) {
+    if (b->grid) {
+        if (grid_fits(b, acc)) return grid_access(c, b, S, vec, acc);
+        if (!acc->ranged) return grid_whole(c, b, S, vec, acc);
+        ungrid(b);
+        if (acc->ranged) b->gbits = 0; /* a range off the grid: this range mode keeps the index */
+    } else if (!b->nseg) {
+        int r = grid_start(c, b, acc);
+        if (r <= 0) return r ? r : grid_access(c, b, S, vec, acc);
+    }
+    if (range_index(c, b, S, vec, acc, hint)) return -1;
+    if (b->gbits && b->nseg) regrid(b); /* (after a whole-block access: its ends are still cell ends) */
+    return 0;
 }
 
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
@@ -1911,6 +2076,10 @@ static inline int can_defer(const Core *c, const block_t *b, int32_t S, const in
 /* The index lines around where the segment of byte `off` is guessed to be, if `guess` (or
  * the index's first lines, without a guess); returns the guess (NO_SEG: none). */
 static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess) {
+    if (b->grid) { /* the cell */
+        if (off < b->size) __builtin_prefetch(&b->cells[off >> (b->gbits - 1)]);
+        return NO_SEG;
+    }
     if (!b->keys) {
         size_t span = (size_t)b->nseg * sizeof(u128);
         if (span > 1024) span = 1024;
@@ -1934,6 +2103,10 @@ static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess)
 
 /* The segment of byte `off` (a hint for range_access; NO_SEG: none), its line requested. */
 static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t guess) {
+    if (b->grid) { /* the cell's segment (no hint: grid_access needs none) */
+        if (off < b->size) __builtin_prefetch(&b->segs[b->cells[off >> (b->gbits - 1)]]);
+        return NO_SEG;
+    }
     if (!b->nseg || ((!b->size_known || off >= b->size) && (u128)off >= seg_hi(b, b->nseg - 1))) return NO_SEG;
     uint32_t k = guess;
     if (k == NO_SEG || !key_holds(b->keys, k, off)) k = seg_find_near(b, (u128)off, guess);
@@ -1954,6 +2127,7 @@ static int flush(Core *c) {
     struct pend *q = c->pend;
     for (uint32_t i = 0; i < n; i++) { /* the keys of the guess and the one before it (or the index's first lines) */
         const block_t *b = q[i].b;
+        if (b->grid) { q[i].hint = prefetch_index(b, q[i].acc.off, 0); continue; }
         uint32_t g = q[i].hint = seg_guess(b, (u128)q[i].acc.off);
         if (g == NO_SEG) { if (b->nseg) prefetch_index(b, q[i].acc.off, 0); }
         else { __builtin_prefetch(&b->keys[g]); if (g) __builtin_prefetch(&b->keys[g - 1]); }
@@ -2063,6 +2237,7 @@ static int seg_read_latest(Core *c, seg_t *s, const acc_t *a) {
 /* merge a strided entry into the segments over its hull, conservatively */
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
+    if (b->grid) { ungrid(b); b->gbits = 0; }
     if (!b->nseg && to_segments(c, b)) return -1;
     u128 end = seg_hi(b, b->nseg - 1), lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
     if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
@@ -2099,6 +2274,7 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
 
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
     c->nrep = 0;
+    if (b->grid) { ungrid(b); b->gbits = 0; } /* (strided entries make a block leave the grid form) */
     if (!b->nseg) {
         if (check_piece(c, b, S, vec, acc, b->has_write ? &b->write : NULL, &b->reads)) return -1;
     } else {
