@@ -189,6 +189,57 @@ def test_same_findings_on_grid_aligned_ranges(ops, max_segments):
         check(write_program(ops))
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 9), st.integers(0, 63),
+                          st.integers(0, 3)), min_size=1, max_size=120),
+       st.sampled_from([4, 5, 16, 64, 256]))
+def test_same_findings_on_buffers_cut_in_equal_parts(ops, max_segments):
+    """The core's grid form: two blocks cut into 16 parts of 16 bytes and 64 of 16 bytes, each
+    access one part (the grid), the whole block (its runs in place: checks in byte order,
+    neighbours joined, the pool kept dense), or now and then a range off the grid or across
+    parts (the index rebuilt from the cells), by three streams with and without hand-offs,
+    with caps below, at and above the number of parts."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, 0, 0x1000, 256, 0, None], [R.ALLOC, 1, 0x2000, 1024, 1, None]]
+    for s, b, form, part, sync in ops:
+        size = 256 if b == 0 else 1024
+        part %= size // 16
+        if form < 5:  # one part, read (0-2) or written (3-4)
+            acc = [~b if form >= 3 else b, 16 * part, 16]
+        elif form < 8:  # the whole block, read (5-6) or written (7)
+            acc = ~b if form == 7 else b
+        else:  # off the grid (8: inside a part, 9: across two parts), read or written
+            off, n = (16 * part + 4, 8) if form == 8 else (16 * part + 8, 16)
+            acc = [~b if part % 2 else b, min(off, size - n), n]
+        recs.append([R.KERNEL, s, 0, None, acc])
+        if sync == 0:
+            recs += [[R.EVENT_RECORD, 0, s, None], [R.EVENT_WAIT, 0, (s + 1) % 3, None]]
+    check_capped(header, recs, max_segments)
+
+
+def test_same_findings_when_a_whole_read_joins_the_parts_of_a_grid():
+    """Parts split off by reads become one segment again when one stream reads the whole
+    block (coalesce joins the equal neighbours); later ranges off the grid then split that
+    one segment, and a cap of 5 merges what they make. Had the core kept the parts apart,
+    the cap would merge other segments and mark other findings as merged. Then a whole-block
+    write of a block in the grid form, and ranges off the grid after it."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(4)]
+    recs += [[R.ALLOC, 0, 0x1000, 256, 0, None], [R.KERNEL, 0, 0, None, ~0]]
+    recs += [[R.KERNEL, 1, 0, None, [0, 64 * k, 64]] for k in (1, 3)]  # the grid: 4 parts of 64 bytes
+    recs += [[R.KERNEL, 1, 0, None, 0]]  # every part now holds the same state
+    for s, off in ((2, 0), (2, 96), (3, 160), (3, 224), (2, 40), (3, 130)):
+        recs.append([R.KERNEL, s, 0, None, [~0, off, 16]])
+    recs += [[R.KERNEL, 1, 0, None, [~0, 0, 256]]]
+    # a whole-block write of a block in the grid form leaves one state: what later ranges split
+    recs += [[R.ALLOC, 1, 0x2000, 256, 0, None]] + [[R.KERNEL, 1, 0, None, [1, 64 * k, 64]] for k in (0, 2)]
+    recs += [[R.KERNEL, 2, 0, None, ~1]]
+    for s, off in ((3, 8), (0, 72), (3, 136), (0, 200), (3, 100)):
+        recs.append([R.KERNEL, s, 0, None, [~1, off, 16]])
+    check_capped(header, recs, 5)
+
+
 def test_same_findings_with_accesses_a_segment_cannot_pack():
     """The core packs a segment's accesses when their values are small (offsets and sizes
     below 2^32, an access index below 2^16); others are kept whole. Both kinds, side by
