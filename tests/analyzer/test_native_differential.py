@@ -824,3 +824,19 @@ def test_online_a_map_as_a_stack_id_is_refused(cls):
     with pytest.raises(RecordError, match="the stack id is a map, not an integer or nil"):
         eng.feed([R.KERNEL, 1, 2, {"a": 1}, -1])
         eng.flush()
+
+
+@pytest.mark.parametrize("access", [
+    [0, -1, 8], [~0, 8, -8], [0, -(1 << 40), 8], [0, 8, None], [0, None, 8], [None, 0, 8], [0, 8], [0, 0, 8, 1],
+    [0, 1 << 63, 8], [~0, 8, (1 << 64) - 1], ["x", 0, 8], [0, 0.5, 8], -(1 << 63), 1 << 63, None, 7, ~7,
+])
+@pytest.mark.parametrize("fields", [(1, 2, None), (1, None, -3), (None, 2, None), (1 << 63, 2, None), (1, "op", None)])
+def test_same_verdict_on_kernel_fields_of_every_encoding(access, fields):
+    """The core reads a kernel record whose fields are all small ints (and nil) without the
+    general reader; anything else (negative offsets and lengths, nil, other types, values
+    of 64 bits) goes to the general reader. Both must end as the Python engine does, with
+    the access before and after well-formed ones."""
+    header, recs = split(write_program([("kernel", 1, [(0, True)])]))
+    end = recs.pop()
+    rec = [R.KERNEL, *fields, [0, 16, 8], access, [~0, 0, 4]]
+    assert check(join(header, recs + [rec, end]))[0] in ("ok", "error")

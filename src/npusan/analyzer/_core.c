@@ -331,7 +331,10 @@ typedef struct {
 
 /* one access of the kernel being replayed; seg: the segment its first byte was found in by
  * the prefetch pass (NO_SEG: not looked up), a hint range_access checks before it trusts it */
-typedef struct { uint32_t bi, seg; uint8_t write, ranged; uint64_t off, n; block_t *b; const shape_t *shape; } target_t;
+typedef struct {
+    uint32_t bi, seg; uint8_t write, ranged; uint64_t off, n; block_t *b; const shape_t *shape;
+    int64_t a; /* the access's block field: the id, or ~id for a write */
+} target_t;
 #define NO_SEG UINT32_MAX
 
 /* one parsed field of a record */
@@ -565,7 +568,7 @@ static int skip_rest(const limits_t *L, const uint8_t **pp, const uint8_t *end, 
 
 /* The encodings of an int that writers use for ids and offsets (fixints, 8 to 32 bits), decoded
  * in line: 1 and *v set, *pp moved; 0 for anything else (read_obj decides). */
-static inline int quick_int(const uint8_t **pp, const uint8_t *end, i128 *v) {
+__attribute__((always_inline)) static inline int quick_i64(const uint8_t **pp, const uint8_t *end, int64_t *v) {
     const uint8_t *p = *pp;
     if (p >= end) return 0;
     uint8_t b = *p;
@@ -583,6 +586,13 @@ static inline int quick_int(const uint8_t **pp, const uint8_t *end, i128 *v) {
     case 0xd2: if (end - p < 5) return 0; *v = (int32_t)(uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
     }
     return 0;
+}
+
+static inline int quick_int(const uint8_t **pp, const uint8_t *end, i128 *v) {
+    int64_t x;
+    if (!quick_i64(pp, end, &x)) return 0;
+    *v = x;
+    return 1;
 }
 
 /* A field at depth `depth`: an int, nil, or anything else (skipped). */
@@ -2410,6 +2420,8 @@ static int index_views(Core *c) {
 
 static inline i128 bid_of(i128 a) { return a < 0 ? ~a : a; }
 
+static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc);
+
 /* (kept out of line: inlined into the record loop it made GCC move range_access out of it) */
 __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t nacc) {
     int32_t S;
@@ -2423,6 +2435,7 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
         if (a->t == A_INT) {
             t->write = a->f[0].v < 0; t->ranged = 0; t->off = t->n = 0;
             if (!(t->b = block(c, bid_of(a->f[0].v), 4 + (int)i))) return -1;
+            t->a = (int64_t)a->f[0].v; /* (a block was found: its id is below max_id) */
             continue;
         }
         if (a->t == A_SHAPE) return fail(c, E_ACCESS_SHAPE, 4 + (int)i);
@@ -2430,7 +2443,60 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
             return fail(c, E_ACCESS_MALFORMED, 4 + (int)i);
         t->write = a->f[0].v < 0; t->ranged = 1; t->off = (uint64_t)a->f[1].v; t->n = (uint64_t)a->f[2].v;
         if (!(t->b = block(c, bid_of(a->f[0].v), 4 + (int)i))) return -1;
+        t->a = (int64_t)a->f[0].v;
     }
+    return kernel_run(c, S, f, nacc);
+}
+
+/* A kernel record as writers write it: the stream, the op and the stack ints or nil,
+ * each access an int or [int, offset, length] with the offset and length non-negative, all
+ * in the encodings quick_i64 reads. Its fields go into f[1..3] (as read_field would put
+ * them) and its accesses straight into c->targets (t->a, ranged, off, n), without the
+ * general fields that kernel then checks. 0: anything else, or the record cut short; the
+ * general reader then reads the record from its start (c->tcap >= nacc). */
+static inline int read_kernel_quick(Core *c, const uint8_t **pp, const uint8_t *end, field_t *f, uint32_t nacc) {
+    const uint8_t *p = *pp;
+    int64_t v;
+    for (int i = 1; i < 4; i++) {
+        if (quick_i64(&p, end, &v)) { f[i].t = F_INT; f[i].v = v; }
+        else if (p < end && *p == 0xc0) { f[i].t = F_NIL; p++; }
+        else return 0;
+    }
+    for (uint32_t i = 0; i < nacc; i++) {
+        target_t *t = &c->targets[i];
+        if (quick_i64(&p, end, &t->a)) { t->ranged = 0; t->off = t->n = 0; continue; }
+        int64_t off, n;
+        if (p < end && *p == 0x93 && (p++, quick_i64(&p, end, &t->a)) && quick_i64(&p, end, &off) && off >= 0 &&
+            quick_i64(&p, end, &n) && n >= 0) {
+            t->ranged = 1; t->off = (uint64_t)off; t->n = (uint64_t)n;
+            continue;
+        }
+        return 0;
+    }
+    *pp = p;
+    return 1;
+}
+
+/* kernel for a record read_kernel_quick read: the same checks, in the same order, of what
+ * it can hold (the stream, then each access's block) */
+__attribute__((noinline)) static int kernel_quick(Core *c, const field_t *f, uint32_t nacc) {
+    int32_t S;
+    if (stream(c, &f[1], 1, &S)) return -1;
+    for (uint32_t i = 0; i < nacc; i++) {
+        target_t *t = &c->targets[i];
+        t->bi = i;
+        t->seg = NO_SEG;
+        t->shape = NULL;
+        t->write = t->a < 0;
+        int64_t bid = t->a < 0 ? ~t->a : t->a;
+        if ((uint64_t)bid < c->bdensecap && (uint64_t)bid < c->L.max_id && c->bdense[bid]) t->b = c->bdense[bid];
+        else if (!(t->b = block_slow(c, bid, 4 + (int)i))) return -1;
+    }
+    return kernel_run(c, S, f, nacc);
+}
+
+/* A kernel's accesses (c->targets, their blocks found) at stream S */
+static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
     int64_t seq = ++c->seq;
     int64_t *vec = c->cur[S];
     vec[S] = seq;
@@ -2438,7 +2504,7 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
         for (uint32_t i = 0; i < nacc; i++) {
             target_t *t = &c->targets[i];
             if (!t->ranged) continue;
-            pview_t *pv = pv_find(c, c->afields[i].f[0].v, t->off, t->n);
+            pview_t *pv = pv_find(c, t->a, t->off, t->n);
             if (pv && pv->has_shape) t->shape = &pv->shape;
         }
     int32_t op = id_or_none(c, &f[2]), stack = id_or_none(c, &f[3]);
@@ -2613,6 +2679,7 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
     }
     const uint8_t *base = view.buf, *end = base + stop;
     const limits_t *L = &c->L;
+    if (ensure_scratch(c, 16)) { PyBuffer_Release(&view); return PyErr_NoMemory(); } /* (read_kernel_quick's) */
     field_t f[6];
     int status = ST_NEED, code = 0, field = 0;
     Py_ssize_t len = 0;
@@ -2666,10 +2733,12 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
             pos = p - base;
             continue;
         }
+        int quick = 0; /* a kernel record read_kernel_quick read */
         if (t == T_KERNEL) {
-            for (int i = 1; i < 4 && !r; i++) r = read_field(L, &p, end, &f[i], 1);
             nacc = (uint32_t)(o.n - 4);
-            for (uint32_t i = 0; i < nacc && !r; i++) {
+            quick = nacc <= c->tcap && read_kernel_quick(c, &p, end, f, nacc);
+            for (int i = 1; i < 4 && !r && !quick; i++) r = read_field(L, &p, end, &f[i], 1);
+            for (uint32_t i = 0; i < nacc && !r && !quick; i++) {
                 /* grown as accesses arrive, never to a length field's claim */
                 if (i >= c->tcap && ensure_scratch(c, (size_t)i + 1)) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
                 r = read_access(L, &p, end, &c->afields[i]);
@@ -2683,7 +2752,7 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
         c->records++;
         c->err = E_NONE;
-        if (apply(c, t, f, nacc)) {
+        if (quick ? (c->events++, kernel_quick(c, f, nacc)) : apply(c, t, f, nacc)) {
             if (c->err == E_NOMEM) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
             c->records--; /* counted when it is replayed, maybe after a missing definition */
             c->events--;
