@@ -77,3 +77,18 @@ def test_a_reader_that_reads_a_few_bytes_and_leaves_ends_analyze_quietly(workdir
         text = err.decode(errors="replace")
         assert not [n for n in NOISE if n in text], text
         assert p.returncode in (1, 141), text
+
+
+@pytest.mark.parametrize("args", [
+    ["analyze", "{trace}", "-o", "/dev/stdout"],
+    ["analyze", "{trace}", "--format", "json", "-o", "/dev/stdout"],
+    ["export", "{trace}", "-o", "/dev/stdout", "--force"],
+])
+def test_dev_stdout_into_a_pipe_is_written(scenario, args):
+    """``-o /dev/stdout | cat``: written into the pipe (resolving the link gave a name under
+    /proc that cannot be opened, and nothing was written)."""
+    trace = scenario("data_race")
+    r = subprocess.run([*NPUSAN, *(a.format(trace=trace) for a in args)], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=120)
+    assert r.returncode in (0, 1), r.stderr.decode()
+    assert b"data race" in r.stdout.lower() or b'"traceEvents"' in r.stdout or b'"findings"' in r.stdout, r.stdout[:300]

@@ -50,14 +50,17 @@ def atomic_output(path: str, what: str = "the report") -> Iterator[BinaryIO]:
     """A binary file that becomes ``path`` when the block ends without an exception.
 
     A device or pipe (``-o /dev/stdout``) is written directly: it cannot be renamed over.
-    An OSError becomes one :class:`UsageProblem` line saying nothing was written.
+    It is recognized by ``path`` itself: resolving ``/dev/stdout`` when it is a pipe gives
+    ``/proc/PID/fd/pipe:[N]``, a name that cannot be opened. A link to a regular file is
+    replaced at its target. An OSError becomes one :class:`UsageProblem` line saying
+    nothing was written.
     """
-    target = os.path.realpath(path)
     try:
-        if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
-            with open(target, "wb") as f:
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            with open(path, "wb") as f:
                 yield f
             return
+        target = os.path.realpath(path)
         import secrets
 
         parent, name = os.path.split(target)
