@@ -86,8 +86,8 @@ def one_line_errors(fn: F) -> F:
         except UsageProblem as e:
             fail(str(e))
         except OSError as e:
-            name = f" {e.filename}" if getattr(e, "filename", None) else ""
-            fail(f"{e.strerror or e}:{name}" if e.strerror else str(e))
+            name = getattr(e, "filename", None)
+            fail(f"{e.strerror}: {name}" if e.strerror and name else e.strerror or str(e))
         except MemoryError:
             fail("out of memory while reading the input")
 
