@@ -248,6 +248,36 @@ def test_reuse_not_reported_for_an_unrelated_address():
     assert p.kinds() == ["missing-record-stream"]
 
 
+def _freed_with_unsynced_range_use(p: Prog):
+    blocks(p, X)
+    p.write(S0, X)
+    p.wait_stream(S1, S0, event=1)
+    p.kernel(S1, "aten::old_use", reads=[(X, 100)])  # bytes 0..100 only
+    p.memory_freed(X)  # missing record_stream
+
+
+def test_reuse_race_needs_a_byte_of_the_old_use():
+    """The new block holds only bytes the old use never touched: no reuse race."""
+    p = Prog()
+    _freed_with_unsynced_range_use(p)
+    p.memory_allocated(X + 512, S0, size=512)
+    p.write(S0, X + 512, op="aten::new_use")
+    assert p.kinds() == ["missing-record-stream"]
+
+
+def test_reuse_race_is_the_first_access_that_meets_the_old_use():
+    """An access elsewhere in the new block is not the race (nor does it use the ghost up);
+    the first one on the old use's bytes is."""
+    p = Prog()
+    _freed_with_unsynced_range_use(p)
+    p.memory_allocated(X, S0, size=1024)
+    p.kernel(S0, "aten::elsewhere", writes=[(X + 512, 100)])
+    p.kernel(S0, "aten::overlapping", writes=[(X + 50, 10)])
+    p.kernel(S0, "aten::again", writes=[(X + 40, 10)])
+    (f,) = [f for f in p.findings() if f.kind is Kind.REUSE_RACE]
+    assert f.access.op == "aten::overlapping" and f.previous.op == "aten::old_use" and f.count == 1
+
+
 # -- leaks, dedupe, callbacks --------------------------------------------------------------
 
 

@@ -46,6 +46,21 @@ def test_version_names_an_engine_chosen_by_the_environment(monkeypatch):
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
+def test_an_engine_that_is_no_choice_is_warned_about_once(scenario, jobs):
+    """NPUSAN_ENGINE=pyhton (a typo) must not pass for a choice when comparing the engines."""
+    import os
+
+    env = {**os.environ, "NPUSAN_ENGINE": "pyhton"}
+    out = _npusan("analyze", scenario("data_race"), scenario("correct"), "--jobs", jobs, env=env)
+    assert out.returncode == 1
+    warning = "npusan: warning: NPUSAN_ENGINE='pyhton' is not one of native, python; using the default engine"
+    assert out.stderr.count(warning) == 1, out.stderr
+    assert warning in _npusan("--version", env=env).stderr
+    for ok in ("python", "Python", "native", ""):
+        assert "NPUSAN_ENGINE" not in _npusan("analyze", scenario("correct"), env={**os.environ, "NPUSAN_ENGINE": ok}).stderr
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
 def test_analyze_says_once_that_the_core_is_missing(scenario, jobs):
     traces = [scenario("data_race"), scenario("correct")]
     out = _npusan("analyze", *traces, "--jobs", jobs, without_core=True)

@@ -268,6 +268,7 @@ typedef struct {
     uint8_t nfs;           /* entries of fs_stream and fs_seq, FS_FULL: too many streams to say */
     uint8_t size_known, from_def, has_write;
     uint8_t capped; /* its segments were merged past the cap (counted once: Core.capped) */
+    uint8_t hulled; /* a strided entry was merged into its segments (demote; counted once: Core.hulled) */
     uint8_t grid;   /* range mode held in cells, not in the index (see cells) */
     uint8_t gbits;  /* 1 + log2 of the cell width this range mode keeps to; 0: none */
     uint64_t size;
@@ -388,6 +389,7 @@ typedef struct {
     pvset_t pv[2]; int pvcur; /* pv[pvcur]: the pending table; the other one: a VIEWS record being read */
     int64_t vbudget_left, vgave_up;
     int64_t capped;  /* blocks whose segments were merged past the cap (Engine.capped) */
+    int64_t hulled;  /* blocks with a strided entry merged over its hull (Engine.hulled) */
     long max_views;
     int views_on; /* the trace format this core replays has VIEWS records */
     acc_t *ascr; size_t ascap; /* scratch for segments' states (seg_scratch) */
@@ -811,7 +813,7 @@ static int occ_add(Core *c, finding_t *f, const acc_t *acc, const acc_t *earlier
     uint64_t addr = b->ptr;
     f->count++;
     f->last = acc->seq;
-    f->merged |= f->kind == K_DATA_RACE && b->capped;
+    f->merged |= f->kind == K_DATA_RACE && (b->capped || b->hulled);
     if ((long)f->naddr < c->L.max_addresses) {
         int seen = 0;
         for (uint32_t i = 0; i < f->naddr; i++) if (f->addrs[i] == addr) { seen = 1; break; }
@@ -1115,7 +1117,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     /* every field, but not the storage of empty lists (a calloc's memset is a cost per allocation) */
     b->bid = bid; b->ptr = ptr; b->size = size; b->size_known = (uint8_t)size_known;
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
-    b->has_write = 0; b->capped = 0; b->nfs = 0; b->pending = 0;
+    b->has_write = 0; b->capped = b->hulled = 0; b->nfs = 0; b->pending = 0;
     av_init(&b->reads); av_init(&b->uses);
     b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
     b->cells = b->runend = NULL; b->ncells = 0; b->grid = b->gbits = 0;
@@ -1210,11 +1212,24 @@ static int attach_ghosts(Core *c, block_t *b) {
     return 0;
 }
 
+/* engine.ghost_meets: do the old use's bytes and the access's share one? (in 128 bits: a
+ * range of a hand-made trace can pass 2^64) */
+static int ghost_meets(const ghost_t *g, const block_t *b, const acc_t *acc) {
+    u128 p1 = g->ptr, n1 = g->size, p2 = b->ptr, n2 = b->size;
+    int k1 = g->size_known, k2 = b->size_known;
+    if (g->use.ranged) { p1 += g->use.off; n1 = g->use.n; k1 = 1; }
+    if (acc->ranged) { p2 += acc->off; n2 = acc->n; k2 = 1; }
+    if (!k1 && !k2) return p1 == p2;
+    if (!k1) return p2 <= p1 && p1 < p2 + n2;
+    if (!k2) return p1 <= p2 && p2 < p1 + n1;
+    return p1 < p2 + n2 && p2 < p1 + n1;
+}
+
 static int check_ghosts(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     uint32_t keep = 0;
     for (uint32_t i = 0; i < b->ng; i++) {
         ghost_t g = b->ghosts[i];
-        if (g.use.stream != S && !ordered(vec, &g.use)) {
+        if (g.use.stream != S && !ordered(vec, &g.use) && ghost_meets(&g, b, acc)) {
             if (report(c, K_REUSE, acc, &g.use, b)) return -1;
         } else if (!ordered_everywhere(c, &g.use)) {
             b->ghosts[keep++] = g;
@@ -2247,6 +2262,7 @@ static int seg_read_latest(Core *c, seg_t *s, const acc_t *a) {
 /* merge a strided entry into the segments over its hull, conservatively */
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
+    if (!b->hulled) { b->hulled = 1; c->hulled++; }
     if (b->grid) { ungrid(b); b->gbits = 0; }
     if (!b->nseg && to_segments(c, b)) return -1;
     u128 end = seg_hi(b, b->nseg - 1), lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
@@ -2921,8 +2937,9 @@ static PyObject *Core_created_stack(Core *c, PyObject *arg) {
 }
 
 static PyObject *Core_counters(Core *c, PyObject *unused) {
-    return Py_BuildValue("(LLLLnLL)", (long long)c->seq, (long long)c->events, (long long)c->records,
-                         (long long)c->dropped, (Py_ssize_t)c->nfound, (long long)c->vgave_up, (long long)c->capped);
+    return Py_BuildValue("(LLLLnLLL)", (long long)c->seq, (long long)c->events, (long long)c->records,
+                         (long long)c->dropped, (Py_ssize_t)c->nfound, (long long)c->vgave_up, (long long)c->capped,
+                         (long long)c->hulled);
 }
 
 /* ------------------------------------------------------------------ type */
@@ -2987,7 +3004,7 @@ static PyMethodDef Core_methods[] = {
     {"findings", (PyCFunction)Core_findings, METH_VARARGS, "findings(start) -> list of tuples"},
     {"check_leaks", (PyCFunction)Core_check_leaks, METH_NOARGS, "the end-of-trace leak check (once)"},
     {"created_stack", (PyCFunction)Core_created_stack, METH_O, "created_stack(sidx) -> stack id or None"},
-    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "(seq, events, records, dropped, findings, gave_up, capped)"},
+    {"counters", (PyCFunction)Core_counters, METH_NOARGS, "(seq, events, records, dropped, findings, gave_up, capped, hulled)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -165,7 +165,7 @@ class Block:
     """The replay state of one live block (see the module docstring)."""
 
     __slots__ = ("bid", "ptr", "size", "stream", "stack", "defn", "write", "reads", "segments", "uses",
-                 "recorded", "ghosts", "views", "capped")
+                 "recorded", "ghosts", "views", "capped", "hulled")
 
     def __init__(self, bid, ptr, size, stream, stack, defn) -> None:
         self.bid = bid
@@ -182,6 +182,7 @@ class Block:
         self.ghosts: list = []
         self.views: list = []  # strided accesses kept beside the state: (Access, Shape)
         self.capped = False  # its segments were merged past MAX_SEGMENTS (counted once)
+        self.hulled = False  # a strided access was merged into its segments over its hull (counted once)
 
     def end(self):
         """One past the last byte tracked (the size; unknown: as far as accesses reached)."""
@@ -212,7 +213,7 @@ class _Occurrences:
         addr = b.ptr
         self.count += 1
         self.last = acc.seq
-        self.merged = self.merged or (self.kind is Kind.DATA_RACE and b.capped)
+        self.merged = self.merged or (self.kind is Kind.DATA_RACE and (b.capped or b.hulled))
         if len(self.addresses) < MAX_ADDRESSES and addr not in self.addresses:
             self.addresses.append(addr)
         if len(self.occurrences) < MAX_OCCURRENCES:
@@ -240,6 +241,7 @@ class Engine:
         self.events = 0  # non-definition records processed, kernels included
         self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
         self.capped = 0  # blocks whose byte-range segments were merged past MAX_SEGMENTS
+        self.hulled = 0  # blocks with a strided access merged over its hull (past strided.MAX_VIEWS)
         self.current: dict[int, dict[int, int]] = {}
         self.host: dict[int, int] = {}
         self.recorded: dict[int, dict[int, int]] = {}
@@ -685,6 +687,9 @@ class Engine:
         checks a segment's reads when it has any, and the entry, read there, must not hide
         the writes from it -- the bytes of the hull between the entry's elements, and the
         bytes a newer write overwrote, still have those writes as their last."""
+        if not b.hulled:  # a race reported on this block from now on may be false
+            b.hulled = True
+            self.hulled += 1
         segs = to_segments(b)
         reach(segs, shape.hi)
         i, j = split(segs, shape.lo, shape.hi)
@@ -733,10 +738,12 @@ class Engine:
         b.ghosts = found[-MAX_BLOCK_GHOSTS:]
 
     def check_ghosts(self, b: Block, S: int, vec: dict, acc: Access) -> None:
-        """A reuse race is reported once per re-allocated block and ghost."""
+        """A reuse race is reported once per re-allocated block and ghost, for the first
+        access that shares a byte with the old use and is not ordered after it; an access
+        elsewhere in the new block leaves the ghost for a later one."""
         keep = []
         for g in b.ghosts:
-            if g.use.stream != S and not self.ordered(vec, g.use):
+            if g.use.stream != S and not self.ordered(vec, g.use) and ghost_meets(g, b, acc):
                 self.report(_REUSE, acc, g.use, b)
             elif not self.ordered_everywhere(g.use):
                 keep.append(g)
@@ -921,6 +928,20 @@ def latest(table: dict, key, acc: Access) -> None:
     cur = table.get(key)
     if cur is None or cur.seq < acc.seq:
         table[key] = acc
+
+
+def ghost_meets(g: Ghost, b: Block, acc: Access) -> bool:
+    """Do the old use's bytes (its range of the freed block, or all of it) and the access's
+    (its range of the new block, or all of it) share one?"""
+    if g.use.offset is None:
+        p1, n1 = g.ptr, g.size
+    else:
+        p1, n1 = g.ptr + g.use.offset, g.use.nbytes
+    if acc.offset is None:
+        p2, n2 = b.ptr, b.size
+    else:
+        p2, n2 = b.ptr + acc.offset, acc.nbytes
+    return overlaps(p1, n1, p2, n2)
 
 
 def overlaps(p1, n1, p2, n2) -> bool:

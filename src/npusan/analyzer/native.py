@@ -61,6 +61,10 @@ _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN,
 _EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1)) | {R.VIEWS}
 
 _warned = False
+_warned_choice = False
+
+#: The values of ``NPUSAN_ENGINE`` (any case; unset or empty: ``native``).
+ENGINE_CHOICES = ("native", "python")
 
 
 def available() -> bool:
@@ -68,10 +72,24 @@ def available() -> bool:
     return _core is not None
 
 
+def engine_choice() -> str:
+    """``NPUSAN_ENGINE`` as one of :data:`ENGINE_CHOICES`; any other value is warned about
+    once on stderr (a typo must not pass for a choice) and means ``native``."""
+    global _warned_choice
+    choice = os.environ.get("NPUSAN_ENGINE", "").strip().lower() or "native"
+    if choice in ENGINE_CHOICES:
+        return choice
+    if not _warned_choice:
+        _warned_choice = True
+        sys.stderr.write(f"npusan: warning: NPUSAN_ENGINE={os.environ['NPUSAN_ENGINE']!r} is not one of "
+                         f"{', '.join(ENGINE_CHOICES)}; using the default engine\n")
+    return "native"
+
+
 def engine_class() -> type:
     """The engine ``npusan analyze`` and online mode use (see the module docstring)."""
     global _warned
-    if os.environ.get("NPUSAN_ENGINE", "").lower() == "python":
+    if engine_choice() == "python":
         return Engine
     if _core is not None:
         return NativeEngine
@@ -230,6 +248,10 @@ class NativeEngine:
     @property
     def capped(self) -> int:
         return self._core.counters()[6]
+
+    @property
+    def hulled(self) -> int:
+        return self._core.counters()[7]
 
     @property
     def overlap_budget(self) -> "_GaveUp":

@@ -83,8 +83,11 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
                 f"{engine.dropped} occurrences of further distinct findings were not kept "
                 "(too many distinct findings in one trace)"
             )
-        if engine.capped and any(f.kind is Kind.DATA_RACE for f in found):  # (no race: nothing to doubt)
-            warnings.append(capped_warning(engine.capped))
+        if any(f.kind is Kind.DATA_RACE for f in found):  # (no race: nothing to doubt)
+            if engine.capped:
+                warnings.append(capped_warning(engine.capped))
+            if engine.hulled:
+                warnings.append(hulled_warning(engine.hulled))
         budget = getattr(engine, "overlap_budget", None)  # strided views (both engines)
         if budget is not None and budget.gave_up:
             warnings.append(
@@ -128,6 +131,16 @@ def capped_warning(blocks: int) -> str:
     return (f"{blocks} block{'s' if blocks != 1 else ''} had more than {MAX_SEGMENTS} separately accessed "
             "byte ranges: neighbouring ranges were merged there, so a race reported on such a block "
             "between ranges that do not overlap may be false")
+
+
+def hulled_warning(blocks: int) -> str:
+    """The warning for blocks that had more strided views in use at once than are kept
+    exactly (the oldest was merged into the block's byte ranges as its whole span)."""
+    from .strided import MAX_VIEWS
+
+    return (f"{blocks} block{'s' if blocks != 1 else ''} had more than {MAX_VIEWS} strided views in use at "
+            "once: the oldest were kept as their whole span (first to last byte), so a race reported on such "
+            "a block between bytes the views do not share may be false")
 
 
 def name_streams_and_sources(found: list, reader: TraceReader) -> None:

@@ -8,7 +8,6 @@ Each verb's module is imported only when that verb runs (or when ``--help`` list
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import NoReturn, Optional
 
@@ -77,7 +76,7 @@ def engine_description() -> str:
     """Which replay engine ``npusan analyze`` uses here, and why when it is not the compiled core."""
     from ..analyzer import native
 
-    if os.environ.get("NPUSAN_ENGINE", "").lower() == "python":
+    if native.engine_choice() == "python":
         built = "built" if native.available() else f"not available: {native.IMPORT_ERROR}"
         return f"Python (selected by NPUSAN_ENGINE=python; the compiled core is {built})"
     if native.available():

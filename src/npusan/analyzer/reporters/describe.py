@@ -113,10 +113,12 @@ def merged_ranges_note(group) -> Optional[str]:
     """What to say of a group found on a block whose byte ranges were merged (None: not)."""
     if not any(f.merged_ranges for f in group.findings):
         return None
-    from ..engine import MAX_SEGMENTS  # (the cap in force: tests change it)
+    from ..engine import MAX_SEGMENTS  # (the caps in force: tests change them)
+    from ..strided import MAX_VIEWS
 
-    return (f"the block had more than {MAX_SEGMENTS} separately accessed byte ranges and neighbouring "
-            "ranges were merged: the earlier access may be a neighbouring range's, and the race may be false")
+    return (f"the block had more than {MAX_SEGMENTS} separately accessed byte ranges, or more than "
+            f"{MAX_VIEWS} strided views in use at once, and some were merged: the earlier access may be a "
+            "neighbouring range's or a view's whole span, and the race may be false")
 
 
 def other_streams(report, group) -> list:
