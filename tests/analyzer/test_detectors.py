@@ -278,6 +278,21 @@ def test_reuse_race_is_the_first_access_that_meets_the_old_use():
     assert f.access.op == "aten::overlapping" and f.previous.op == "aten::old_use" and f.count == 1
 
 
+@pytest.mark.parametrize("base, raced", [(X, True), (X + 200, True), (X + 512, False)])
+def test_reuse_race_on_a_block_of_unknown_size_written_whole(base, raced):
+    """A whole-block access to a block of unknown size may touch any byte from its base up:
+    it meets an old use above its base (bytes 256..356 of the freed block), not one below."""
+    p = Prog()
+    blocks(p, X)
+    p.write(S0, X)
+    p.wait_stream(S1, S0, event=1)
+    p.kernel(S1, "aten::old_use", reads=[(X + 256, 100)])
+    p.memory_freed(X)
+    p.memory_allocated(base, S0, size=None)
+    p.write(S0, base, op="aten::new_use")
+    assert ("reuse-race" in p.kinds()) is raced
+
+
 # -- leaks, dedupe, callbacks --------------------------------------------------------------
 
 

@@ -1212,17 +1212,20 @@ static int attach_ghosts(Core *c, block_t *b) {
     return 0;
 }
 
-/* engine.ghost_meets: do the old use's bytes and the access's share one? (in 128 bits: a
- * range of a hand-made trace can pass 2^64) */
+/* engine._touched: the bytes [*lo, *hi) an access touched of a block at ptr (INF128: a
+ * whole-block access to a block of unknown size, any byte from its base up); in 128 bits,
+ * as a range of a hand-made trace can pass 2^64 */
+static void touched(uint64_t ptr, uint64_t size, int size_known, const acc_t *a, u128 *lo, u128 *hi) {
+    if (a->ranged) { *lo = (u128)ptr + a->off; *hi = *lo + a->n; return; }
+    *lo = ptr; *hi = size_known ? (u128)ptr + size : INF128;
+}
+
+/* engine.ghost_meets: do the old use's bytes and the access's share one? */
 static int ghost_meets(const ghost_t *g, const block_t *b, const acc_t *acc) {
-    u128 p1 = g->ptr, n1 = g->size, p2 = b->ptr, n2 = b->size;
-    int k1 = g->size_known, k2 = b->size_known;
-    if (g->use.ranged) { p1 += g->use.off; n1 = g->use.n; k1 = 1; }
-    if (acc->ranged) { p2 += acc->off; n2 = acc->n; k2 = 1; }
-    if (!k1 && !k2) return p1 == p2;
-    if (!k1) return p2 <= p1 && p1 < p2 + n2;
-    if (!k2) return p1 <= p2 && p2 < p1 + n1;
-    return p1 < p2 + n2 && p2 < p1 + n1;
+    u128 lo1, hi1, lo2, hi2;
+    touched(g->ptr, g->size, g->size_known, &g->use, &lo1, &hi1);
+    touched(b->ptr, b->size, b->size_known, acc, &lo2, &hi2);
+    return lo1 < hi2 && lo2 < hi1;
 }
 
 static int check_ghosts(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {

@@ -932,16 +932,18 @@ def latest(table: dict, key, acc: Access) -> None:
 
 def ghost_meets(g: Ghost, b: Block, acc: Access) -> bool:
     """Do the old use's bytes (its range of the freed block, or all of it) and the access's
-    (its range of the new block, or all of it) share one?"""
-    if g.use.offset is None:
-        p1, n1 = g.ptr, g.size
-    else:
-        p1, n1 = g.ptr + g.use.offset, g.use.nbytes
-    if acc.offset is None:
-        p2, n2 = b.ptr, b.size
-    else:
-        p2, n2 = b.ptr + acc.offset, acc.nbytes
-    return overlaps(p1, n1, p2, n2)
+    (its range of the new block, or all of it) share one? A whole-block access to a block
+    of unknown size may touch any byte from its base up (unbounded: None)."""
+    lo1, hi1 = _touched(g.ptr, g.size, g.use)
+    lo2, hi2 = _touched(b.ptr, b.size, acc)
+    return (hi2 is None or lo1 < hi2) and (hi1 is None or lo2 < hi1)
+
+
+def _touched(ptr: int, size: Optional[int], acc: Access) -> tuple:
+    """The bytes ``[lo, hi)`` an access touched of the block at ``ptr`` (hi None: unbounded)."""
+    if acc.offset is not None:
+        return ptr + acc.offset, ptr + acc.offset + acc.nbytes
+    return ptr, None if size is None else ptr + size
 
 
 def overlaps(p1, n1, p2, n2) -> bool:
