@@ -269,8 +269,7 @@ typedef struct {
     uint8_t size_known, from_def, has_write;
     uint8_t capped; /* its segments were merged past the cap (counted once: Core.capped) */
     uint8_t hulled; /* a strided entry was merged into its segments (demote; counted once: Core.hulled) */
-    uint8_t grid;   /* range mode held in cells, not in the index (see cells) */
-    uint8_t gbits;  /* 1 + log2 of the cell width this range mode keeps to; 0: none */
+    uint8_t gbits;  /* range mode in the grid form (see cells): 1 + log2 of its cell width; 0: not */
     uint64_t size;
     uint64_t *keys;
     seg_t *segs;
@@ -294,7 +293,8 @@ typedef struct {
      * segments, each an uninterrupted run of cells): cells[x] is the slot of the segment that
      * holds bytes [x << (gbits - 1), (x + 1) << (gbits - 1)). Finding a slice's segment is one
      * load, and splitting one relabels cells instead of moving the index, which is stale
-     * while grid is set (ungrid rebuilds it for anything but such an access). */
+     * while gbits is set (ungrid rebuilds it for anything but such an access or a whole-block
+     * one; the block then keeps the index until it returns to whole mode). */
     uint16_t *cells; uint32_t ncells; /* (allocated; kept, like the pool, across range modes) */
     uint16_t *runend; /* runend[slot]: the cell after the slot's run (in the cells' allocation) */
     void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
@@ -1120,7 +1120,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     b->has_write = 0; b->capped = b->hulled = 0; b->nfs = 0; b->pending = 0;
     av_init(&b->reads); av_init(&b->uses);
     b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
-    b->cells = b->runend = NULL; b->ncells = 0; b->grid = b->gbits = 0;
+    b->cells = b->runend = NULL; b->ncells = 0; b->gbits = 0;
     b->recorded = NULL; b->nrec = b->reccap = 0;
     b->ghosts = NULL; b->ng = 0;
     b->views = NULL; b->nviews = 0;
@@ -1861,7 +1861,7 @@ __attribute__((always_inline)) static inline int seg_access(Core *c, block_t *b,
 static void to_whole(Core *c, block_t *b, const acc_t *acc) {
     for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
     b->nseg = 0;
-    b->grid = 0;
+    b->gbits = 0;
     if (!b->keys) { /* a wide index: the next range mode starts narrow */
         c->poolbytes -= (size_t)b->segcap * sizeof(seg_t);
         free(b->segmem); free(b->ends);
@@ -1921,7 +1921,7 @@ static inline int grid_fits(const block_t *b, const acc_t *acc) {
     return acc->ranged && acc->n == w && !(acc->off & (w - 1)) && acc->off < b->size;
 }
 
-/* The index from the cells (grid cleared): the runs of equal cells are the segments. */
+/* The index from the cells, leaving the grid form: the runs of equal cells are the segments. */
 static void ungrid(block_t *b) {
     uint32_t G = grid_cells(b), shift = b->gbits - 1, k = 0;
     for (uint32_t x = 0; x < G;) {
@@ -1929,22 +1929,7 @@ static void ungrid(block_t *b) {
         x = b->runend[s];
         b->keys[k++] = ((uint64_t)x << shift) << 16 | s;
     }
-    b->grid = 0;
-}
-
-/* The cells from the index, if every segment ends on a cell boundary (else no grid). */
-static void regrid(block_t *b) {
-    uint32_t G = grid_cells(b), shift = b->gbits - 1, x = 0;
-    uint64_t w = 1ull << shift;
-    if (!b->keys || b->nseg > G || (b->keys[b->nseg - 1] >> 16) != b->size) { b->gbits = 0; return; }
-    for (uint32_t k = 0; k < b->nseg; k++) if ((b->keys[k] >> 16) & (w - 1)) { b->gbits = 0; return; }
-    for (uint32_t k = 0; k < b->nseg; k++) {
-        uint32_t y = (uint32_t)((b->keys[k] >> 16) >> shift);
-        uint16_t s = (uint16_t)b->keys[k];
-        while (x < y) b->cells[x++] = s;
-        b->runend[s] = (uint16_t)y;
-    }
-    b->grid = 1;
+    b->gbits = 0;
 }
 
 /* A block leaving whole mode for acc: in the grid form when acc is one of at least two
@@ -1952,7 +1937,6 @@ static void regrid(block_t *b) {
  * of segments of them (so that the cap never merges in this form). 1: not in that form. */
 static int grid_start(Core *c, block_t *b, const acc_t *acc) {
     uint64_t n = acc->n;
-    b->gbits = 0;
     if (!acc->ranged || !b->size_known || b->size >= NARROW_INF || !n || (n & (n - 1)) || (acc->off & (n - 1)) ||
         (b->size & (n - 1)) || acc->off >= b->size) return 1;
     uint64_t G = b->size / n;
@@ -1963,11 +1947,10 @@ static int grid_start(Core *c, block_t *b, const acc_t *acc) {
         b->cells = cells; b->runend = cells + G; b->ncells = (uint32_t)G;
     }
     if (to_segments(c, b)) return -1;
-    if (!b->keys) { b->grid = 0; return 1; } /* (a wide index: not for this form) */
+    if (!b->keys) return 1; /* (a wide index: not for this form) */
     memset(b->cells, 0, G * sizeof(uint16_t)); /* (slot 0: to_segments' one segment) */
     b->runend[0] = (uint16_t)G;
     b->gbits = (uint8_t)(__builtin_ctzll(n) + 1);
-    b->grid = 1;
     return 0;
 }
 
@@ -2047,18 +2030,15 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
  * 3% more instructions, through register pressure.) */
 __attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc,
                                                   uint32_t hint) {
-    if (b->grid) {
+    if (b->gbits) {
         if (grid_fits(b, acc)) return grid_access(c, b, S, vec, acc);
         if (!acc->ranged) return grid_whole(c, b, S, vec, acc);
-        ungrid(b);
-        if (acc->ranged) b->gbits = 0; /* a range off the grid: this range mode keeps the index */
+        ungrid(b); /* a range off the grid: this range mode keeps the index */
     } else if (!b->nseg) {
         int r = grid_start(c, b, acc);
         if (r <= 0) return r ? r : grid_access(c, b, S, vec, acc);
     }
-    if (range_index(c, b, S, vec, acc, hint)) return -1;
-    if (b->gbits && b->nseg) regrid(b); /* (after a whole-block access: its ends are still cell ends) */
-    return 0;
+    return range_index(c, b, S, vec, acc, hint);
 }
 
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape);
@@ -2104,7 +2084,7 @@ static inline int can_defer(const Core *c, const block_t *b, int32_t S, const in
 /* The index lines around where the segment of byte `off` is guessed to be, if `guess` (or
  * the index's first lines, without a guess); returns the guess (NO_SEG: none). */
 static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess) {
-    if (b->grid) { /* the cell */
+    if (b->gbits) { /* the cell */
         if (off < b->size) __builtin_prefetch(&b->cells[off >> (b->gbits - 1)]);
         return NO_SEG;
     }
@@ -2131,7 +2111,7 @@ static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess)
 
 /* The segment of byte `off` (a hint for range_access; NO_SEG: none), its line requested. */
 static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t guess) {
-    if (b->grid) { /* the cell's segment (no hint: grid_access needs none) */
+    if (b->gbits) { /* the cell's segment (no hint: grid_access needs none) */
         if (off < b->size) __builtin_prefetch(&b->segs[b->cells[off >> (b->gbits - 1)]]);
         return NO_SEG;
     }
@@ -2155,7 +2135,7 @@ static int flush(Core *c) {
     struct pend *q = c->pend;
     for (uint32_t i = 0; i < n; i++) { /* the keys of the guess and the one before it (or the index's first lines) */
         const block_t *b = q[i].b;
-        if (b->grid) { q[i].hint = prefetch_index(b, q[i].acc.off, 0); continue; }
+        if (b->gbits) { q[i].hint = prefetch_index(b, q[i].acc.off, 0); continue; }
         uint32_t g = q[i].hint = seg_guess(b, (u128)q[i].acc.off);
         if (g == NO_SEG) { if (b->nseg) prefetch_index(b, q[i].acc.off, 0); }
         else { __builtin_prefetch(&b->keys[g]); if (g) __builtin_prefetch(&b->keys[g - 1]); }
@@ -2266,7 +2246,7 @@ static int seg_read_latest(Core *c, seg_t *s, const acc_t *a) {
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
     if (!b->hulled) { b->hulled = 1; c->hulled++; }
-    if (b->grid) { ungrid(b); b->gbits = 0; }
+    if (b->gbits) ungrid(b);
     if (!b->nseg && to_segments(c, b)) return -1;
     u128 end = seg_hi(b, b->nseg - 1), lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
     if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
@@ -2303,7 +2283,7 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
 
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
     c->nrep = 0;
-    if (b->grid) { ungrid(b); b->gbits = 0; } /* (strided entries make a block leave the grid form) */
+    if (b->gbits) ungrid(b); /* (strided entries make a block leave the grid form) */
     if (!b->nseg) {
         if (check_piece(c, b, S, vec, acc, b->has_write ? &b->write : NULL, &b->reads)) return -1;
     } else {
@@ -2507,9 +2487,7 @@ __attribute__((noinline)) static int kernel_quick(Core *c, const field_t *f, uin
         t->seg = NO_SEG;
         t->shape = NULL;
         t->write = t->a < 0;
-        int64_t bid = t->a < 0 ? ~t->a : t->a;
-        if ((uint64_t)bid < c->bdensecap && (uint64_t)bid < c->L.max_id && c->bdense[bid]) t->b = c->bdense[bid];
-        else if (!(t->b = block_slow(c, bid, 4 + (int)i))) return -1;
+        if (!(t->b = block(c, bid_of(t->a), 4 + (int)i))) return -1;
     }
     return kernel_run(c, S, f, nacc);
 }
