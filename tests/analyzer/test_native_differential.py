@@ -190,20 +190,21 @@ def test_same_findings_on_grid_aligned_ranges(ops, max_segments):
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 9), st.integers(0, 63),
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 9), st.integers(0, 95),
                           st.integers(0, 3)), min_size=1, max_size=120),
-       st.sampled_from([4, 5, 16, 64, 256]))
+       st.sampled_from([4, 5, 16, 64, 96, 256]))
 def test_same_findings_on_buffers_cut_in_equal_parts(ops, max_segments):
-    """The core's grid form: two blocks cut into 16 parts of 16 bytes and 64 of 16 bytes, each
-    access one part (the grid), the whole block (its runs in place: checks in byte order,
-    neighbours joined, the pool kept dense), or now and then a range off the grid or across
-    parts (the index rebuilt from the cells), by three streams with and without hand-offs,
-    with caps below, at and above the number of parts."""
+    """The core's grid form: three blocks cut into 16, 64 and 96 parts of 16 bytes (96: a
+    bitmap of parts that ends inside its second word), each access one part (the grid), the
+    whole block (every part's state in byte order, the base once), or now and then a range
+    off the grid or across parts (the index rebuilt from the parts), by three streams with
+    and without hand-offs, with caps below, at and above the number of parts."""
     header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
     recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
-    recs += [[R.ALLOC, 0, 0x1000, 256, 0, None], [R.ALLOC, 1, 0x2000, 1024, 1, None]]
+    sizes = (256, 1024, 1536)
+    recs += [[R.ALLOC, b, 0x1000 * (b + 1), sizes[b], b % 2, None] for b in range(3)]
     for s, b, form, part, sync in ops:
-        size = 256 if b == 0 else 1024
+        size = sizes[b]
         part %= size // 16
         if form < 5:  # one part, read (0-2) or written (3-4)
             acc = [~b if form >= 3 else b, 16 * part, 16]
@@ -238,6 +239,47 @@ def test_same_findings_when_a_whole_read_joins_the_parts_of_a_grid():
     for s, off in ((3, 8), (0, 72), (3, 136), (0, 200), (3, 100)):
         recs.append([R.KERNEL, s, 0, None, [~1, off, 16]])
     check_capped(header, recs, 5)
+
+
+def test_same_findings_when_every_part_was_written_alone():
+    """A block written whole by stream 1, then part by part by stream 0 (after a hand-off):
+    no byte holds stream 1's write any more, so a whole-block read by stream 2 races with
+    stream 0's four writes only. (The core's grid form keeps the state the block had before
+    its parts were touched, as the base of untouched parts: with every part touched, that
+    state is no byte's and must not be checked.)"""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, 0, 0x1000, 256, 0, None], [R.KERNEL, 1, 0, None, ~0]]
+    recs += [[R.EVENT_RECORD, 0, 1, None], [R.EVENT_WAIT, 0, 0, None]]
+    recs += [[R.KERNEL, 0, 0, None, [~0, 64 * k, 64]] for k in (2, 0, 3, 1)]
+    recs += [[R.KERNEL, 2, 0, None, 0], [R.KERNEL, 2, 0, None, ~0]]
+    check_capped(header, recs, 256)
+
+
+def test_same_findings_when_a_whole_read_makes_parts_equal_with_their_reads_in_another_order():
+    """Two parts read by streams 1 and 2 in opposite orders, then the whole block read by
+    both: every part then holds the same accesses, and the Python engine joins them into one
+    segment that keeps the first part's order. A write by stream 3 to the second part then
+    meets the two reads in that order (so the findings come in that order); the core's grid
+    form keeps a state per part and must give the second part the first one's order. On a
+    second block the first part's order is the other one, and the untouched parts take it."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(4)]
+    recs += [[R.ALLOC, 0, 0x1000, 256, 0, None], [R.KERNEL, 0, 0, None, ~0]]
+    recs += [[R.EVENT_RECORD, 0, 0, None], [R.EVENT_WAIT, 0, 1, None], [R.EVENT_WAIT, 0, 2, None]]
+    recs += [[R.KERNEL, s, 0, None, [0, off, 16]] for s, off in ((1, 0), (2, 0), (2, 16), (1, 16))]
+    recs += [[R.KERNEL, 1, 0, None, 0], [R.KERNEL, 2, 0, None, 0]]
+    recs += [[R.KERNEL, 3, 0, None, [~0, 16, 16]], [R.KERNEL, 3, 0, None, [~0, 64, 16]]]
+    recs += [[R.KERNEL, 0, 0, None, [~0, 0, 8]]]  # off the grid: the index from the parts
+    # the first part read in the order opposite to the whole block's: the parts after it
+    # join it and take its order
+    # (another op: findings of the same ops would be these of the first block)
+    recs += [[R.STR, 1, "op2"], [R.ALLOC, 1, 0x2000, 256, 0, None], [R.KERNEL, 0, 1, None, ~1]]
+    recs += [[R.EVENT_RECORD, 0, 0, None], [R.EVENT_WAIT, 0, 1, None], [R.EVENT_WAIT, 0, 2, None]]
+    recs += [[R.KERNEL, 2, 1, None, [1, 0, 16]], [R.KERNEL, 1, 1, None, [1, 0, 16]]]
+    recs += [[R.KERNEL, 1, 1, None, 1], [R.KERNEL, 2, 1, None, 1], [R.KERNEL, 3, 1, None, [~1, 80, 16]]]
+    for cap in (256, 3):
+        check_capped(header, list(recs), cap)
 
 
 def test_same_findings_with_accesses_a_segment_cannot_pack():

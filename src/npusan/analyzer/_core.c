@@ -269,7 +269,7 @@ typedef struct {
     uint8_t size_known, from_def, has_write;
     uint8_t capped; /* its segments were merged past the cap (counted once: Core.capped) */
     uint8_t hulled; /* a strided entry was merged into its segments (demote; counted once: Core.hulled) */
-    uint8_t gbits;  /* range mode in the grid form (see cells): 1 + log2 of its cell width; 0: not */
+    uint8_t gbits;  /* range mode in the grid form (see own): 1 + log2 of its cell width; 0: not */
     uint64_t size;
     uint64_t *keys;
     seg_t *segs;
@@ -289,14 +289,15 @@ typedef struct {
      * its pool, empty, for the next time its bytes are split: in a training step the same
      * buffers go through both modes over and over. */
     /* The grid form of range mode, for a block whose ranged accesses each cover exactly one
-     * of its equal parts (a buffer cut into 2^k-byte slices, each touched alone: the same
-     * segments, each an uninterrupted run of cells): cells[x] is the slot of the segment that
-     * holds bytes [x << (gbits - 1), (x + 1) << (gbits - 1)). Finding a slice's segment is one
-     * load, and splitting one relabels cells instead of moving the index, which is stale
-     * while gbits is set (ungrid rebuilds it for anything but such an access or a whole-block
-     * one; the block then keeps the index until it returns to whole mode). */
-    uint16_t *cells; uint32_t ncells; /* (allocated; kept, like the pool, across range modes) */
-    uint16_t *runend; /* runend[slot]: the cell after the slot's run (in the cells' allocation) */
+     * of its G equal parts, its cells (a buffer cut into 2^k-byte slices, each touched alone):
+     * cell x is bytes [x << (gbits - 1), (x + 1) << (gbits - 1)). Slot x of the pool holds the
+     * state of cell x once an access has touched that cell alone (bit x of own), and slot G
+     * the state of every other cell (the base: what the whole block had, and the whole-block
+     * accesses since). A cell's state is found without a search and never split: its slot is
+     * where it is. nseg is 1 (range mode) and the index unused while gbits is set; ungrid
+     * makes the segments the index form holds for anything but such an access or a
+     * whole-block one (the block then keeps the index until it returns to whole mode). */
+    uint64_t *own; uint32_t ncells; /* (allocated for ncells cells; kept across range modes) */
     void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
     u128 *ends;
     uint16_t *ord;
@@ -897,17 +898,23 @@ static inline int32_t p3_stream(uint64_t w0) { return (int32_t)(w0 >> 44 & 0xFFF
 static inline int64_t p3_seq(uint64_t w0) { return (int64_t)(w0 & P3_SEQ); }
 
 /* an entry of the three-access form, its first P3_SIZE bytes meant (a packs3 access) */
-typedef struct { uint8_t b[24]; } p3e_t;
+typedef struct { uint64_t w0, w1, w2; } p3e_t;
 static inline p3e_t p3_encode(const acc_t *a) {
-    p3e_t x;
-    uint64_t w0 = (uint64_t)a->seq | (uint64_t)a->stream << 44 | (uint64_t)a->idx << 56 | (uint64_t)a->write << 62 |
-                  (uint64_t)a->ranged << 63;
-    uint64_t w1 = (uint64_t)((uint32_t)a->op + 4u) | (uint64_t)((uint32_t)a->stack + 1u) << 24 | (a->off & 0xFFFF) << 48;
-    uint64_t w2 = a->off >> 16 | a->n << 12;
-    memcpy(x.b, &w0, 8); memcpy(x.b + 8, &w1, 8); memcpy(x.b + 16, &w2, 8);
+    p3e_t x = {(uint64_t)a->seq | (uint64_t)a->stream << 44 | (uint64_t)a->idx << 56 | (uint64_t)a->write << 62 |
+                   (uint64_t)a->ranged << 63,
+               (uint64_t)((uint32_t)a->op + 4u) | (uint64_t)((uint32_t)a->stack + 1u) << 24 | (a->off & 0xFFFF) << 48,
+               a->off >> 16 | a->n << 12};
     return x;
 }
-static inline void p3_put(seg_t *s, uint32_t q, const p3e_t *x) { memcpy(s->raw + 1 + P3_SIZE * q, x->b, P3_SIZE); }
+/* Word by word: one copy of the encoding's 21 bytes read it back through loads that span two
+ * of the words it was stored as, and such a load waits until every store before it has
+ * reached the cache, stores into segment lines that miss it included. */
+static inline void p3_put(seg_t *s, uint32_t q, const p3e_t *x) {
+    uint8_t *d = s->raw + 1 + P3_SIZE * q;
+    uint32_t lo = (uint32_t)x->w2;
+    memcpy(d, &x->w0, 8); memcpy(d + 8, &x->w1, 8); memcpy(d + 16, &lo, 4);
+    d[20] = (uint8_t)(x->w2 >> 32);
+}
 static inline void pack3(seg_t *s, uint32_t q, const acc_t *a) { p3e_t x = p3_encode(a); p3_put(s, q, &x); }
 
 static inline acc_t unpack3(const seg_t *s, uint32_t q) {
@@ -1053,14 +1060,17 @@ static int seg_set_read(Core *c, seg_t *s, const acc_t *a) {
 
 /* ------------------------------------------------------------------ blocks */
 
+static void grid_clear(block_t *b);
+
 /* the block's own allocations (not the struct) */
 static void block_clear(block_t *b) {
     av_clear(&b->reads);
     av_clear(&b->uses);
-    for (uint32_t i = 0; i < b->nseg; i++) seg_clear(&b->segs[i]);
+    if (b->gbits) grid_clear(b);
+    else for (uint32_t i = 0; i < b->nseg; i++) seg_clear(&b->segs[i]);
     free(b->segmem);
     free(b->keys); free(b->ends); /* and ord */
-    free(b->cells);
+    free(b->own);
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
@@ -1120,7 +1130,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     b->has_write = 0; b->capped = b->hulled = 0; b->nfs = 0; b->pending = 0;
     av_init(&b->reads); av_init(&b->uses);
     b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
-    b->cells = b->runend = NULL; b->ncells = 0; b->gbits = 0;
+    b->own = NULL; b->ncells = 0; b->gbits = 0;
     b->recorded = NULL; b->nrec = b->reccap = 0;
     b->ghosts = NULL; b->ng = 0;
     b->views = NULL; b->nviews = 0;
@@ -1859,7 +1869,8 @@ __attribute__((always_inline)) static inline int seg_access(Core *c, block_t *b,
 
 /* Back to whole mode, the block's bytes all written by acc (their segments checked). */
 static void to_whole(Core *c, block_t *b, const acc_t *acc) {
-    for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
+    if (b->gbits) grid_clear(b);
+    else for (uint32_t k = 0; k < b->nseg; k++) seg_clear(&b->segs[k]);
     b->nseg = 0;
     b->gbits = 0;
     if (!b->keys) { /* a wide index: the next range mode starts narrow */
@@ -1911,9 +1922,10 @@ __attribute__((noinline)) static int range_index(Core *c, block_t *b, int32_t S,
     return coalesce(c, b, i > 0 ? i - 1 : 0, j + 1 < b->nseg ? j + 1 : b->nseg);
 }
 
-/* ------------------------------------------------------------------ the grid form (block_t.cells) */
+/* ------------------------------------------------------------------ the grid form (block_t.own) */
 
 static inline uint32_t grid_cells(const block_t *b) { return (uint32_t)(b->size >> (b->gbits - 1)); }
+static inline int grid_owns(const block_t *b, uint32_t x) { return (int)(b->own[x >> 6] >> (x & 63) & 1); }
 
 /* Is acc exactly one cell of b's grid? */
 static inline int grid_fits(const block_t *b, const acc_t *acc) {
@@ -1921,106 +1933,139 @@ static inline int grid_fits(const block_t *b, const acc_t *acc) {
     return acc->ranged && acc->n == w && !(acc->off & (w - 1)) && acc->off < b->size;
 }
 
-/* The index from the cells, leaving the grid form: the runs of equal cells are the segments. */
-static void ungrid(block_t *b) {
-    uint32_t G = grid_cells(b), shift = b->gbits - 1, k = 0;
-    for (uint32_t x = 0; x < G;) {
-        uint16_t s = b->cells[x];
-        x = b->runend[s];
-        b->keys[k++] = ((uint64_t)x << shift) << 16 | s;
+/* The states of a block in the grid form emptied (its cells' and its base's), own cleared. */
+static void grid_clear(block_t *b) {
+    uint32_t G = grid_cells(b), words = (G + 63) >> 6;
+    for (uint32_t i = 0; i < words; i++) {
+        for (uint64_t m = b->own[i]; m; m &= m - 1) seg_clear(&b->segs[i * 64 + (uint32_t)__builtin_ctzll(m)]);
+        b->own[i] = 0;
     }
+    seg_clear(&b->segs[G]);
+}
+
+/* Is the first unpacked state's list of accesses the second's, in the same order? */
+static int same_order(const seg_t *s, const seg_t *t) {
+    uint32_t n = seg_nw(s) + seg_nr(s);
+    if (seg_nw(s) != seg_nw(t) || n != seg_nw(t) + seg_nr(t)) return 0;
+    for (uint32_t q = 0; q < n; q++) {
+        acc_t a = seg_get(s, q), x = seg_get(t, q);
+        if (!same_acc(&a, &x)) return 0;
+    }
+    return 1;
+}
+
+/* Leaving the grid form: the segments of the index form from the cells, each run of cells
+ * with the same state one segment (the state of its first cell: as coalesce keeps). The
+ * k-th segment goes into slot k <= its first cell, whose state has then been moved or
+ * dropped; the base, in slot G, is copied where its cells start a segment. */
+static int ungrid(Core *c, block_t *b) {
+    uint32_t G = grid_cells(b), shift = b->gbits - 1, k = 0;
+    seg_t *base = &b->segs[G];
+    int prev_base = 0; /* segment k - 1 is a copy of the base */
+    for (uint32_t x = 0; x < G; x++) {
+        int own = grid_owns(b, x);
+        seg_t *s = own ? &b->segs[x] : base;
+        if (k && ((!own && prev_base) || same_state(&b->segs[k - 1], s))) { /* the run goes on */
+            if (own) seg_clear(s);
+        } else {
+            if (own) { if (k != x) b->segs[k] = *s; }
+            else if (seg_copy(&b->segs[k], base)) return oom(c);
+            prev_base = !own;
+            k++;
+        }
+        b->keys[k - 1] = ((uint64_t)(x + 1) << shift) << 16 | (k - 1);
+    }
+    seg_clear(base);
+    memset(b->own, 0, ((G + 63) >> 6) * sizeof(uint64_t));
+    b->nseg = k;
     b->gbits = 0;
+    return 0;
 }
 
 /* A block leaving whole mode for acc: in the grid form when acc is one of at least two
- * equal 2^k-byte parts of a block of known size (its cells, one segment), at most the cap
- * of segments of them (so that the cap never merges in this form). 1: not in that form. */
+ * equal 2^k-byte parts of a block of known size, at most the cap of segments of them (so
+ * that the cap never merges in this form). 1: not in that form. */
 static int grid_start(Core *c, block_t *b, const acc_t *acc) {
     uint64_t n = acc->n;
     if (!acc->ranged || !b->size_known || b->size >= NARROW_INF || !n || (n & (n - 1)) || (acc->off & (n - 1)) ||
         (b->size & (n - 1)) || acc->off >= b->size) return 1;
-    uint64_t G = b->size / n;
+    uint64_t G = b->size / n, words = (G + 63) / 64;
     if (G < 2 || G >= UINT16_MAX || (long)G > c->L.max_segments) return 1;
     if (G > b->ncells) {
-        uint16_t *cells = realloc(b->cells, 2 * G * sizeof(uint16_t));
-        if (!cells) return oom(c);
-        b->cells = cells; b->runend = cells + G; b->ncells = (uint32_t)G;
+        uint64_t *own = realloc(b->own, words * sizeof(uint64_t));
+        if (!own) return oom(c);
+        b->own = own; b->ncells = (uint32_t)(words * 64);
     }
-    if (to_segments(c, b)) return -1;
-    if (!b->keys) return 1; /* (a wide index: not for this form) */
-    memset(b->cells, 0, G * sizeof(uint16_t)); /* (slot 0: to_segments' one segment) */
-    b->runend[0] = (uint16_t)G;
+    if (seg_room(c, b, (uint32_t)G + 1)) return -1; /* (the cells and the base; a narrow index for ungrid) */
+    memset(b->own, 0, words * sizeof(uint64_t));
+    seg_t *base = &b->segs[G];
+    seg_init(base);
+    if (seg_assign(base, &b->write, b->has_write, av_items(&b->reads), b->reads.n)) return oom(c);
+    b->has_write = 0;
+    av_clear(&b->reads);
+    b->nseg = 1;
     b->gbits = (uint8_t)(__builtin_ctzll(n) + 1);
     return 0;
 }
 
-/* range_index for an access of exactly one cell, in the grid form: the segment of the cell
- * is found in one load; a cell inside a longer segment is split off it as split_one does
- * (the part before keeps the segment's slot, the cell and the part after get copies of its
- * state), then the access is made. No neighbour can then be joined (see range_index) and
- * the cap is not reached (grid_start). */
+/* range_index for an access of exactly one cell, in the grid form: the cell's own state
+ * (a copy of the base the first time), then the access. No two neighbours can then be
+ * joined (the access is in this cell's state alone) and the cap is not reached. */
 static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
-    uint16_t *cells = b->cells, *runend = b->runend, s = cells[x];
-    uint32_t end = runend[s], before = x > 0 && cells[x - 1] == s, after = end > x + 1;
-    if (before | after) {
-        uint32_t add = before + after, slot = b->nseg;
-        if (slot + add > b->segcap && seg_room(c, b, add)) return -1;
-        for (uint32_t q = 0; q < add; q++) {
-            seg_init(&b->segs[slot + q]);
-            if (seg_copy(&b->segs[slot + q], &b->segs[s])) return oom(c);
-        }
-        uint16_t own = s;
-        if (before) { runend[s] = (uint16_t)x; cells[x] = own = (uint16_t)slot++; }
-        runend[own] = (uint16_t)(x + 1);
-        if (after) {
-            for (uint32_t y = x + 1; y < end; y++) cells[y] = (uint16_t)slot;
-            runend[slot] = (uint16_t)end;
-        }
-        b->nseg += add;
-        s = own;
+    uint64_t *w = &b->own[x >> 6], bit = 1ull << (x & 63);
+    seg_t *s = &b->segs[x];
+    if (!(*w & bit)) {
+        if (seg_copy(s, &b->segs[grid_cells(b)])) return oom(c);
+        *w |= bit;
     }
     c->nrep = 0;
     p3e_t e = p3_encode(acc);
-    return seg_access(c, b, S, vec, acc, &b->segs[s], packs3(acc), &e);
+    return seg_access(c, b, S, vec, acc, s, packs3(acc), &e);
 }
 
-/* range_index for a whole-block access in the grid form: every segment, in byte order;
- * a write then returns the block to whole mode, a read joins equal neighbours (coalesce
- * over all of them: each run joins the run before it when their states are the same; the
- * cap is not reached) and then fills the slots it freed with the last ones, to keep the
- * pool dense. */
+/* range_index for a whole-block access in the grid form: every state in byte order (the
+ * base once, at its first cell: the checks of its other cells could only repeat those
+ * reports); a write then returns the block to whole mode. After a read, where a cell's
+ * state equals the one before it (the index form joins such neighbours, keeping the
+ * first's order of accesses) but lists its accesses in another order, it takes that order:
+ * the checks of later accesses then meet the accesses in the same order in both forms. */
 static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
-    uint32_t G = grid_cells(b);
-    uint16_t *cells = b->cells, *runend = b->runend;
-    int fast = packs3(acc);
+    uint32_t G = grid_cells(b), words = (G + 63) >> 6, fb = G; /* fb: the base's first cell (G: none) */
+    seg_t *base = &b->segs[G];
+    for (uint32_t i = 0; i < words; i++) /* (the bits from G up are clear: G itself when no cell is the base's) */
+        if (~b->own[i]) { fb = i * 64 + (uint32_t)__builtin_ctzll(~b->own[i]); break; }
+    int fast = packs3(acc), based = fb == G;
     p3e_t e = p3_encode(acc);
     c->nrep = 0;
-    for (uint32_t x = 0; x < G; x = runend[cells[x]])
-        if (seg_access(c, b, S, vec, acc, &b->segs[cells[x]], fast, &e)) return -1;
+    for (uint32_t x = 0; x < G && x < 16; x++) __builtin_prefetch(&b->segs[x]); /* (then 16 parts ahead) */
+    for (uint32_t i = 0; i < words; i++)
+        for (uint64_t m = b->own[i]; m; m &= m - 1) {
+            uint32_t x = i * 64 + (uint32_t)__builtin_ctzll(m);
+            if (x + 16 < G) __builtin_prefetch(&b->segs[x + 16]);
+            if (!based && fb < x) {
+                based = 1;
+                if (seg_access(c, b, S, vec, acc, base, fast, &e)) return -1;
+            }
+            if (seg_access(c, b, S, vec, acc, &b->segs[x], fast, &e)) return -1;
+        }
+    if (!based && seg_access(c, b, S, vec, acc, base, fast, &e)) return -1;
     if (acc->write) { to_whole(c, b, acc); return 0; }
-    uint32_t n = b->nseg, freed = 0;
-    for (uint32_t x = 0, y; (y = runend[cells[x]]) < G;) {
-        uint16_t s = cells[x], t = cells[y];
-        if (!same_state(&b->segs[s], &b->segs[t])) { x = y; continue; }
-        uint32_t z = runend[t];
-        for (uint32_t q = y; q < z; q++) cells[q] = s;
-        runend[s] = (uint16_t)z;
-        seg_clear(&b->segs[t]);
-        runend[t] = UINT16_MAX; /* (a free slot) */
-        freed++;
+    const seg_t *prev = grid_owns(b, 0) ? &b->segs[0] : base;
+    for (uint32_t x = 1; x < G; x++) {
+        int own = grid_owns(b, x);
+        seg_t *s = own ? &b->segs[x] : base;
+        if (s != prev && same_state(prev, s) && !same_order(prev, s)) {
+            if (own) seg_clear(s);
+            if (prev == base) { b->own[x >> 6] &= ~(1ull << (x & 63)); s = base; }
+            else {
+                s = &b->segs[x];
+                if (seg_copy(s, prev)) { if (own) b->own[x >> 6] &= ~(1ull << (x & 63)); return oom(c); }
+                b->own[x >> 6] |= 1ull << (x & 63);
+            }
+        }
+        prev = s;
     }
-    if (!freed) return 0;
-    uint32_t m = n - freed, hole = 0;
-    for (uint32_t x = 0; x < G; x = runend[cells[x]]) { /* the runs of slots from m up move into the holes */
-        uint16_t u = cells[x];
-        if (u < m) continue;
-        while (runend[hole] != UINT16_MAX) hole++;
-        b->segs[hole] = b->segs[u];
-        runend[hole] = runend[u];
-        for (uint32_t q = x; q < runend[u]; q++) cells[q] = (uint16_t)hole;
-    }
-    b->nseg = m;
     return 0;
 }
 
@@ -2033,7 +2078,7 @@ __attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S
     if (b->gbits) {
         if (grid_fits(b, acc)) return grid_access(c, b, S, vec, acc);
         if (!acc->ranged) return grid_whole(c, b, S, vec, acc);
-        ungrid(b); /* a range off the grid: this range mode keeps the index */
+        if (ungrid(c, b)) return -1; /* a range off the grid: this range mode keeps the index */
     } else if (!b->nseg) {
         int r = grid_start(c, b, acc);
         if (r <= 0) return r ? r : grid_access(c, b, S, vec, acc);
@@ -2084,8 +2129,13 @@ static inline int can_defer(const Core *c, const block_t *b, int32_t S, const in
 /* The index lines around where the segment of byte `off` is guessed to be, if `guess` (or
  * the index's first lines, without a guess); returns the guess (NO_SEG: none). */
 static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess) {
-    if (b->gbits) { /* the cell */
-        if (off < b->size) __builtin_prefetch(&b->cells[off >> (b->gbits - 1)]);
+    if (b->gbits) { /* the cell's state, whether it has one, and the base it may copy */
+        if (off < b->size) {
+            uint32_t x = (uint32_t)(off >> (b->gbits - 1));
+            __builtin_prefetch(&b->own[x >> 6]);
+            __builtin_prefetch(&b->segs[x], 1);
+            __builtin_prefetch(&b->segs[grid_cells(b)]);
+        }
         return NO_SEG;
     }
     if (!b->keys) {
@@ -2111,10 +2161,7 @@ static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess)
 
 /* The segment of byte `off` (a hint for range_access; NO_SEG: none), its line requested. */
 static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t guess) {
-    if (b->gbits) { /* the cell's segment (no hint: grid_access needs none) */
-        if (off < b->size) __builtin_prefetch(&b->segs[b->cells[off >> (b->gbits - 1)]]);
-        return NO_SEG;
-    }
+    if (b->gbits) return NO_SEG; /* (prefetch_index requested its lines: grid_access needs no hint) */
     if (!b->nseg || ((!b->size_known || off >= b->size) && (u128)off >= seg_hi(b, b->nseg - 1))) return NO_SEG;
     uint32_t k = guess;
     if (k == NO_SEG || !key_holds(b->keys, k, off)) k = seg_find_near(b, (u128)off, guess);
@@ -2246,7 +2293,7 @@ static int seg_read_latest(Core *c, seg_t *s, const acc_t *a) {
 static int demote(Core *c, block_t *b, const vent_t *e) {
     int32_t P = e->acc.stream;
     if (!b->hulled) { b->hulled = 1; c->hulled++; }
-    if (b->gbits) ungrid(b);
+    if (b->gbits && ungrid(c, b)) return -1;
     if (!b->nseg && to_segments(c, b)) return -1;
     u128 end = seg_hi(b, b->nseg - 1), lo = (u128)e->shape.lo, hi = (u128)shape_hi(&e->shape);
     if (hi > end && (seg_reserve(c, b) || seg_insert(c, b, b->nseg, hi, NULL))) return -1;
@@ -2283,7 +2330,7 @@ static int demote(Core *c, block_t *b, const vent_t *e) {
 
 static int strided_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, const shape_t *shape) {
     c->nrep = 0;
-    if (b->gbits) ungrid(b); /* (strided entries make a block leave the grid form) */
+    if (b->gbits && ungrid(c, b)) return -1; /* (strided entries make a block leave the grid form) */
     if (!b->nseg) {
         if (check_piece(c, b, S, vec, acc, b->has_write ? &b->write : NULL, &b->reads)) return -1;
     } else {
