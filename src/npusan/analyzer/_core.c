@@ -270,6 +270,7 @@ typedef struct {
     uint8_t capped; /* its segments were merged past the cap (counted once: Core.capped) */
     uint8_t hulled; /* a strided entry was merged into its segments (demote; counted once: Core.hulled) */
     uint8_t gbits;  /* range mode in the grid form (see own): 1 + log2 of its cell width; 0: not */
+    uint8_t gwide;  /* in the grid form: a cell's state may be in the wide form (grid_clear must look) */
     uint64_t size;
     uint64_t *keys;
     seg_t *segs;
@@ -1395,9 +1396,21 @@ static int vcovers(Core *c, const shape_t *big, const shape_t *small) {
 
 /* ------------------------------------------------------------------ data-race rules */
 
+#define FS_MAX 2
+#define FS_FULL 255
 /* A write over the whole block leaves nothing of other streams in its state (the strided
  * entries it covers, all of them, go next: views_meet): fs_note starts afresh. */
 static inline void fs_forget(block_t *b) { if (b->nfs) b->nfs = 0; }
+
+/* Does everything in b's state happen before stream S's access at clock vec, or on S?
+ * Sure when S is b's allocation stream and every other stream's access (fs_seq: the latest
+ * of each) happens before it. Then no access of S's to b's bytes can race with their state
+ * (reuse ghosts and strided entries aside: they are kept and checked apart). */
+static inline int all_before(const block_t *b, int32_t S, const int64_t *vec) {
+    if (b->stream != S || b->nfs == FS_FULL) return 0;
+    for (uint32_t k = 0; k < b->nfs; k++) if (vec[b->fs_stream[k]] < b->fs_seq[k]) return 0;
+    return 1;
+}
 
 static int whole_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     if (!acc->write) {
@@ -1936,6 +1949,11 @@ static inline int grid_fits(const block_t *b, const acc_t *acc) {
 /* The states of a block in the grid form emptied (its cells' and its base's), own cleared. */
 static void grid_clear(block_t *b) {
     uint32_t G = grid_cells(b), words = (G + 63) >> 6;
+    if (!b->gwide) { /* (no state to free: the cells' lines are not read) */
+        memset(b->own, 0, words * sizeof(uint64_t));
+        seg_init(&b->segs[G]);
+        return;
+    }
     for (uint32_t i = 0; i < words; i++) {
         for (uint64_t m = b->own[i]; m; m &= m - 1) seg_clear(&b->segs[i * 64 + (uint32_t)__builtin_ctzll(m)]);
         b->own[i] = 0;
@@ -2003,6 +2021,7 @@ static int grid_start(Core *c, block_t *b, const acc_t *acc) {
     if (seg_assign(base, &b->write, b->has_write, av_items(&b->reads), b->reads.n)) return oom(c);
     b->has_write = 0;
     av_clear(&b->reads);
+    b->gwide = SEG_FORM(base) == FORM_WIDE;
     b->nseg = 1;
     b->gbits = (uint8_t)(__builtin_ctzll(n) + 1);
     return 0;
@@ -2021,7 +2040,9 @@ static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec
     }
     c->nrep = 0;
     p3e_t e = p3_encode(acc);
-    return seg_access(c, b, S, vec, acc, s, packs3(acc), &e);
+    int r = seg_access(c, b, S, vec, acc, s, packs3(acc), &e);
+    b->gwide |= SEG_FORM(s) == FORM_WIDE; /* (after an error too: block_clear frees what it holds) */
+    return r;
 }
 
 /* range_index for a whole-block access in the grid form: every state in byte order (the
@@ -2045,11 +2066,19 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
             if (x + 16 < G) __builtin_prefetch(&b->segs[x + 16]);
             if (!based && fb < x) {
                 based = 1;
-                if (seg_access(c, b, S, vec, acc, base, fast, &e)) return -1;
+                int r = seg_access(c, b, S, vec, acc, base, fast, &e);
+                b->gwide |= SEG_FORM(base) == FORM_WIDE;
+                if (r) return -1;
             }
-            if (seg_access(c, b, S, vec, acc, &b->segs[x], fast, &e)) return -1;
+            int r = seg_access(c, b, S, vec, acc, &b->segs[x], fast, &e);
+            b->gwide |= SEG_FORM(&b->segs[x]) == FORM_WIDE;
+            if (r) return -1;
         }
-    if (!based && seg_access(c, b, S, vec, acc, base, fast, &e)) return -1;
+    if (!based) {
+        int r = seg_access(c, b, S, vec, acc, base, fast, &e);
+        b->gwide |= SEG_FORM(base) == FORM_WIDE;
+        if (r) return -1;
+    }
     if (acc->write) { to_whole(c, b, acc); return 0; }
     const seg_t *prev = grid_owns(b, 0) ? &b->segs[0] : base;
     for (uint32_t x = 1; x < G; x++) {
@@ -2061,7 +2090,7 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
             else {
                 s = &b->segs[x];
                 if (seg_copy(s, prev)) { if (own) b->own[x >> 6] &= ~(1ull << (x & 63)); return oom(c); }
-                b->own[x >> 6] |= 1ull << (x & 63);
+                b->own[x >> 6] |= 1ull << (x & 63); /* (prev's form: gwide already says if it is wide) */
             }
         }
         prev = s;
@@ -2075,6 +2104,10 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
  * 3% more instructions, through register pressure.) */
 __attribute__((noinline)) static int range_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc,
                                                   uint32_t hint) {
+    if (acc->write && !acc->ranged && b->nseg && all_before(b, S, vec)) { /* nothing to check: whole again */
+        to_whole(c, b, acc);
+        return 0;
+    }
     if (b->gbits) {
         if (grid_fits(b, acc)) return grid_access(c, b, S, vec, acc);
         if (!acc->ranged) return grid_whole(c, b, S, vec, acc);
@@ -2102,8 +2135,6 @@ static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
  * with queued accesses, or frees it, makes the queue's accesses first; so does the end
  * of every replay call. Reports cannot change: none of the queued accesses has any. */
 
-#define FS_MAX 2
-#define FS_FULL 255
 #define PEND_MAX 256
 struct pend { block_t *b; uint32_t hint; acc_t acc; };
 
@@ -2121,9 +2152,7 @@ static inline void fs_note(block_t *b, const acc_t *a) {
  * segments of all blocks take queue_from bytes or more: below that they mostly stay in the
  * cache, the loads wait little, and the queue cost more than it saved. */
 static inline int can_defer(const Core *c, const block_t *b, int32_t S, const int64_t *vec) {
-    if (c->poolbytes < c->queue_from || b->stream != S || b->ng || b->nviews || b->nfs == FS_FULL) return 0;
-    for (uint32_t k = 0; k < b->nfs; k++) if (vec[b->fs_stream[k]] < b->fs_seq[k]) return 0;
-    return 1;
+    return c->poolbytes >= c->queue_from && !b->ng && !b->nviews && all_before(b, S, vec);
 }
 
 /* The index lines around where the segment of byte `off` is guessed to be, if `guess` (or
