@@ -1987,7 +1987,12 @@ static int ungrid(Core *c, block_t *b) {
             if (own) seg_clear(s);
         } else {
             if (own) { if (k != x) b->segs[k] = *s; }
-            else if (seg_copy(&b->segs[k], base)) return oom(c);
+            else if (seg_copy(&b->segs[k], base)) { /* (out of memory: what was made stays, in the index form) */
+                seg_clear(base);
+                b->nseg = k;
+                b->gbits = 0;
+                return oom(c);
+            }
             prev_base = !own;
             k++;
         }
