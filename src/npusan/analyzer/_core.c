@@ -2203,6 +2203,39 @@ static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t
     return k;
 }
 
+/* A queued access of exactly one part of a block in the grid form, in the three-access
+ * form (grid_fits, packs3): grid_access without its checks, which could not report
+ * (flush makes queued accesses at a clock after everything) and so only read lines. A write
+ * leaves the part its own state whatever it held; a read needs what the part holds. */
+static inline int grid_apply(Core *c, block_t *b, const acc_t *acc) {
+    uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
+    uint64_t *w = &b->own[x >> 6], bit = 1ull << (x & 63);
+    seg_t *s = &b->segs[x];
+    p3e_t e = p3_encode(acc);
+    if (acc->write) {
+        if (*w & bit) seg_clear(s); else { seg_init(s); *w |= bit; }
+        p3_put(s, 0, &e);
+        seg_counts(s, FORM_THREE, 1, 0);
+        return 0;
+    }
+    if (!(*w & bit)) {
+        if (seg_copy(s, &b->segs[grid_cells(b)])) return oom(c);
+        *w |= bit;
+    }
+    if (SEG_FORM(s) == FORM_THREE) {
+        uint32_t nw = s->hdr & 3u, n = nw + (s->hdr >> 2 & 3u), q;
+        for (q = nw; q < n && p3_stream(p3_key(s, q)) != acc->stream; q++) {}
+        if (q < 3) { /* reads[S] = acc, in place */
+            p3_put(s, q, &e);
+            if (q == n) s->hdr += 1u << 2;
+            return 0;
+        }
+    }
+    int r = seg_set_read(c, s, acc);
+    b->gwide |= SEG_FORM(s) == FORM_WIDE;
+    return r;
+}
+
 /* Make the queued accesses, in order. */
 static int flush(Core *c) {
     uint32_t n = c->npend;
@@ -2235,8 +2268,10 @@ static int flush(Core *c) {
     c->npend = 0;
     for (uint32_t i = 0; i < n; i++) {
         block_t *b = q[i].b;
+        const acc_t *a = &q[i].acc;
         b->pending = 0;
-        if (range_access(c, b, q[i].acc.stream, c->allvec, &q[i].acc, q[i].hint)) return -1;
+        if (b->gbits && grid_fits(b, a) && packs3(a)) { if (grid_apply(c, b, a)) return -1; }
+        else if (range_access(c, b, a->stream, c->allvec, a, q[i].hint)) return -1;
     }
     return 0;
 }
