@@ -259,7 +259,8 @@ typedef struct { i128 a; uint64_t off, nb; uint8_t has_shape; shape_t shape; } p
 typedef struct { pview_t *v; size_t n, cap; int32_t *tab; size_t tabcap; } pvset_t;
 
 typedef struct {
-    /* (what an access reads first, in the first cache line) */
+    /* (what an access reads first, in the first cache line; with the next line, all that a
+     * queued access to a part of a block in the grid form reads of the block) */
     uint32_t bid;
     int32_t stream, stack; /* allocation stream slot / stack, -1: none */
     uint32_t nseg, segcap; /* range mode: see segs */
@@ -272,8 +273,15 @@ typedef struct {
     uint8_t gbits;  /* range mode in the grid form (see own): 1 + log2 of its cell width; 0: not */
     uint8_t gwide;  /* in the grid form: a cell's state may be in the wide form (grid_clear must look) */
     uint64_t size;
-    uint64_t *keys;
     seg_t *segs;
+    uint64_t *own; /* the grid form: see below */
+    /* Accesses of this block from other streams than its allocation stream, in its state
+     * now or once: the latest seq of each such stream (or FS_FULL). An access by the
+     * allocation stream that all of them happen before cannot race with anything here,
+     * and can wait in the queue (defer). */
+    int32_t fs_stream[2];
+    int64_t fs_seq[2];
+    uint64_t *keys;
     uint64_t ptr, defn_gen;
     acc_t write;
     accv_t reads;
@@ -298,7 +306,7 @@ typedef struct {
      * where it is. nseg is 1 (range mode) and the index unused while gbits is set; ungrid
      * makes the segments the index form holds for anything but such an access or a
      * whole-block one (the block then keeps the index until it returns to whole mode). */
-    uint64_t *own; uint32_t ncells; /* (allocated for ncells cells; kept across range modes) */
+    uint32_t ncells; /* (own is allocated for ncells cells, and kept across range modes) */
     void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
     u128 *ends;
     uint16_t *ord;
@@ -306,12 +314,6 @@ typedef struct {
     int32_t *recorded; uint32_t nrec, reccap;
     ghost_t *ghosts;
     vent_t *views; /* strided entries, oldest first */
-    /* Accesses of this block from other streams than its allocation stream, in its state
-     * now or once: the latest seq of each such stream (or FS_FULL). An access by the
-     * allocation stream that all of them happen before cannot race with anything here,
-     * and can wait in the queue (defer). */
-    int32_t fs_stream[2];
-    int64_t fs_seq[2];
 } block_t;
 
 typedef struct { uint64_t ptr, size; uint8_t size_known, valid; uint64_t gen; } bdef_t;
@@ -1124,7 +1126,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     }
     block_t *b = c->spare;
     if (b) { c->spare = *(block_t **)b; c->nspare--; }
-    else if (!(b = malloc(sizeof(block_t)))) return NULL;
+    else if (!(b = aligned_alloc(64, (sizeof(block_t) + 63) & ~(size_t)63))) return NULL; /* (its lines: see block_t) */
     /* every field, but not the storage of empty lists (a calloc's memset is a cost per allocation) */
     b->bid = bid; b->ptr = ptr; b->size = size; b->size_known = (uint8_t)size_known;
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
@@ -2625,8 +2627,10 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
         uint32_t queued = 0; /* accesses likely to be queued (defer), which the batch prefetches */
         /* The blocks are independent: load the state of all of them at once (each step's
          * loads overlap) before the first is used. Only hints: nothing here changes state. */
-        for (uint32_t i = 0; i < nacc; i++)
-            for (size_t off = 0; off < sizeof(block_t); off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
+        for (uint32_t i = 0; i < nacc; i++) { /* (a plain range: the two lines it reads first; see block_t) */
+            size_t span = c->targets[i].ranged && !c->targets[i].shape ? 128 : sizeof(block_t);
+            for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
+        }
         for (uint32_t i = 0; i < nacc; i++) {
             target_t *t = &c->targets[i];
             const block_t *b = t->b;
