@@ -24,6 +24,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 typedef __int128 i128;
 typedef unsigned __int128 u128;
@@ -307,7 +310,6 @@ typedef struct {
      * makes the segments the index form holds for anything but such an access or a
      * whole-block one (the block then keeps the index until it returns to whole mode). */
     uint32_t ncells; /* (own is allocated for ncells cells, and kept across range modes) */
-    void *segmem; /* the allocation segs is in (segs: its first 64-byte boundary) */
     u128 *ends;
     uint16_t *ord;
     accv_t uses;
@@ -315,6 +317,64 @@ typedef struct {
     ghost_t *ghosts;
     vent_t *views; /* strided entries, oldest first */
 } block_t;
+
+/* Where the segment pools come from (pool_alloc). A pool of 2^k states, k from 2 up to
+ * POOL_CLASSES + 1, is cut from a chunk of ARENA_CHUNK bytes mapped with a request for huge
+ * pages, and goes back to the list of its size when freed (the chunks stay until the core
+ * goes): a trace whose states outgrow the caches touches one state's line per access in no
+ * order, and over 4 KiB pages most of those accesses also missed the TLB. Larger pools
+ * (blocks of thousands of segments, from hand-made traces) are plain allocations. */
+#define ARENA_CHUNK ((size_t)4 << 20)
+#define POOL_CLASSES 12 /* 2^2 .. 2^13 states: 256 B .. 512 KiB */
+typedef struct {
+    void *free[POOL_CLASSES + 2]; /* by k: freed pools, each holding the next one's address */
+    char *cur, *end;              /* what is left of the newest chunk */
+    void **chunks; size_t nchunks, chunkcap;
+} arena_t;
+
+/* A pool of cap states (a power of two from 4), on a cache line (see arena_t). */
+static seg_t *pool_alloc(arena_t *A, uint32_t cap) {
+    unsigned k = (unsigned)__builtin_ctz(cap);
+    size_t bytes = (size_t)cap * sizeof(seg_t);
+    if (k > POOL_CLASSES + 1) return aligned_alloc(64, bytes);
+    if (A->free[k]) {
+        void *p = A->free[k];
+        A->free[k] = *(void **)p;
+        return p;
+    }
+    if ((size_t)(A->end - A->cur) < bytes) {
+        if (A->nchunks == A->chunkcap) {
+            size_t cc = A->chunkcap ? A->chunkcap * 2 : 16;
+            void **ch = realloc(A->chunks, cc * sizeof(void *));
+            if (!ch) return NULL;
+            A->chunks = ch; A->chunkcap = cc;
+        }
+        char *m = aligned_alloc((size_t)2 << 20, ARENA_CHUNK); /* (on a huge page's boundary) */
+        if (!m) return NULL;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+        madvise(m, ARENA_CHUNK, MADV_HUGEPAGE); /* (a hint: without it, 4 KiB pages) */
+#endif
+        A->chunks[A->nchunks++] = m;
+        A->cur = m; A->end = m + ARENA_CHUNK;
+    }
+    void *p = A->cur;
+    A->cur += bytes;
+    return p;
+}
+
+static void pool_free(arena_t *A, seg_t *p, uint32_t cap) {
+    if (!p) return;
+    unsigned k = (unsigned)__builtin_ctz(cap);
+    if (k > POOL_CLASSES + 1) { free(p); return; }
+    *(void **)p = A->free[k];
+    A->free[k] = p;
+}
+
+static void arena_free(arena_t *A) {
+    for (size_t i = 0; i < A->nchunks; i++) free(A->chunks[i]);
+    free(A->chunks);
+    memset(A, 0, sizeof *A);
+}
 
 typedef struct { uint64_t ptr, size; uint8_t size_known, valid; uint64_t gen; } bdef_t;
 
@@ -401,6 +461,7 @@ typedef struct {
     struct pend *pend; uint32_t npend;
     int64_t *allvec; uint32_t allcap; /* a clock every access happens before: the queue's checks find nothing */
     size_t poolbytes;  /* the segment pools of all blocks */
+    arena_t arena;     /* where they come from (pool_alloc) */
     size_t queue_from; /* the queue is used while poolbytes is at least this (native.QUEUE_FROM) */
     /* error */
     int err, err_field;
@@ -1066,12 +1127,12 @@ static int seg_set_read(Core *c, seg_t *s, const acc_t *a) {
 static void grid_clear(block_t *b);
 
 /* the block's own allocations (not the struct) */
-static void block_clear(block_t *b) {
+static void block_clear(Core *c, block_t *b) {
     av_clear(&b->reads);
     av_clear(&b->uses);
     if (b->gbits) grid_clear(b);
     else for (uint32_t i = 0; i < b->nseg; i++) seg_clear(&b->segs[i]);
-    free(b->segmem);
+    pool_free(&c->arena, b->segs, b->segcap);
     free(b->keys); free(b->ends); /* and ord */
     free(b->own);
     free(b->recorded);
@@ -1079,7 +1140,7 @@ static void block_clear(block_t *b) {
     free(b->views);
 }
 
-static void block_free(block_t *b) { block_clear(b); free(b); }
+static void block_free(Core *c, block_t *b) { block_clear(c, b); free(b); }
 
 /* Freed block structs kept for the next allocations (a trace allocates and frees all the
  * time): at most this many, so memory stays bounded by the live blocks plus a constant. */
@@ -1087,7 +1148,7 @@ static void block_free(block_t *b) { block_clear(b); free(b); }
 
 static void block_release(Core *c, block_t *b) {
     c->poolbytes -= (size_t)b->segcap * sizeof(seg_t);
-    block_clear(b);
+    block_clear(c, b);
     if (c->nspare < SPARE_BLOCKS) { *(block_t **)b = c->spare; c->spare = b; c->nspare++; }
     else free(b);
 }
@@ -1132,14 +1193,14 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
     b->stream = stream; b->stack = stack; b->from_def = (uint8_t)from_def; b->defn_gen = gen;
     b->has_write = 0; b->capped = b->hulled = 0; b->nfs = 0; b->pending = 0;
     av_init(&b->reads); av_init(&b->uses);
-    b->segs = NULL; b->segmem = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
+    b->segs = NULL; b->nseg = b->segcap = 0; b->keys = NULL; b->ends = NULL; b->ord = NULL;
     b->own = NULL; b->ncells = 0; b->gbits = 0;
     b->recorded = NULL; b->nrec = b->reccap = 0;
     b->ghosts = NULL; b->ng = 0;
     b->views = NULL; b->nviews = 0;
     if ((bid >= DENSE_IDS && map_put(&c->blocks, bid, (uint64_t)(uintptr_t)b)) || map_put(&c->live_ptr, ptr, bid)) {
         if (bid >= DENSE_IDS) map_del(&c->blocks, bid);
-        block_free(b);
+        block_free(c, b);
         return NULL;
     }
     if (bid < DENSE_IDS) {
@@ -1147,7 +1208,7 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
             uint32_t cap = c->bdensecap ? c->bdensecap : 64;
             while (cap <= bid) cap *= 2;
             block_t **d = realloc(c->bdense, cap * sizeof(block_t *));
-            if (!d) { map_del(&c->live_ptr, ptr); block_free(b); return NULL; }
+            if (!d) { map_del(&c->live_ptr, ptr); block_free(c, b); return NULL; }
             for (uint32_t k = c->bdensecap; k < cap; k++) d[k] = NULL;
             c->bdense = d; c->bdensecap = cap;
         }
@@ -1509,33 +1570,29 @@ static inline uint32_t seg_find_near(const block_t *b, u128 lo, uint32_t g) {
     return base < n ? base : n - 1;
 }
 
-/* Room for n more segments; done before taking pointers into segs (realloc moves them). */
+/* Room for n more segments; done before taking pointers into segs (the pool moves). */
 static int seg_room(Core *c, block_t *b, uint32_t n) {
     if (b->nseg + n <= b->segcap) return 0;
     uint32_t cap = b->segcap ? b->segcap * 2 : 4;
     while (cap < b->nseg + n) cap *= 2;
-    if (cap > 65535) return oom(c); /* ord holds 16-bit slots (segments are capped far below) */
-    /* each state in one cache line: the pool starts on a line (malloc aligns to 16 only;
-     * aligned_alloc costs more, in glibc, than this copy) */
-    void *mem = malloc(cap * sizeof(seg_t) + 63);
-    if (!mem) return oom(c);
-    seg_t *s = (seg_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
-    if (b->nseg) memcpy(s, b->segs, b->nseg * sizeof(seg_t));
-    free(b->segmem);
-    b->segs = s; b->segmem = mem;
+    if (cap > 32768) return oom(c); /* ord holds 16-bit slots (segments are capped far below) */
+    seg_t *s = pool_alloc(&c->arena, cap);
+    if (!s) return oom(c);
     if (b->keys || !b->ends) { /* narrow: a new block's index starts narrow */
         uint64_t *k = realloc(b->keys, cap * sizeof(uint64_t));
-        if (!k) return oom(c);
-        c->poolbytes += (size_t)(cap - b->segcap) * sizeof(seg_t);
-        b->keys = k; b->segcap = cap;
-        return 0;
+        if (!k) { pool_free(&c->arena, s, cap); return oom(c); }
+        b->keys = k;
+    } else {
+        u128 *e = realloc(b->ends, cap * sizeof(u128) + cap * sizeof(uint16_t));
+        if (!e) { pool_free(&c->arena, s, cap); return oom(c); }
+        uint16_t *ord = (uint16_t *)(e + cap);
+        memmove(ord, (uint16_t *)(e + b->segcap), b->nseg * sizeof(uint16_t));
+        b->ends = e; b->ord = ord;
     }
-    u128 *e = realloc(b->ends, cap * sizeof(u128) + cap * sizeof(uint16_t));
-    if (!e) return oom(c);
-    uint16_t *ord = (uint16_t *)(e + cap);
-    memmove(ord, (uint16_t *)(e + b->segcap), b->nseg * sizeof(uint16_t));
+    if (b->nseg) memcpy(s, b->segs, b->nseg * sizeof(seg_t));
+    pool_free(&c->arena, b->segs, b->segcap);
     c->poolbytes += (size_t)(cap - b->segcap) * sizeof(seg_t);
-    b->ends = e; b->ord = ord; b->segcap = cap;
+    b->segs = s; b->segcap = cap;
     return 0;
 }
 
@@ -1890,8 +1947,8 @@ static void to_whole(Core *c, block_t *b, const acc_t *acc) {
     b->gbits = 0;
     if (!b->keys) { /* a wide index: the next range mode starts narrow */
         c->poolbytes -= (size_t)b->segcap * sizeof(seg_t);
-        free(b->segmem); free(b->ends);
-        b->segs = NULL; b->segmem = NULL; b->ends = NULL; b->ord = NULL; b->segcap = 0;
+        pool_free(&c->arena, b->segs, b->segcap); free(b->ends);
+        b->segs = NULL; b->ends = NULL; b->ord = NULL; b->segcap = 0;
     }
     b->write = *acc; b->has_write = 1;
     av_clear(&b->reads);
@@ -3081,8 +3138,8 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
 
 static void Core_dealloc(Core *c) {
     for (size_t i = 0; i < c->blocks.cap; i++)
-        if (c->blocks.state && c->blocks.state[i] == 1) block_free((block_t *)(uintptr_t)c->blocks.vals[i]);
-    for (uint32_t i = 0; i < c->bdensecap; i++) if (c->bdense[i]) block_free(c->bdense[i]);
+        if (c->blocks.state && c->blocks.state[i] == 1) block_free(c, (block_t *)(uintptr_t)c->blocks.vals[i]);
+    for (uint32_t i = 0; i < c->bdensecap; i++) if (c->bdense[i]) block_free(c, c->bdense[i]);
     while (c->spare) { block_t *b = c->spare; c->spare = *(block_t **)b; free(b); }
     map_free(&c->blocks); map_free(&c->live_ptr); map_free(&c->defs); map_free(&c->stale);
     map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap);
@@ -3094,6 +3151,7 @@ static void Core_dealloc(Core *c) {
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
     free(c->targets); free(c->afields); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
     free(c->bdense); free(c->sdense); free(c->ascr); free(c->pend); free(c->allvec);
+    arena_free(&c->arena); /* (after the blocks: they give their pools back to it) */
     if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
