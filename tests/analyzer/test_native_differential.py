@@ -468,6 +468,24 @@ def test_same_findings_when_accesses_wait_in_the_queue(ops, realloc_same_id):
     assert check(join(header, recs))[0] == "ok"
 
 
+def test_a_range_off_the_grid_of_a_block_with_queued_parts_is_made_at_once():
+    """A block in the grid form (16-byte parts) whose own stream's part accesses wait in the
+    queue, then an access of that stream across two parts: it changes the block's form, so it
+    cannot wait with them; a later unordered read of the second part races with it."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(2)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.KERNEL, 0, 0, None, [~0, 0, 16]]]
+    # stream 1's read, ordered after stream 0 and before what follows, starts the grid
+    recs += [[R.EVENT_RECORD, 0, 0, None], [R.EVENT_WAIT, 0, 1, None], [R.KERNEL, 1, 0, None, [0, 160, 16]],
+             [R.EVENT_RECORD, 1, 1, None], [R.EVENT_WAIT, 1, 0, None]]
+    recs += [[R.KERNEL, 0, 0, None, [~0, 16 * k, 16]] for k in (5, 3)]
+    recs += [[R.KERNEL, 0, 0, None, [~0, 16, 32]], [R.KERNEL, 0, 0, None, [0, 64, 16]]]
+    recs += [[R.KERNEL, 1, 0, None, [0, 32, 16]], [R.END, {}]]
+    ref = check(join(header, recs))
+    races = [(f[1][7], f[2][7]) for f in ref[1] if f[0].value == "data-race"]
+    assert races == [(7, 5)]  # (seq, earlier seq): the read of part 2 and the write across parts 1-2
+
+
 def test_queued_accesses_see_a_third_other_stream_and_strided_entries():
     """A block's summary of other streams' accesses holds two streams: a third makes its
     own stream's accesses wait in no queue, so that they are checked as they come. And an

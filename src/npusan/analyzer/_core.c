@@ -2200,7 +2200,10 @@ static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
  * of every replay call. Reports cannot change: none of the queued accesses has any. */
 
 #define PEND_MAX 256
+/* hint: GRID_HINT for an access of one part of a block in the grid form in the three-access
+ * form (grid_apply; its lines were requested when it was queued), else as range_access's */
 struct pend { block_t *b; uint32_t hint; acc_t acc; };
+#define GRID_HINT (NO_SEG - 1)
 
 /* After an access from another stream than b's allocation stream (the summary is emptied
  * where a write leaves nothing else in the block's state: fs_forget). */
@@ -2308,13 +2311,14 @@ static int flush(Core *c) {
     struct pend *q = c->pend;
     for (uint32_t i = 0; i < n; i++) { /* the keys of the guess and the one before it (or the index's first lines) */
         const block_t *b = q[i].b;
-        if (b->gbits) { q[i].hint = prefetch_index(b, q[i].acc.off, 0); continue; }
+        if (q[i].hint == GRID_HINT) continue;
         uint32_t g = q[i].hint = seg_guess(b, (u128)q[i].acc.off);
         if (g == NO_SEG) { if (b->nseg) prefetch_index(b, q[i].acc.off, 0); }
         else { __builtin_prefetch(&b->keys[g]); if (g) __builtin_prefetch(&b->keys[g - 1]); }
     }
     for (uint32_t i = 0; i < n; i++) {
         const block_t *b = q[i].b;
+        if (q[i].hint == GRID_HINT) continue;
         uint32_t k = q[i].hint = prefetch_segment(b, q[i].acc.off, q[i].hint);
         if (k == NO_SEG || !b->keys) continue;
         uint64_t lo = q[i].acc.off, hi = lo + q[i].acc.n;
@@ -2329,16 +2333,30 @@ static int flush(Core *c) {
         block_t *b = q[i].b;
         const acc_t *a = &q[i].acc;
         b->pending = 0;
-        if (b->gbits && grid_fits(b, a) && packs3(a)) { if (grid_apply(c, b, a)) return -1; }
+        if (q[i].hint == GRID_HINT) { if (grid_apply(c, b, a)) return -1; }
         else if (range_access(c, b, a->stream, c->allvec, a, q[i].hint)) return -1;
     }
     return 0;
 }
 
+/* Queue acc (can_defer) unless b is in the grid form and acc is not one part of it in the
+ * three-access form: 1, the caller then makes it. A block in the grid form so stays in it
+ * while it has queued accesses (only an access made at once changes its form, and that
+ * empties the queue first), and grid_apply can make them; their lines are requested now,
+ * as early as can be. */
 static int defer(Core *c, block_t *b, const acc_t *acc) {
+    uint32_t hint = NO_SEG;
+    if (b->gbits) {
+        if (!grid_fits(b, acc) || !packs3(acc)) return 1;
+        uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
+        __builtin_prefetch(&b->segs[x], 1);
+        __builtin_prefetch(&b->own[x >> 6]);
+        hint = GRID_HINT;
+    }
     if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) return oom(c);
     if (c->npend == PEND_MAX && flush(c)) return -1;
     c->pend[c->npend].b = b;
+    c->pend[c->npend].hint = hint;
     c->pend[c->npend++].acc = *acc;
     b->pending++;
     return 0;
@@ -2710,8 +2728,9 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
         acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
         block_t *b = t->b;
         if (t->ranged && !t->shape && can_defer(c, b, S, vec)) {
-            if (defer(c, b, &acc)) return -1;
-            continue;
+            int r = defer(c, b, &acc);
+            if (r < 0) return -1;
+            if (!r) continue;
         }
         if ((b->pending && flush(c)) || one_access(c, b, S, vec, &acc, t->shape, t->seg)) return -1;
     }
