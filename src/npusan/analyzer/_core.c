@@ -2703,8 +2703,10 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
         /* The blocks are independent: load the state of all of them at once (each step's
          * loads overlap) before the first is used. Only hints: nothing here changes state. */
         for (uint32_t i = 0; i < nacc; i++) { /* (a plain range: the two lines it reads first; see block_t) */
-            size_t span = c->targets[i].ranged && !c->targets[i].shape ? 128 : sizeof(block_t);
-            for (size_t off = 0; off < span; off += 64) __builtin_prefetch((const char *)c->targets[i].b + off);
+            const char *p = (const char *)c->targets[i].b; /* (loops of a constant count: unrolled) */
+            __builtin_prefetch(p); __builtin_prefetch(p + 64);
+            if (!c->targets[i].ranged || c->targets[i].shape)
+                for (size_t off = 128; off < sizeof(block_t); off += 64) __builtin_prefetch(p + off);
         }
         for (uint32_t i = 0; i < nacc; i++) {
             target_t *t = &c->targets[i];
