@@ -319,9 +319,9 @@ typedef struct {
 } block_t;
 
 /* Where the segment pools come from (pool_alloc). A pool of 2^k states, k from 2 up to
- * POOL_CLASSES + 1, is cut from a chunk of ARENA_CHUNK bytes mapped with a request for huge
- * pages, and goes back to the list of its size when freed (the chunks stay until the core
- * goes): a trace whose states outgrow the caches touches one state's line per access in no
+ * POOL_CLASSES + 1, is cut from a chunk of ARENA_CHUNK bytes allocated on a 2 MiB boundary
+ * with a request for huge pages, and goes back to the list of its size when freed (the
+ * chunks stay until the core goes): a trace whose states outgrow the caches touches one state's line per access in no
  * order, and over 4 KiB pages most of those accesses also missed the TLB. Larger pools
  * (blocks of thousands of segments, from hand-made traces) are plain allocations. */
 #define ARENA_CHUNK ((size_t)4 << 20)
