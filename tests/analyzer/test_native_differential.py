@@ -486,6 +486,23 @@ def test_a_range_off_the_grid_of_a_block_with_queued_parts_is_made_at_once():
     assert races == [(7, 5)]  # (seq, earlier seq): the read of part 2 and the write across parts 1-2
 
 
+def test_a_queued_first_read_of_a_part_keeps_what_the_whole_block_held():
+    """Stream 1 writes the whole block; after hand-offs, stream 0's reads of parts start the
+    grid and then wait in the queue, one of them the first access of its part: that part
+    must still hold stream 1's write (the base state), which stream 2's unordered read of
+    the part then races with."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.KERNEL, 1, 0, None, ~0],
+             [R.EVENT_RECORD, 0, 1, None], [R.EVENT_WAIT, 0, 0, None]]
+    recs += [[R.KERNEL, 0, 0, None, [0, 0, 16]], [R.KERNEL, 1, 0, None, [0, 240, 16]],
+             [R.EVENT_RECORD, 1, 1, None], [R.EVENT_WAIT, 1, 0, None]]
+    recs += [[R.KERNEL, 0, 0, None, [0, 80, 16]], [R.KERNEL, 2, 0, None, [0, 80, 16]], [R.END, {}]]
+    ref = check(join(header, recs))
+    races = [(f[1][7], f[2][7]) for f in ref[1] if f[0].value == "data-race"]
+    assert races == [(5, 1)]  # (seq, earlier seq): stream 2's read and stream 1's whole write
+
+
 def test_queued_accesses_see_a_third_other_stream_and_strided_entries():
     """A block's summary of other streams' accesses holds two streams: a third makes its
     own stream's accesses wait in no queue, so that they are checked as they come. And an

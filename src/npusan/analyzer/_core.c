@@ -303,7 +303,7 @@ typedef struct {
     /* The grid form of range mode, for a block whose ranged accesses each cover exactly one
      * of its G equal parts, its cells (a buffer cut into 2^k-byte slices, each touched alone):
      * cell x is bytes [x << (gbits - 1), (x + 1) << (gbits - 1)). Slot x of the pool holds the
-     * state of cell x once an access has touched that cell alone (bit x of own), and slot G
+     * state of cell x once an access has touched that cell alone (bit x of own), and base
      * the state of every other cell (the base: what the whole block had, and the whole-block
      * accesses since). A cell's state is found without a search and never split: its slot is
      * where it is. nseg is 1 (range mode) and the index unused while gbits is set; ungrid
@@ -316,6 +316,9 @@ typedef struct {
     int32_t *recorded; uint32_t nrec, reccap;
     ghost_t *ghosts;
     vent_t *views; /* strided entries, oldest first */
+    /* The grid form's base state (see own), here rather than in the pool, so that a grid of
+     * 2^k parts fills a pool of 2^k states instead of half of one twice as large. */
+    seg_t base __attribute__((aligned(64)));
 } block_t;
 
 /* Where the segment pools come from (pool_alloc). A pool of 2^k states, k from 2 up to
@@ -2010,14 +2013,14 @@ static void grid_clear(block_t *b) {
     uint32_t G = grid_cells(b), words = (G + 63) >> 6;
     if (!b->gwide) { /* (no state to free: the cells' lines are not read) */
         memset(b->own, 0, words * sizeof(uint64_t));
-        seg_init(&b->segs[G]);
+        seg_init(&b->base);
         return;
     }
     for (uint32_t i = 0; i < words; i++) {
         for (uint64_t m = b->own[i]; m; m &= m - 1) seg_clear(&b->segs[i * 64 + (uint32_t)__builtin_ctzll(m)]);
         b->own[i] = 0;
     }
-    seg_clear(&b->segs[G]);
+    seg_clear(&b->base);
 }
 
 /* Is the first unpacked state's list of accesses the second's, in the same order? */
@@ -2034,10 +2037,10 @@ static int same_order(const seg_t *s, const seg_t *t) {
 /* Leaving the grid form: the segments of the index form from the cells, each run of cells
  * with the same state one segment (the state of its first cell: as coalesce keeps). The
  * k-th segment goes into slot k <= its first cell, whose state has then been moved or
- * dropped; the base, in slot G, is copied where its cells start a segment. */
+ * dropped; the base is copied where its cells start a segment. */
 static int ungrid(Core *c, block_t *b) {
     uint32_t G = grid_cells(b), shift = b->gbits - 1, k = 0;
-    seg_t *base = &b->segs[G];
+    seg_t *base = &b->base;
     int prev_base = 0; /* segment k - 1 is a copy of the base */
     for (uint32_t x = 0; x < G; x++) {
         int own = grid_owns(b, x);
@@ -2078,9 +2081,9 @@ static int grid_start(Core *c, block_t *b, const acc_t *acc) {
         if (!own) return oom(c);
         b->own = own; b->ncells = (uint32_t)(words * 64);
     }
-    if (seg_room(c, b, (uint32_t)G + 1)) return -1; /* (the cells and the base; a narrow index for ungrid) */
+    if (seg_room(c, b, (uint32_t)G)) return -1; /* (the cells; a narrow index for ungrid) */
     memset(b->own, 0, words * sizeof(uint64_t));
-    seg_t *base = &b->segs[G];
+    seg_t *base = &b->base;
     seg_init(base);
     if (seg_assign(base, &b->write, b->has_write, av_items(&b->reads), b->reads.n)) return oom(c);
     b->has_write = 0;
@@ -2099,7 +2102,7 @@ static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec
     uint64_t *w = &b->own[x >> 6], bit = 1ull << (x & 63);
     seg_t *s = &b->segs[x];
     if (!(*w & bit)) {
-        if (seg_copy(s, &b->segs[grid_cells(b)])) return oom(c);
+        if (seg_copy(s, &b->base)) return oom(c);
         *w |= bit;
     }
     c->nrep = 0;
@@ -2117,7 +2120,7 @@ static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec
  * the checks of later accesses then meet the accesses in the same order in both forms. */
 static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     uint32_t G = grid_cells(b), words = (G + 63) >> 6, fb = G; /* fb: the base's first cell (G: none) */
-    seg_t *base = &b->segs[G];
+    seg_t *base = &b->base;
     for (uint32_t i = 0; i < words; i++) /* (the bits from G up are clear: G itself when no cell is the base's) */
         if (~b->own[i]) { fb = i * 64 + (uint32_t)__builtin_ctzll(~b->own[i]); break; }
     int fast = packs3(acc), based = fb == G;
@@ -2230,7 +2233,7 @@ static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess)
             uint32_t x = (uint32_t)(off >> (b->gbits - 1));
             __builtin_prefetch(&b->own[x >> 6]);
             __builtin_prefetch(&b->segs[x], 1);
-            __builtin_prefetch(&b->segs[grid_cells(b)]);
+            __builtin_prefetch(&b->base);
         }
         return NO_SEG;
     }
@@ -2281,7 +2284,7 @@ static inline int grid_apply(Core *c, block_t *b, const acc_t *acc) {
         return 0;
     }
     if (!(*w & bit)) {
-        if (seg_copy(s, &b->segs[grid_cells(b)])) return oom(c);
+        if (seg_copy(s, &b->base)) return oom(c);
         *w |= bit;
     }
     if (SEG_FORM(s) == FORM_THREE) {
@@ -2351,6 +2354,7 @@ static int defer(Core *c, block_t *b, const acc_t *acc) {
         uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
         __builtin_prefetch(&b->segs[x], 1);
         __builtin_prefetch(&b->own[x >> 6]);
+        __builtin_prefetch(&b->base);
         hint = GRID_HINT;
     }
     if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) return oom(c);
