@@ -316,10 +316,12 @@ typedef struct {
     int32_t *recorded; uint32_t nrec, reccap;
     ghost_t *ghosts;
     vent_t *views; /* strided entries, oldest first */
-    /* The grid form's base state (see own), here rather than in the pool, so that a grid of
-     * 2^k parts fills a pool of 2^k states instead of half of one twice as large. */
-    seg_t base __attribute__((aligned(64)));
 } block_t;
+
+/* The grid form's base state (see own): in the line before own's words, in their allocation
+ * (not in the pool, so that a grid of 2^k parts fills a pool of 2^k states instead of half
+ * of one twice as large; not in block_t, which every access reads). */
+static inline seg_t *grid_base(const block_t *b) { return (seg_t *)b->own - 1; }
 
 /* Where the segment pools come from (pool_alloc). A pool of 2^k states, k from 2 up to
  * POOL_CLASSES + 1, is cut from a chunk of ARENA_CHUNK bytes allocated on a 2 MiB boundary
@@ -1137,7 +1139,7 @@ static void block_clear(Core *c, block_t *b) {
     else for (uint32_t i = 0; i < b->nseg; i++) seg_clear(&b->segs[i]);
     pool_free(&c->arena, b->segs, b->segcap);
     free(b->keys); free(b->ends); /* and ord */
-    free(b->own);
+    if (b->own) free(grid_base(b));
     free(b->recorded);
     free(b->ghosts);
     free(b->views);
@@ -2013,14 +2015,14 @@ static void grid_clear(block_t *b) {
     uint32_t G = grid_cells(b), words = (G + 63) >> 6;
     if (!b->gwide) { /* (no state to free: the cells' lines are not read) */
         memset(b->own, 0, words * sizeof(uint64_t));
-        seg_init(&b->base);
+        seg_init(grid_base(b));
         return;
     }
     for (uint32_t i = 0; i < words; i++) {
         for (uint64_t m = b->own[i]; m; m &= m - 1) seg_clear(&b->segs[i * 64 + (uint32_t)__builtin_ctzll(m)]);
         b->own[i] = 0;
     }
-    seg_clear(&b->base);
+    seg_clear(grid_base(b));
 }
 
 /* Is the first unpacked state's list of accesses the second's, in the same order? */
@@ -2040,7 +2042,7 @@ static int same_order(const seg_t *s, const seg_t *t) {
  * dropped; the base is copied where its cells start a segment. */
 static int ungrid(Core *c, block_t *b) {
     uint32_t G = grid_cells(b), shift = b->gbits - 1, k = 0;
-    seg_t *base = &b->base;
+    seg_t *base = grid_base(b);
     int prev_base = 0; /* segment k - 1 is a copy of the base */
     for (uint32_t x = 0; x < G; x++) {
         int own = grid_owns(b, x);
@@ -2076,14 +2078,15 @@ static int grid_start(Core *c, block_t *b, const acc_t *acc) {
         (b->size & (n - 1)) || acc->off >= b->size) return 1;
     uint64_t G = b->size / n, words = (G + 63) / 64;
     if (G < 2 || G >= UINT16_MAX || (long)G > c->L.max_segments) return 1;
-    if (G > b->ncells) {
-        uint64_t *own = realloc(b->own, words * sizeof(uint64_t));
-        if (!own) return oom(c);
-        b->own = own; b->ncells = (uint32_t)(words * 64);
+    if (G > b->ncells) { /* (the base's line, then the words, on a line) */
+        seg_t *mem = aligned_alloc(64, sizeof(seg_t) + ((words * sizeof(uint64_t) + 63) & ~(size_t)63));
+        if (!mem) return oom(c);
+        if (b->own) free(grid_base(b));
+        b->own = (uint64_t *)(mem + 1); b->ncells = (uint32_t)(words * 64);
     }
     if (seg_room(c, b, (uint32_t)G)) return -1; /* (the cells; a narrow index for ungrid) */
     memset(b->own, 0, words * sizeof(uint64_t));
-    seg_t *base = &b->base;
+    seg_t *base = grid_base(b);
     seg_init(base);
     if (seg_assign(base, &b->write, b->has_write, av_items(&b->reads), b->reads.n)) return oom(c);
     b->has_write = 0;
@@ -2102,7 +2105,7 @@ static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec
     uint64_t *w = &b->own[x >> 6], bit = 1ull << (x & 63);
     seg_t *s = &b->segs[x];
     if (!(*w & bit)) {
-        if (seg_copy(s, &b->base)) return oom(c);
+        if (seg_copy(s, grid_base(b))) return oom(c);
         *w |= bit;
     }
     c->nrep = 0;
@@ -2120,7 +2123,7 @@ static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec
  * the checks of later accesses then meet the accesses in the same order in both forms. */
 static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
     uint32_t G = grid_cells(b), words = (G + 63) >> 6, fb = G; /* fb: the base's first cell (G: none) */
-    seg_t *base = &b->base;
+    seg_t *base = grid_base(b);
     for (uint32_t i = 0; i < words; i++) /* (the bits from G up are clear: G itself when no cell is the base's) */
         if (~b->own[i]) { fb = i * 64 + (uint32_t)__builtin_ctzll(~b->own[i]); break; }
     int fast = packs3(acc), based = fb == G;
@@ -2233,7 +2236,7 @@ static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess)
             uint32_t x = (uint32_t)(off >> (b->gbits - 1));
             __builtin_prefetch(&b->own[x >> 6]);
             __builtin_prefetch(&b->segs[x], 1);
-            __builtin_prefetch(&b->base);
+            __builtin_prefetch(grid_base(b));
         }
         return NO_SEG;
     }
@@ -2284,7 +2287,7 @@ static inline int grid_apply(Core *c, block_t *b, const acc_t *acc) {
         return 0;
     }
     if (!(*w & bit)) {
-        if (seg_copy(s, &b->base)) return oom(c);
+        if (seg_copy(s, grid_base(b))) return oom(c);
         *w |= bit;
     }
     if (SEG_FORM(s) == FORM_THREE) {
@@ -2354,7 +2357,7 @@ static int defer(Core *c, block_t *b, const acc_t *acc) {
         uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
         __builtin_prefetch(&b->segs[x], 1);
         __builtin_prefetch(&b->own[x >> 6]);
-        __builtin_prefetch(&b->base);
+        __builtin_prefetch(grid_base(b));
         hint = GRID_HINT;
     }
     if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) return oom(c);
