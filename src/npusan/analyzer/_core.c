@@ -303,9 +303,9 @@ typedef struct {
     /* The grid form of range mode, for a block whose ranged accesses each cover exactly one
      * of its G equal parts, its cells (a buffer cut into 2^k-byte slices, each touched alone):
      * cell x is bytes [x << (gbits - 1), (x + 1) << (gbits - 1)). Slot x of the pool holds the
-     * state of cell x once an access has touched that cell alone (bit x of own), and base
-     * the state of every other cell (the base: what the whole block had, and the whole-block
-     * accesses since). A cell's state is found without a search and never split: its slot is
+     * state of cell x once an access has touched that cell alone (bit x of own), and the
+     * base (grid_base) the state of every other cell: what the whole block had, and the
+     * whole-block accesses since. A cell's state is found without a search and never split: its slot is
      * where it is. nseg is 1 (range mode) and the index unused while gbits is set; ungrid
      * makes the segments the index form holds for anything but such an access or a
      * whole-block one (the block then keeps the index until it returns to whole mode). */
@@ -326,9 +326,10 @@ static inline seg_t *grid_base(const block_t *b) { return (seg_t *)b->own - 1; }
 /* Where the segment pools come from (pool_alloc). A pool of 2^k states, k from 2 up to
  * POOL_CLASSES + 1, is cut from a chunk of ARENA_CHUNK bytes allocated on a 2 MiB boundary
  * with a request for huge pages, and goes back to the list of its size when freed (the
- * chunks stay until the core goes): a trace whose states outgrow the caches touches one state's line per access in no
- * order, and over 4 KiB pages most of those accesses also missed the TLB. Larger pools
- * (blocks of thousands of segments, from hand-made traces) are plain allocations. */
+ * chunks stay until the core goes): a trace whose states outgrow the caches touches one
+ * state's line per access in no order, and over 4 KiB pages most of those accesses also
+ * missed the TLB. Larger pools (blocks of thousands of segments, from hand-made traces) are
+ * plain allocations. */
 #define ARENA_CHUNK ((size_t)4 << 20)
 #define POOL_CLASSES 12 /* 2^2 .. 2^13 states: 256 B .. 512 KiB */
 typedef struct {
@@ -1915,20 +1916,25 @@ static inline int seg_place(const block_t *b, u128 lo, u128 hi, uint32_t hint, u
     return seg_lo(b, k) == lo && khi == hi ? 1 : hi <= khi ? 2 : 0;
 }
 
+/* reads[S] = the access encoded as x, in place in a state in the three-access form (its
+ * writes already checked); 0: no room there (the caller then goes through seg_set_read). */
+static inline int p3_read_here(seg_t *s, int32_t S, const p3e_t *x) {
+    uint32_t nw = s->hdr & 3u, n = nw + (s->hdr >> 2 & 3u), q;
+    for (q = nw; q < n && p3_stream(p3_key(s, q)) != S; q++) {}
+    if (q == 3) return 0;
+    p3_put(s, q, x);
+    if (q == n) s->hdr += 1u << 2;
+    return 1;
+}
+
 /* One access against one segment's state: the race checks, then the state change.
  * fast/x: the access packs in the three-access form, and its encoding (range_access). */
 __attribute__((always_inline)) static inline int seg_access(Core *c, block_t *b, int32_t S, const int64_t *vec,
                                                            const acc_t *acc, seg_t *s, int fast, const p3e_t *x) {
     if (!acc->write) {
         if (fast && SEG_FORM(s) == FORM_THREE) {
-            uint32_t nw = s->hdr & 3u, n = nw + (s->hdr >> 2 & 3u), q;
-            if (p3_check(c, b, S, vec, acc, s, 0, nw)) return -1;
-            for (q = nw; q < n && p3_stream(p3_key(s, q)) != S; q++) {}
-            if (q < 3) { /* reads[S] = acc, in place */
-                p3_put(s, q, x);
-                if (q == n) s->hdr += 1u << 2;
-                return 0;
-            }
+            if (p3_check(c, b, S, vec, acc, s, 0, s->hdr & 3u)) return -1;
+            if (p3_read_here(s, S, x)) return 0;
         } else if (check_seg(c, b, S, vec, acc, s, 0, seg_nw(s))) return -1;
         return seg_set_read(c, s, acc);
     }
@@ -2003,6 +2009,16 @@ __attribute__((noinline)) static int range_index(Core *c, block_t *b, int32_t S,
 
 static inline uint32_t grid_cells(const block_t *b) { return (uint32_t)(b->size >> (b->gbits - 1)); }
 static inline int grid_owns(const block_t *b, uint32_t x) { return (int)(b->own[x >> 6] >> (x & 63) & 1); }
+static inline uint32_t grid_cell(const block_t *b, uint64_t off) { return (uint32_t)(off >> (b->gbits - 1)); }
+
+/* seg_access on one of a grid block's states, gwide kept (after an error too: block_clear
+ * frees what the state holds) */
+static inline int grid_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc, seg_t *s, int fast,
+                           const p3e_t *x) {
+    int r = seg_access(c, b, S, vec, acc, s, fast, x);
+    b->gwide |= SEG_FORM(s) == FORM_WIDE;
+    return r;
+}
 
 /* Is acc exactly one cell of b's grid? */
 static inline int grid_fits(const block_t *b, const acc_t *acc) {
@@ -2101,7 +2117,7 @@ static int grid_start(Core *c, block_t *b, const acc_t *acc) {
  * (a copy of the base the first time), then the access. No two neighbours can then be
  * joined (the access is in this cell's state alone) and the cap is not reached. */
 static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec, const acc_t *acc) {
-    uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
+    uint32_t x = grid_cell(b, acc->off);
     uint64_t *w = &b->own[x >> 6], bit = 1ull << (x & 63);
     seg_t *s = &b->segs[x];
     if (!(*w & bit)) {
@@ -2110,9 +2126,7 @@ static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec
     }
     c->nrep = 0;
     p3e_t e = p3_encode(acc);
-    int r = seg_access(c, b, S, vec, acc, s, packs3(acc), &e);
-    b->gwide |= SEG_FORM(s) == FORM_WIDE; /* (after an error too: block_clear frees what it holds) */
-    return r;
+    return grid_seg(c, b, S, vec, acc, s, packs3(acc), &e);
 }
 
 /* range_index for a whole-block access in the grid form: every state in byte order (the
@@ -2136,19 +2150,11 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
             if (x + 16 < G) __builtin_prefetch(&b->segs[x + 16]);
             if (!based && fb < x) {
                 based = 1;
-                int r = seg_access(c, b, S, vec, acc, base, fast, &e);
-                b->gwide |= SEG_FORM(base) == FORM_WIDE;
-                if (r) return -1;
+                if (grid_seg(c, b, S, vec, acc, base, fast, &e)) return -1;
             }
-            int r = seg_access(c, b, S, vec, acc, &b->segs[x], fast, &e);
-            b->gwide |= SEG_FORM(&b->segs[x]) == FORM_WIDE;
-            if (r) return -1;
+            if (grid_seg(c, b, S, vec, acc, &b->segs[x], fast, &e)) return -1;
         }
-    if (!based) {
-        int r = seg_access(c, b, S, vec, acc, base, fast, &e);
-        b->gwide |= SEG_FORM(base) == FORM_WIDE;
-        if (r) return -1;
-    }
+    if (!based && grid_seg(c, b, S, vec, acc, base, fast, &e)) return -1;
     if (acc->write) { to_whole(c, b, acc); return 0; }
     const seg_t *prev = grid_owns(b, 0) ? &b->segs[0] : base;
     for (uint32_t x = 1; x < G; x++) {
@@ -2233,7 +2239,7 @@ static inline int can_defer(const Core *c, const block_t *b, int32_t S, const in
 static inline uint32_t prefetch_index(const block_t *b, uint64_t off, int guess) {
     if (b->gbits) { /* the cell's state, whether it has one, and the base it may copy */
         if (off < b->size) {
-            uint32_t x = (uint32_t)(off >> (b->gbits - 1));
+            uint32_t x = grid_cell(b, off);
             __builtin_prefetch(&b->own[x >> 6]);
             __builtin_prefetch(&b->segs[x], 1);
             __builtin_prefetch(grid_base(b));
@@ -2276,7 +2282,7 @@ static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t
  * (flush makes queued accesses at a clock after everything) and so only read lines. A write
  * leaves the part its own state whatever it held; a read needs what the part holds. */
 static inline int grid_apply(Core *c, block_t *b, const acc_t *acc) {
-    uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
+    uint32_t x = grid_cell(b, acc->off);
     uint64_t *w = &b->own[x >> 6], bit = 1ull << (x & 63);
     seg_t *s = &b->segs[x];
     p3e_t e = p3_encode(acc);
@@ -2290,15 +2296,7 @@ static inline int grid_apply(Core *c, block_t *b, const acc_t *acc) {
         if (seg_copy(s, grid_base(b))) return oom(c);
         *w |= bit;
     }
-    if (SEG_FORM(s) == FORM_THREE) {
-        uint32_t nw = s->hdr & 3u, n = nw + (s->hdr >> 2 & 3u), q;
-        for (q = nw; q < n && p3_stream(p3_key(s, q)) != acc->stream; q++) {}
-        if (q < 3) { /* reads[S] = acc, in place */
-            p3_put(s, q, &e);
-            if (q == n) s->hdr += 1u << 2;
-            return 0;
-        }
-    }
+    if (SEG_FORM(s) == FORM_THREE && p3_read_here(s, acc->stream, &e)) return 0;
     int r = seg_set_read(c, s, acc);
     b->gwide |= SEG_FORM(s) == FORM_WIDE;
     return r;
@@ -2354,10 +2352,7 @@ static int defer(Core *c, block_t *b, const acc_t *acc) {
     uint32_t hint = NO_SEG;
     if (b->gbits) {
         if (!grid_fits(b, acc) || !packs3(acc)) return 1;
-        uint32_t x = (uint32_t)(acc->off >> (b->gbits - 1));
-        __builtin_prefetch(&b->segs[x], 1);
-        __builtin_prefetch(&b->own[x >> 6]);
-        __builtin_prefetch(grid_base(b));
+        prefetch_index(b, acc->off, 0);
         hint = GRID_HINT;
     }
     if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) return oom(c);

@@ -36,9 +36,10 @@ a short list per block; the rules are in :mod:`npusan.analyzer.strided`.
 Reuse ghosts: an unsynchronized, unrecorded use found at a free is remembered (at most
 :data:`MAX_GHOSTS`, oldest evicted first); a later allocation overlapping the freed range
 inherits it, and the first access to the new block that shares a byte with the old use
-(:func:`ghost_meets`) and is not ordered after it is a reuse race. A ghost every stream has observed can never race again and is pruned; the
-pruning scan runs at most once per ``MAX_GHOSTS // 2`` new ghosts, so a program whose
-streams never synchronize back keeps a constant cost per free.
+(:func:`ghost_meets`) and is not ordered after it is a reuse race. A ghost every stream has
+observed can never race again and is pruned; the pruning scan runs at most once per
+``MAX_GHOSTS // 2`` new ghosts, so a program whose streams never synchronize back keeps a
+constant cost per free.
 
 Findings are deduplicated while replaying by (kind, both streams, ops, stacks and access
 types) into counts, first/last sequence number, up to :data:`MAX_ADDRESSES` addresses and
