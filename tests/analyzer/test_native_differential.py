@@ -282,6 +282,22 @@ def test_same_findings_when_a_whole_read_makes_parts_equal_with_their_reads_in_a
         check_capped(header, list(recs), cap)
 
 
+def test_same_findings_when_racing_whole_reads_make_a_part_equal_to_the_untouched_ones():
+    """As the test before, with every read racing with the block's write (no event): the
+    core then checks each part the general way instead of its quick path for reads that
+    cannot race. A part read by stream 2 alone, then the whole block read by streams 1 and
+    2: the part holds the reads in the order 2, 1 and the untouched parts 1, 2, the same
+    accesses, which the Python engine joins in the untouched parts' order; stream 3's write
+    to the part must meet them in that order."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(4)]
+    recs += [[R.ALLOC, 0, 0x1000, 256, 0, None], [R.KERNEL, 0, 0, None, ~0]]
+    recs += [[R.KERNEL, 2, 0, None, [0, 16, 16]], [R.KERNEL, 1, 0, None, 0], [R.KERNEL, 2, 0, None, 0]]
+    recs += [[R.KERNEL, 3, 0, None, [~0, 16, 16]]]
+    for cap in (256, 3):
+        check_capped(header, list(recs), cap)
+
+
 def test_same_findings_with_accesses_a_segment_cannot_pack():
     """The core packs a segment's accesses when their values are small (offsets and sizes
     below 2^32, an access index below 2^16); others are kept whole. Both kinds, side by

@@ -453,6 +453,7 @@ typedef struct {
     target_t *targets; size_t tcap;
     afield_t *afields; size_t acap;
     int64_t *reported; size_t nrep, repcap;
+    uint64_t *sigs; uint32_t sigcap; /* grid_whole's */
     ghost_t *gscratch; size_t gscap;
     /* strided views: the VIEWS record for the next kernel, and the overlap tests' budget */
     int64_t views_seq; /* the kernel the pending entries belong to (0: none) */
@@ -1706,11 +1707,29 @@ static int split_one(Core *c, block_t *b, uint32_t k, u128 lo, u128 hi, uint32_t
     return 0;
 }
 
-static int same_state(const seg_t *s, const seg_t *t) {
-    if (SEG_FORM(s) == FORM_THREE && SEG_FORM(t) == FORM_THREE) { /* (most pairs differ in their first write) */
+/* A summary of a state equal for any two states in the three-access form that same_state
+ * finds equal (their counts, and the xor of their entries' first words: seq, stream and idx
+ * name an access); 0 for a state in another form (to be compared). */
+static inline uint64_t p3_sig(uint32_t hdr, uint64_t keys) { return (hdr * 0x9E3779B97F4A7C15ull ^ keys) | 1; }
+static inline uint64_t state_sig(const seg_t *s) {
+    if (SEG_FORM(s) != FORM_THREE) return 0;
+    uint32_t h = s->hdr, n = (h & 3u) + (h >> 2 & 3u);
+    uint64_t x = 0;
+    for (uint32_t q = 0; q < n; q++) x ^= p3_key(s, q);
+    return p3_sig(h, x);
+}
+
+static int same_state_slow(const seg_t *s, const seg_t *t);
+/* (inline: the first tests tell most pairs apart, by their counts or first write) */
+static inline int same_state(const seg_t *s, const seg_t *t) {
+    if (SEG_FORM(s) == FORM_THREE && SEG_FORM(t) == FORM_THREE) {
         if (s->hdr != t->hdr) return 0;
         if ((s->hdr & 3u) && (p3_key(s, 0) ^ p3_key(t, 0)) & (P3_SEQ | 63ull << 56)) return 0; /* seq, idx */
     }
+    return same_state_slow(s, t);
+}
+
+static int same_state_slow(const seg_t *s, const seg_t *t) {
     uint32_t nw = seg_nw(s), nr = seg_nr(s);
     if (nw != seg_nw(t) || nr != seg_nr(t)) return 0;
     for (uint32_t i = 0; i < nw; i++) {
@@ -1927,6 +1946,32 @@ static inline int p3_read_here(seg_t *s, int32_t S, const p3e_t *x) {
     return 1;
 }
 
+/* A read by stream S (encoded as x) of a state in the three-access form, when none of the
+ * state's writes can race with it (S's own, or ordered before it by vec) and reads[S] has
+ * room here: what seg_access makes of it, without a branch on what the state holds (a
+ * whole-block read of a block in the grid form meets hundreds of states in no pattern).
+ * Returns the state's state_sig after it; 0: not so, the state unchanged (the caller then
+ * goes through seg_access). */
+static inline uint64_t p3_read_quiet(seg_t *s, int32_t S, const int64_t *vec, const p3e_t *x) {
+    uint32_t h = s->hdr, nw = h & 3u, n = nw + (h >> 2 & 3u);
+    uint64_t k[3] = {p3_key(s, 0), p3_key(s, 1), p3_key(s, 2)}, sum = 0;
+    uint32_t bad = 0, mine = 0;
+    for (uint32_t q = 0; q < 3; q++) { /* (entries from n up hold anything: masked) */
+        int32_t P = p3_stream(k[q]);
+        int32_t W = q < nw ? P : S; /* a write's stream, else S (nothing to check) */
+        bad |= W != S && vec[W] < p3_seq(k[q]);
+        mine |= (uint32_t)(P == S) << q;
+        sum ^= k[q] & -(uint64_t)(q < n);
+    }
+    mine &= ((1u << n) - 1) >> nw << nw; /* reads[S] among the reads */
+    uint32_t q = mine ? (uint32_t)__builtin_ctz(mine) : n;
+    if (bad | (q == 3)) return 0;
+    p3_put(s, q, x);
+    h += (uint32_t)(q == n) << 2;
+    s->hdr = (uint8_t)h;
+    return p3_sig(h, sum ^ (q < n ? k[q] : 0) ^ x->w0);
+}
+
 /* One access against one segment's state: the race checks, then the state change.
  * fast/x: the access packs in the three-access form, and its encoding (range_access). */
 __attribute__((always_inline)) static inline int seg_access(Core *c, block_t *b, int32_t S, const int64_t *vec,
@@ -2140,7 +2185,16 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
     seg_t *base = grid_base(b);
     for (uint32_t i = 0; i < words; i++) /* (the bits from G up are clear: G itself when no cell is the base's) */
         if (~b->own[i]) { fb = i * 64 + (uint32_t)__builtin_ctzll(~b->own[i]); break; }
-    int fast = packs3(acc), based = fb == G;
+    int fast = packs3(acc), based = fb == G, quiet = fast && !acc->write;
+    uint64_t *sig = NULL; /* (a read: each cell's state_sig after it, or 0, for the pass below) */
+    if (!acc->write) {
+        if (c->sigcap < G) {
+            uint64_t *m = realloc(c->sigs, (size_t)G * sizeof(uint64_t));
+            if (!m) return oom(c);
+            c->sigs = m; c->sigcap = G;
+        }
+        sig = c->sigs;
+    }
     p3e_t e = p3_encode(acc);
     c->nrep = 0;
     for (uint32_t x = 0; x < G && x < 16; x++) __builtin_prefetch(&b->segs[x]); /* (then 16 parts ahead) */
@@ -2152,15 +2206,21 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
                 based = 1;
                 if (grid_seg(c, b, S, vec, acc, base, fast, &e)) return -1;
             }
-            if (grid_seg(c, b, S, vec, acc, &b->segs[x], fast, &e)) return -1;
+            seg_t *s = &b->segs[x];
+            if (quiet && SEG_FORM(s) == FORM_THREE && (sig[x] = p3_read_quiet(s, S, vec, &e))) continue;
+            if (grid_seg(c, b, S, vec, acc, s, fast, &e)) return -1;
+            if (sig) sig[x] = 0;
         }
     if (!based && grid_seg(c, b, S, vec, acc, base, fast, &e)) return -1;
     if (acc->write) { to_whole(c, b, acc); return 0; }
+    uint64_t bsig = state_sig(base);
     const seg_t *prev = grid_owns(b, 0) ? &b->segs[0] : base;
-    for (uint32_t x = 1; x < G; x++) {
+    uint64_t psig = prev == base ? bsig : sig[0];
+    for (uint32_t x = 1; x < G; x++) { /* (no branch on what the states hold, until two may be equal) */
         int own = grid_owns(b, x);
         seg_t *s = own ? &b->segs[x] : base;
-        if (s != prev && same_state(prev, s) && !same_order(prev, s)) {
+        uint64_t xsig = own ? sig[x] : bsig;
+        if (s != prev && (xsig == psig || !xsig || !psig) && same_state(prev, s) && !same_order(prev, s)) {
             if (own) seg_clear(s);
             if (prev == base) { b->own[x >> 6] &= ~(1ull << (x & 63)); s = base; }
             else {
@@ -2170,6 +2230,7 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
             }
         }
         prev = s;
+        psig = xsig; /* (a state made equal to prev has prev's) */
     }
     return 0;
 }
@@ -3172,7 +3233,7 @@ static void Core_dealloc(Core *c) {
     free(c->snaps); free(c->free_snaps); free(c->bdefs);
     for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
-    free(c->targets); free(c->afields); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
+    free(c->targets); free(c->afields); free(c->sigs); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
     free(c->bdense); free(c->sdense); free(c->ascr); free(c->pend); free(c->allvec);
     arena_free(&c->arena); /* (after the blocks: they give their pools back to it) */
     if (c->refs) { Py_XDECREF(c->free_op); Py_XDECREF(c->leak_op); }
