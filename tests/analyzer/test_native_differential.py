@@ -542,6 +542,35 @@ def test_queued_accesses_see_a_third_other_stream_and_strided_entries():
     assert races == [(4, 3), (7, 6)]  # (seq, earlier seq): stream 3's write; stream 0's write only
 
 
+def test_a_range_after_a_strided_access_of_its_block_in_one_kernel_is_made_at_once():
+    """One kernel of a block's own stream writes a strided view of the block, then a range
+    covering the view: the block has a strided entry by the time the range is made, so the
+    range cannot wait in the queue (though it could when the kernel began), and it drops the
+    entry. A later unordered read inside the view races with the range's write alone."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(2)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.VIEWS, [~0, 0, 52, 4, 4, 16]],
+             [R.KERNEL, 0, 0, None, [~0, 0, 52], [~0, 0, 64]], [R.KERNEL, 1, 0, None, [0, 16, 4]], [R.END, {}]]
+    ref = check(join(header, recs))
+    races = [(f[1][7], f[1][9], f[2][7], f[2][9]) for f in ref[1] if f[0].value == "data-race"]
+    assert races == [(2, 16, 1, 0)]  # (seq, offset, earlier seq, offset): the read and the range
+
+
+def test_same_on_kernel_records_cut_at_every_byte():
+    """Kernel records whose ints take their widest quick encodings (the core reads a record
+    without testing the end before each int when the rest of the buffer is long enough for
+    any such record), cut at every byte."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 70003, "op"], [R.STREAM_DEF, 70004, 0, 16], [R.STREAM_DEF, 70000, 0, 32]]
+    recs += [[R.ALLOC, 70001, 0x10000000, 0x80000, 70004, None]]
+    recs += [[R.KERNEL, 70000, 70003, None, [~70001, 0x10000, 0x20000], [70001, 0x30000, 0x10000]]]
+    recs += [[R.KERNEL, 70004, 70003, None, [~70001, 0x20000, 0x10000], [70001, 0x10000, 0x12345]]] * 2
+    full = join(header, recs + [[R.END, {}]])
+    start = len(join(header, recs[:4]))
+    for cut in range(start, len(full) + 1):
+        check(full[:cut])
+
+
 def test_the_generator_produces_every_kind_of_finding():
     ops = [("kernel", 1, [(0, True)]), ("kernel", 2, [(0, False)]),  # a data race
            ("kernel", 1, [(2, False)]), ("free", 2, 0, 0, True),  # a missing record_stream

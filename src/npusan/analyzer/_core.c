@@ -465,7 +465,7 @@ typedef struct {
     int views_on; /* the trace format this core replays has VIEWS records */
     acc_t *ascr; size_t ascap; /* scratch for segments' states (seg_scratch) */
     /* accesses that cannot race, queued to be applied in a batch (defer) */
-    struct pend *pend; uint32_t npend;
+    struct pend *pend; uint32_t npend, npend_index; /* (npend_index: those not GRID_HINT) */
     int64_t *allvec; uint32_t allcap; /* a clock every access happens before: the queue's checks find nothing */
     size_t poolbytes;  /* the segment pools of all blocks */
     arena_t arena;     /* where they come from (pool_alloc) */
@@ -642,24 +642,30 @@ static int skip_rest(const limits_t *L, const uint8_t **pp, const uint8_t *end, 
 
 /* The encodings of an int that writers use for ids and offsets (fixints, 8 to 32 bits), decoded
  * in line: 1 and *v set, *pp moved; 0 for anything else (read_obj decides). */
-__attribute__((always_inline)) static inline int quick_i64(const uint8_t **pp, const uint8_t *end, int64_t *v) {
+#define QUICK_INT_MAX 5 /* the most bytes quick_i64 reads */
+/* checked = 0: the caller knows that QUICK_INT_MAX bytes are there (no test of end) */
+__attribute__((always_inline)) static inline int quick_i64_at(const uint8_t **pp, const uint8_t *end, int64_t *v,
+                                                              int checked) {
     const uint8_t *p = *pp;
-    if (p >= end) return 0;
+    if (checked && p >= end) return 0;
     uint8_t b = *p;
     if (b <= 0x7f) { *v = b; *pp = p + 1; return 1; }
     if (b == 0xcd) { /* (before the switch: offsets, sizes and ids of range traces) */
-        if (end - p < 3) return 0;
+        if (checked && end - p < 3) return 0;
         *v = (uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
     }
     if (b >= 0xe0) { *v = (int8_t)b; *pp = p + 1; return 1; }
     switch (b) {
-    case 0xcc: if (end - p < 2) return 0; *v = p[1]; *pp = p + 2; return 1;
-    case 0xce: if (end - p < 5) return 0; *v = (uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
-    case 0xd0: if (end - p < 2) return 0; *v = (int8_t)p[1]; *pp = p + 2; return 1;
-    case 0xd1: if (end - p < 3) return 0; *v = (int16_t)(uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
-    case 0xd2: if (end - p < 5) return 0; *v = (int32_t)(uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
+    case 0xcc: if (checked && end - p < 2) return 0; *v = p[1]; *pp = p + 2; return 1;
+    case 0xce: if (checked && end - p < 5) return 0; *v = (uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
+    case 0xd0: if (checked && end - p < 2) return 0; *v = (int8_t)p[1]; *pp = p + 2; return 1;
+    case 0xd1: if (checked && end - p < 3) return 0; *v = (int16_t)(uint16_t)(p[1] << 8 | p[2]); *pp = p + 3; return 1;
+    case 0xd2: if (checked && end - p < 5) return 0; *v = (int32_t)(uint32_t)be(p + 1, 4); *pp = p + 5; return 1;
     }
     return 0;
+}
+__attribute__((always_inline)) static inline int quick_i64(const uint8_t **pp, const uint8_t *end, int64_t *v) {
+    return quick_i64_at(pp, end, v, 1);
 }
 
 static inline int quick_int(const uint8_t **pp, const uint8_t *end, i128 *v) {
@@ -2374,14 +2380,14 @@ static int flush(Core *c) {
         c->allvec = v; c->allcap = c->scap;
     }
     struct pend *q = c->pend;
-    for (uint32_t i = 0; i < n; i++) { /* the keys of the guess and the one before it (or the index's first lines) */
+    for (uint32_t i = 0; c->npend_index && i < n; i++) { /* the keys of the guess and the one before it (or the index's first lines) */
         const block_t *b = q[i].b;
         if (q[i].hint == GRID_HINT) continue;
         uint32_t g = q[i].hint = seg_guess(b, (u128)q[i].acc.off);
         if (g == NO_SEG) { if (b->nseg) prefetch_index(b, q[i].acc.off, 0); }
         else { __builtin_prefetch(&b->keys[g]); if (g) __builtin_prefetch(&b->keys[g - 1]); }
     }
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; c->npend_index && i < n; i++) {
         const block_t *b = q[i].b;
         if (q[i].hint == GRID_HINT) continue;
         uint32_t k = q[i].hint = prefetch_segment(b, q[i].acc.off, q[i].hint);
@@ -2393,7 +2399,7 @@ static int flush(Core *c) {
         for (uintptr_t p = (uintptr_t)&b->keys[k] & ~(uintptr_t)63; p <= (uintptr_t)&b->keys[b->nseg - 1] + 16; p += 64)
             __builtin_prefetch((const void *)p, 1);
     }
-    c->npend = 0;
+    c->npend = c->npend_index = 0;
     for (uint32_t i = 0; i < n; i++) {
         block_t *b = q[i].b;
         const acc_t *a = &q[i].acc;
@@ -2420,6 +2426,7 @@ static int defer(Core *c, block_t *b, const acc_t *acc) {
     if (c->npend == PEND_MAX && flush(c)) return -1;
     c->pend[c->npend].b = b;
     c->pend[c->npend].hint = hint;
+    c->npend_index += hint != GRID_HINT;
     c->pend[c->npend++].acc = *acc;
     b->pending++;
     return 0;
@@ -2709,20 +2716,21 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
  * them) and its accesses straight into c->targets (t->a, ranged, off, n), without the
  * general fields that kernel then checks. 0: anything else, or the record cut short; the
  * general reader then reads the record from its start (c->tcap >= nacc). */
-static inline int read_kernel_quick(Core *c, const uint8_t **pp, const uint8_t *end, field_t *f, uint32_t nacc) {
+__attribute__((always_inline)) static inline int read_kernel_at(Core *c, const uint8_t **pp, const uint8_t *end,
+                                                                field_t *f, uint32_t nacc, int checked) {
     const uint8_t *p = *pp;
     int64_t v;
     for (int i = 1; i < 4; i++) {
-        if (quick_i64(&p, end, &v)) { f[i].t = F_INT; f[i].v = v; }
-        else if (p < end && *p == 0xc0) { f[i].t = F_NIL; p++; }
+        if (quick_i64_at(&p, end, &v, checked)) { f[i].t = F_INT; f[i].v = v; }
+        else if ((!checked || p < end) && *p == 0xc0) { f[i].t = F_NIL; p++; }
         else return 0;
     }
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
-        if (quick_i64(&p, end, &t->a)) { t->ranged = 0; t->off = t->n = 0; continue; }
+        if (quick_i64_at(&p, end, &t->a, checked)) { t->ranged = 0; t->off = t->n = 0; continue; }
         int64_t off, n;
-        if (p < end && *p == 0x93 && (p++, quick_i64(&p, end, &t->a)) && quick_i64(&p, end, &off) && off >= 0 &&
-            quick_i64(&p, end, &n) && n >= 0) {
+        if ((!checked || p < end) && *p == 0x93 && (p++, quick_i64_at(&p, end, &t->a, checked)) &&
+            quick_i64_at(&p, end, &off, checked) && off >= 0 && quick_i64_at(&p, end, &n, checked) && n >= 0) {
             t->ranged = 1; t->off = (uint64_t)off; t->n = (uint64_t)n;
             continue;
         }
@@ -2731,19 +2739,28 @@ static inline int read_kernel_quick(Core *c, const uint8_t **pp, const uint8_t *
     *pp = p;
     return 1;
 }
+static inline int read_kernel_quick(Core *c, const uint8_t **pp, const uint8_t *end, field_t *f, uint32_t nacc) {
+    /* (the most such a record can take: three fields, then [id, offset, length] each access) */
+    if ((size_t)(end - *pp) >= 3 * QUICK_INT_MAX + (1 + 3 * QUICK_INT_MAX) * (size_t)nacc)
+        return read_kernel_at(c, pp, end, f, nacc, 0);
+    return read_kernel_at(c, pp, end, f, nacc, 1);
+}
 
 /* kernel for a record read_kernel_quick read: the same checks, in the same order, of what
  * it can hold (the stream, then each access's block) */
 __attribute__((noinline)) static int kernel_quick(Core *c, const field_t *f, uint32_t nacc) {
-    int32_t S;
-    if (stream(c, &f[1], 1, &S)) return -1;
+    int32_t S; /* (the lookups of stream and block on 64-bit ints first: what they hold here) */
+    uint64_t sv = (uint64_t)(int64_t)f[1].v;
+    if (!(f[1].t == F_INT && sv < c->sdensecap && (S = c->sdense[sv]) >= 0) && stream(c, &f[1], 1, &S)) return -1;
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         t->bi = i;
         t->seg = NO_SEG;
         t->shape = NULL;
         t->write = t->a < 0;
-        if (!(t->b = block(c, bid_of(t->a), 4 + (int)i))) return -1;
+        uint64_t id = (uint64_t)(t->write ? ~t->a : t->a);
+        if (id < c->bdensecap && id < c->L.max_id && (t->b = c->bdense[id])) continue;
+        if (!(t->b = block_slow(c, (i128)id, 4 + (int)i))) return -1;
     }
     return kernel_run(c, S, f, nacc);
 }
@@ -2761,8 +2778,9 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
             if (pv && pv->has_shape) t->shape = &pv->shape;
         }
     int32_t op = id_or_none(c, &f[2]), stack = id_or_none(c, &f[3]);
-    if (nacc > 1 && nacc <= 16) {
-        uint32_t queued = 0; /* accesses likely to be queued (defer), which the batch prefetches */
+    uint32_t queued = 0; /* accesses that can be queued (can_defer), which the batch prefetches */
+    int made = !(nacc > 1 && nacc <= 16); /* an access was made at once (or queued is not known) */
+    if (!made) {
         /* The blocks are independent: load the state of all of them at once (each step's
          * loads overlap) before the first is used. Only hints: nothing here changes state. */
         for (uint32_t i = 0; i < nacc; i++) { /* (a plain range: the two lines it reads first; see block_t) */
@@ -2792,11 +2810,14 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
         acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
         block_t *b = t->b;
-        if (t->ranged && !t->shape && can_defer(c, b, S, vec)) {
+        /* (the prefetch pass's answer holds until an access is made at once: a strided one
+         * may give a later one's block a strided entry; a flush changes none of it) */
+        if (t->ranged && !t->shape && (made ? can_defer(c, b, S, vec) : queued >> i & 1)) {
             int r = defer(c, b, &acc);
             if (r < 0) return -1;
             if (!r) continue;
         }
+        made = 1;
         if ((b->pending && flush(c)) || one_access(c, b, S, vec, &acc, t->shape, t->seg)) return -1;
     }
     return 0;
