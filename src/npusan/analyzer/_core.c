@@ -749,12 +749,19 @@ static int grow_slots(Core *c) {
     return 0;
 }
 
+/* *slot: the slot of a stream index below sdensecap already seen (1), else 0 */
+static inline int stream_dense(const Core *c, uint64_t v, int32_t *slot) {
+    int32_t sl = v < c->sdensecap ? c->sdense[v] : -1;
+    if (sl < 0) return 0;
+    *slot = sl;
+    return 1;
+}
+
 /* Python's Engine.stream: the slot of the stream named by field `fi`, created if new. */
 static int stream(Core *c, const field_t *f, int fi, int32_t *slot) {
     uint64_t v;
     if (f->t == F_INT && f->v >= 0 && f->v < (i128)c->sdensecap) {
-        int32_t sl = c->sdense[(uint32_t)f->v];
-        if (sl >= 0) { *slot = sl; return 0; }
+        if (stream_dense(c, (uint64_t)f->v, slot)) return 0;
     } else if (f->t == F_INT && f->v >= DENSE_IDS && f->v < (i128)c->L.max_id && map_get(&c->slot_of, (uint64_t)f->v, &v)) {
         *slot = (int32_t)v;
         return 0;
@@ -1233,9 +1240,13 @@ static block_t *new_block(Core *c, uint32_t bid, uint64_t ptr, uint64_t size, in
 
 /* Python's Engine.block: the live block `bid` (from field fi), made from its BLOCK_DEF if needed. */
 static block_t *block_slow(Core *c, i128 bid, int fi);
+/* the live block of a non-negative id below DENSE_IDS, or NULL (then block_slow decides) */
+static inline block_t *block_dense(const Core *c, uint64_t id) {
+    return id < c->bdensecap && id < c->L.max_id ? c->bdense[id] : NULL;
+}
 static inline block_t *block(Core *c, i128 bid, int fi) {
-    if (bid >= 0 && bid < (i128)c->bdensecap && bid < (i128)c->L.max_id && c->bdense[(uint32_t)bid]) return c->bdense[(uint32_t)bid];
-    return block_slow(c, bid, fi);
+    block_t *b = bid >= 0 && bid < (i128)c->bdensecap ? block_dense(c, (uint64_t)bid) : NULL;
+    return b ? b : block_slow(c, bid, fi);
 }
 
 static block_t *block_slow(Core *c, i128 bid, int fi) {
@@ -2750,8 +2761,7 @@ static inline int read_kernel_quick(Core *c, const uint8_t **pp, const uint8_t *
  * it can hold (the stream, then each access's block) */
 __attribute__((noinline)) static int kernel_quick(Core *c, const field_t *f, uint32_t nacc) {
     int32_t S; /* (the lookups of stream and block on 64-bit ints first: what they hold here) */
-    uint64_t sv = (uint64_t)(int64_t)f[1].v;
-    if (!(f[1].t == F_INT && sv < c->sdensecap && (S = c->sdense[sv]) >= 0) && stream(c, &f[1], 1, &S)) return -1;
+    if (!(f[1].t == F_INT && stream_dense(c, (uint64_t)(int64_t)f[1].v, &S)) && stream(c, &f[1], 1, &S)) return -1;
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         t->bi = i;
@@ -2759,8 +2769,7 @@ __attribute__((noinline)) static int kernel_quick(Core *c, const field_t *f, uin
         t->shape = NULL;
         t->write = t->a < 0;
         uint64_t id = (uint64_t)(t->write ? ~t->a : t->a);
-        if (id < c->bdensecap && id < c->L.max_id && (t->b = c->bdense[id])) continue;
-        if (!(t->b = block_slow(c, (i128)id, 4 + (int)i))) return -1;
+        if (!(t->b = block_dense(c, id)) && !(t->b = block_slow(c, (i128)id, 4 + (int)i))) return -1;
     }
     return kernel_run(c, S, f, nacc);
 }
@@ -2812,7 +2821,7 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
         block_t *b = t->b;
         /* (the prefetch pass's answer holds until an access is made at once: a strided one
          * may give a later one's block a strided entry; a flush changes none of it) */
-        if (t->ranged && !t->shape && (made ? can_defer(c, b, S, vec) : queued >> i & 1)) {
+        if (t->ranged && !t->shape && (made ? can_defer(c, b, S, vec) : (int)(queued >> i & 1))) {
             int r = defer(c, b, &acc);
             if (r < 0) return -1;
             if (!r) continue;
