@@ -519,6 +519,28 @@ def test_a_queued_first_read_of_a_part_keeps_what_the_whole_block_held():
     assert races == [(5, 1)]  # (seq, earlier seq): stream 2's read and stream 1's whole write
 
 
+def test_a_queued_read_of_a_full_part_keeps_its_op_and_stack():
+    """Streams 1 and 2 read a part that stream 0 wrote, ordered both ways: the part's compact
+    state is full (a write and reads of two streams), so stream 0's queued read of it (op,
+    stack and position in its kernel away from zero) moves the state to the general form;
+    stream 1's later unordered write races with that read (and with stream 2's), which the
+    report names in full."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"], [R.STR, 3, "read"], [R.STR, 1, "f.py"], [R.STR, 2, "step"], [R.FRAME, 0, 1, 7, 2],
+            [R.STACK, 5, [0]]]
+    recs += [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.ALLOC, 1, 0x20000, 256, 0, None],
+             [R.KERNEL, 0, 0, None, [~0, 32, 16]], [R.EVENT_RECORD, 0, 0, None]]
+    for s in (1, 2):
+        recs += [[R.EVENT_WAIT, 0, s, None], [R.KERNEL, s, 0, None, [0, 32, 16]],
+                 [R.EVENT_RECORD, s, s, None], [R.EVENT_WAIT, s, 0, None]]
+    recs += [[R.KERNEL, 0, 3, 5, [1, 0, 16], [0, 32, 16]], [R.KERNEL, 1, 0, None, [~0, 32, 16]], [R.END, {}]]
+    ref = check(join(header, recs))
+    races = [(f[1][7], f[2][5], f[2][7], f[2][8]) for f in ref[1] if f[0].value == "data-race"]
+    assert [r[:3] for r in races] == [(5, "op", 3), (5, "read", 4)]  # (seq, earlier op, earlier seq)
+    assert races[1][3]  # stream 0's read's stack
+
+
 def test_queued_accesses_see_a_third_other_stream_and_strided_entries():
     """A block's summary of other streams' accesses holds two streams: a third makes its
     own stream's accesses wait in no queue, so that they are checked as they come. And an

@@ -2292,7 +2292,11 @@ static int views_meet(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
 #define PEND_MAX 256
 /* hint: GRID_HINT for an access of one part of a block in the grid form in the three-access
  * form (grid_apply; its lines were requested when it was queued), else as range_access's */
-struct pend { block_t *b; uint32_t hint; acc_t acc; };
+struct pend {
+    block_t *b;
+    uint32_t hint, x; /* x: the part, for GRID_HINT */
+    union { acc_t acc; p3e_t e; }; /* e: the part access's encoding, for GRID_HINT */
+};
 #define GRID_HINT (NO_SEG - 1)
 
 /* After an access from another stream than b's allocation stream (the summary is emptied
@@ -2355,18 +2359,24 @@ static inline uint32_t prefetch_segment(const block_t *b, uint64_t off, uint32_t
     return k;
 }
 
-/* A queued access of exactly one part of a block in the grid form, in the three-access
- * form (grid_fits, packs3): grid_access without its checks, which could not report
- * (flush makes queued accesses at a clock after everything) and so only read lines. A write
- * leaves the part its own state whatever it held; a read needs what the part holds. */
-static inline int grid_apply(Core *c, block_t *b, const acc_t *acc) {
-    uint32_t x = grid_cell(b, acc->off);
+/* The access a three-access entry encodes (p3_encode's inverse). */
+static inline acc_t p3_decode(const p3e_t *x) {
+    acc_t a = {p3_seq(x->w0), p3_stream(x->w0), (int32_t)(x->w1 & 0xFFFFFF) - 4, (int32_t)(x->w1 >> 24 & 0xFFFFFF) - 1,
+               (uint32_t)(x->w0 >> 56 & 63), (uint8_t)(x->w0 >> 62 & 1), (uint8_t)(x->w0 >> 63),
+               x->w1 >> 48 | (x->w2 & 0xFFF) << 16, x->w2 >> 12 & ((1ull << 28) - 1)};
+    return a;
+}
+
+/* A queued access of exactly one part (x) of a block in the grid form, in the three-access
+ * form (e): grid_access without its checks, which could not report (flush makes queued
+ * accesses at a clock after everything) and so only read lines. A write leaves the part its
+ * own state whatever it held; a read needs what the part holds. */
+static inline int grid_apply(Core *c, block_t *b, uint32_t x, const p3e_t *e) {
     uint64_t *w = &b->own[x >> 6], bit = 1ull << (x & 63);
     seg_t *s = &b->segs[x];
-    p3e_t e = p3_encode(acc);
-    if (acc->write) {
+    if (e->w0 >> 62 & 1) { /* a write */
         if (*w & bit) seg_clear(s); else { seg_init(s); *w |= bit; }
-        p3_put(s, 0, &e);
+        p3_put(s, 0, e);
         seg_counts(s, FORM_THREE, 1, 0);
         return 0;
     }
@@ -2374,8 +2384,9 @@ static inline int grid_apply(Core *c, block_t *b, const acc_t *acc) {
         if (seg_copy(s, grid_base(b))) return oom(c);
         *w |= bit;
     }
-    if (SEG_FORM(s) == FORM_THREE && p3_read_here(s, acc->stream, &e)) return 0;
-    int r = seg_set_read(c, s, acc);
+    if (SEG_FORM(s) == FORM_THREE && p3_read_here(s, p3_stream(e->w0), e)) return 0;
+    acc_t acc = p3_decode(e);
+    int r = seg_set_read(c, s, &acc);
     b->gwide |= SEG_FORM(s) == FORM_WIDE;
     return r;
 }
@@ -2415,31 +2426,31 @@ static int flush(Core *c) {
         block_t *b = q[i].b;
         const acc_t *a = &q[i].acc;
         b->pending = 0;
-        if (q[i].hint == GRID_HINT) { if (grid_apply(c, b, a)) return -1; }
+        if (q[i].hint == GRID_HINT) { if (grid_apply(c, b, q[i].x, &q[i].e)) return -1; }
         else if (range_access(c, b, a->stream, c->allvec, a, q[i].hint)) return -1;
     }
     return 0;
 }
 
-/* Queue acc (can_defer) unless b is in the grid form and acc is not one part of it in the
- * three-access form: 1, the caller then makes it. A block in the grid form so stays in it
- * while it has queued accesses (only an access made at once changes its form, and that
- * empties the queue first), and grid_apply can make them; their lines are requested now,
- * as early as can be. */
-static int defer(Core *c, block_t *b, const acc_t *acc) {
-    uint32_t hint = NO_SEG;
-    if (b->gbits) {
-        if (!grid_fits(b, acc) || !packs3(acc)) return 1;
-        prefetch_index(b, acc->off, 0);
-        hint = GRID_HINT;
-    }
-    if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) return oom(c);
-    if (c->npend == PEND_MAX && flush(c)) return -1;
-    c->pend[c->npend].b = b;
-    c->pend[c->npend].hint = hint;
-    c->npend_index += hint != GRID_HINT;
-    c->pend[c->npend++].acc = *acc;
+/* A slot at the queue's end, for an access of b (the queue made first when full); NULL: out
+ * of memory. */
+static inline struct pend *pend_slot(Core *c, block_t *b) {
+    if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) { oom(c); return NULL; }
+    if (c->npend == PEND_MAX && flush(c)) return NULL;
+    struct pend *q = &c->pend[c->npend++];
+    q->b = b;
     b->pending++;
+    return q;
+}
+
+/* Queue acc (can_defer) for a block that is not in the grid form (kernel_run queues the
+ * accesses of one part of a block in the grid form itself). */
+static int defer(Core *c, block_t *b, const acc_t *acc) {
+    struct pend *q = pend_slot(c, b);
+    if (!q) return -1;
+    q->hint = NO_SEG;
+    q->acc = *acc;
+    c->npend_index++;
     return 0;
 }
 
@@ -2814,18 +2825,43 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
             if (t->ranged && !(queued >> i & 1)) t->seg = prefetch_segment(t->b, t->off, t->seg);
         }
     }
+    /* A queued access of one part of a block in the grid form is encoded here, once (the
+     * three-access form of its acc_t, as p3_encode would make it, when it packs3) */
+    int fits3 = (uint64_t)seq <= P3_SEQ && (uint32_t)S < (1u << 12) && nacc <= 64 && (uint32_t)op + 4u < (1u << 24) &&
+                (uint32_t)stack + 1u < (1u << 24);
+    uint64_t w0k = (uint64_t)seq | (uint64_t)S << 44 | 1ull << 63, w1k = ((uint32_t)op + 4u) | (uint64_t)((uint32_t)stack + 1u) << 24;
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
-        acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
         block_t *b = t->b;
         /* (the prefetch pass's answer holds until an access is made at once: a strided one
          * may give a later one's block a strided entry; a flush changes none of it) */
         if (t->ranged && !t->shape && (made ? can_defer(c, b, S, vec) : (int)(queued >> i & 1))) {
-            int r = defer(c, b, &acc);
-            if (r < 0) return -1;
-            if (!r) continue;
+            if (!b->gbits) {
+                acc_t acc = {seq, S, op, stack, i, t->write, 1, t->off, t->n};
+                if (defer(c, b, &acc)) return -1;
+                continue;
+            }
+            /* a block in the grid form stays in it while it has queued accesses (only an
+             * access made at once changes its form, and that empties the queue first), so
+             * grid_apply can make them; their lines are requested now, as early as can be */
+            uint64_t off = t->off, w = 1ull << (b->gbits - 1);
+            if (fits3 && t->n == w && !(off & (w - 1)) && off < b->size && off < (1ull << 28) && w < (1ull << 28)) {
+                uint32_t x = grid_cell(b, off);
+                __builtin_prefetch(&b->own[x >> 6]);
+                __builtin_prefetch(&b->segs[x], 1);
+                __builtin_prefetch(grid_base(b));
+                struct pend *q = pend_slot(c, b);
+                if (!q) return -1;
+                q->hint = GRID_HINT;
+                q->x = x;
+                q->e.w0 = w0k | (uint64_t)i << 56 | (uint64_t)t->write << 62;
+                q->e.w1 = w1k | (off & 0xFFFF) << 48;
+                q->e.w2 = off >> 16 | w << 12;
+                continue;
+            }
         }
+        acc_t acc = {seq, S, op, stack, i, t->write, t->ranged, t->off, t->n};
         made = 1;
         if ((b->pending && flush(c)) || one_access(c, b, S, vec, &acc, t->shape, t->seg)) return -1;
     }
