@@ -2809,10 +2809,12 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
             if (!c->targets[i].ranged || c->targets[i].shape)
                 for (size_t off = 128; off < sizeof(block_t); off += 64) __builtin_prefetch(p + off);
         }
+        uint32_t ranged = 0; /* the ranges not queued, whose segments are requested next */
         for (uint32_t i = 0; i < nacc; i++) {
             target_t *t = &c->targets[i];
             const block_t *b = t->b;
             if (t->ranged && !t->shape && can_defer(c, b, S, vec)) { queued |= 1u << i; continue; } /* (the batch prefetches) */
+            ranged |= (uint32_t)t->ranged << i;
             if (!b->nseg) {
                 if (b->reads.cap > 1) __builtin_prefetch(b->reads.heap);
             } else { /* the index (the search below then hits the cache); t->seg: the guess, until then */
@@ -2820,16 +2822,16 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
             }
             if (b->uses.cap > 1) __builtin_prefetch(b->uses.heap);
         }
-        for (uint32_t i = 0; i < nacc; i++) {
-            target_t *t = &c->targets[i];
-            if (t->ranged && !(queued >> i & 1)) t->seg = prefetch_segment(t->b, t->off, t->seg);
+        for (; ranged; ranged &= ranged - 1) {
+            target_t *t = &c->targets[__builtin_ctz(ranged)];
+            t->seg = prefetch_segment(t->b, t->off, t->seg);
         }
     }
     /* A queued access of one part of a block in the grid form is encoded here, once (the
-     * three-access form of its acc_t, as p3_encode would make it, when it packs3) */
-    int fits3 = (uint64_t)seq <= P3_SEQ && (uint32_t)S < (1u << 12) && nacc <= 64 && (uint32_t)op + 4u < (1u << 24) &&
-                (uint32_t)stack + 1u < (1u << 24);
-    uint64_t w0k = (uint64_t)seq | (uint64_t)S << 44 | 1ull << 63, w1k = ((uint32_t)op + 4u) | (uint64_t)((uint32_t)stack + 1u) << 24;
+     * three-access form of its acc_t, as p3_encode would make it, when it packs3): what its
+     * kernel's fields give (fits3: -1 until the first such access) */
+    int fits3 = -1;
+    uint64_t w0k = 0, w1k = 0;
     for (uint32_t i = 0; i < nacc; i++) {
         target_t *t = &c->targets[i];
         if (t->ranged && t->n == 0) continue; /* an empty range touches nothing */
@@ -2846,7 +2848,13 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
              * access made at once changes its form, and that empties the queue first), so
              * grid_apply can make them; their lines are requested now, as early as can be */
             uint64_t off = t->off, w = 1ull << (b->gbits - 1);
-            if (fits3 && t->n == w && !(off & (w - 1)) && off < b->size && off < (1ull << 28) && w < (1ull << 28)) {
+            if (fits3 < 0) {
+                fits3 = (uint64_t)seq <= P3_SEQ && (uint32_t)S < (1u << 12) && nacc <= 64 &&
+                        (uint32_t)op + 4u < (1u << 24) && (uint32_t)stack + 1u < (1u << 24);
+                w0k = (uint64_t)seq | (uint64_t)S << 44 | 1ull << 63;
+                w1k = ((uint32_t)op + 4u) | (uint64_t)((uint32_t)stack + 1u) << 24;
+            }
+            if (fits3 && t->n == w && !(off & (w - 1)) && off < b->size && (off | w) < (1ull << 28)) {
                 uint32_t x = grid_cell(b, off);
                 __builtin_prefetch(&b->own[x >> 6]);
                 __builtin_prefetch(&b->segs[x], 1);
