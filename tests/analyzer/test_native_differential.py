@@ -282,6 +282,29 @@ def test_same_findings_when_a_whole_read_makes_parts_equal_with_their_reads_in_a
         check_capped(header, list(recs), cap)
 
 
+def test_same_findings_when_a_whole_read_makes_two_touched_parts_equal_in_another_order():
+    """Blocks of two parts, each part with a state of its own, or the first one the block's
+    (untouched) state: stream 1's whole read replaces its read of one part in place and adds
+    a read to the other, so the two parts then hold the same accesses in different orders;
+    the index form joins them, keeping the first one's order, and stream 3's unordered write
+    of the second part must report its races in that order."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"], [R.STR, 1, "op1"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(4)]
+    recs += [[R.ALLOC, 0, 0x10000, 32, 0, None], [R.ALLOC, 1, 0x20000, 32, 0, None],
+             [R.KERNEL, 0, 0, None, ~0, ~1], [R.EVENT_RECORD, 0, 0, None],
+             [R.EVENT_WAIT, 0, 1, None], [R.EVENT_WAIT, 0, 2, None]]
+    # block 0: stream 1 reads part 0, stream 2 part 1; stream 2, then stream 1 read it whole
+    recs += [[R.KERNEL, 1, 0, None, [0, 0, 16]], [R.KERNEL, 2, 0, None, [0, 16, 16]],
+             [R.KERNEL, 2, 0, None, 0], [R.KERNEL, 1, 0, None, 0]]
+    # block 1: stream 1 reads part 1 (part 0 stays the block's); stream 2, then stream 1 read it whole
+    recs += [[R.KERNEL, 1, 1, None, [1, 16, 16]], [R.KERNEL, 2, 1, None, 1], [R.KERNEL, 1, 1, None, 1]]
+    recs += [[R.KERNEL, 3, 0, None, [~0, 16, 16]], [R.KERNEL, 3, 1, None, [~1, 16, 16]], [R.END, {}]]
+    ref = check(join(header, recs))
+    races = [(f[1][7], f[2][7]) for f in ref[1] if f[0].value == "data-race"]
+    # (seq, earlier seq): block 0 keeps part 0's order (stream 1's read first), block 1 the block's
+    assert races == [(9, 5), (9, 4), (10, 7), (10, 8)]
+
+
 def test_same_findings_when_racing_whole_reads_make_a_part_equal_to_the_untouched_ones():
     """As the test before, with every read racing with the block's write (no event): the
     core then checks each part the general way instead of its quick path for reads that

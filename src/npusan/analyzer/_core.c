@@ -2191,6 +2191,21 @@ static inline int grid_access(Core *c, block_t *b, int32_t S, const int64_t *vec
     return grid_seg(c, b, S, vec, acc, s, packs3(acc), &e);
 }
 
+/* After a whole-block read in the grid form (sig: each own cell's state_sig, or 0): could
+ * the pass that gives equal neighbours one order change anything? Only where two
+ * neighbouring cells, at least one of them with a state of its own (two cells of the base
+ * share one state), have signatures that are equal or unknown (0). */
+static int grid_may_reorder(const block_t *b, uint32_t G, const uint64_t *sig, uint64_t bsig) {
+    for (uint32_t i = 0, words = (G + 63) >> 6; i < words; i++)
+        for (uint64_t m = b->own[i]; m; m &= m - 1) {
+            uint32_t x = i * 64 + (uint32_t)__builtin_ctzll(m);
+            uint64_t v = sig[x], l = x && grid_owns(b, x - 1) ? sig[x - 1] : bsig; /* the left neighbour's */
+            int base_right = x + 1 < G && !grid_owns(b, x + 1);
+            if (!v || (x && (v == l || !l)) || (base_right && (v == bsig || !bsig))) return 1;
+        }
+    return 0;
+}
+
 /* range_index for a whole-block access in the grid form: every state in byte order (the
  * base once, at its first cell: the checks of its other cells could only repeat those
  * reports); a write then returns the block to whole mode. After a read, where a cell's
@@ -2231,6 +2246,7 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
     if (!based && grid_seg(c, b, S, vec, acc, base, fast, &e)) return -1;
     if (acc->write) { to_whole(c, b, acc); return 0; }
     uint64_t bsig = state_sig(base);
+    if (!grid_may_reorder(b, G, sig, bsig)) return 0;
     const seg_t *prev = grid_owns(b, 0) ? &b->segs[0] : base;
     uint64_t psig = prev == base ? bsig : sig[0];
     for (uint32_t x = 1; x < G; x++) { /* (no branch on what the states hold, until two may be equal) */
