@@ -64,9 +64,10 @@ def test_a_reader_that_reads_a_few_bytes_and_leaves_ends_the_export_quietly(work
 
 
 def test_a_reader_that_reads_a_few_bytes_and_leaves_ends_analyze_quietly(workdir):
-    """``npusan analyze T | head -1`` on a report larger than a pipe holds. Whether the
-    closed pipe fails a write or only cuts one short is the kernel's timing, so only the
-    quiet end is checked here (the status: in the test above)."""
+    """``npusan analyze T | head -1`` on a report several times larger than a pipe holds
+    (240 KB of text, 1 MB of JSON): a single write of it all came back cut short, without
+    an error, once the reader left, and analyze exited 1 as if the report had been read;
+    written in pieces, a later piece meets the closed pipe."""
     races_trace(workdir / "races.bin", 4000, range(10, 4000, 20))
     for fmt in ("text", "json"):
         p = subprocess.Popen([*NPUSAN, "analyze", "races.bin", "--format", fmt], stdout=subprocess.PIPE,
@@ -75,8 +76,7 @@ def test_a_reader_that_reads_a_few_bytes_and_leaves_ends_analyze_quietly(workdir
         p.stdout.close()
         _, err = p.communicate(timeout=120)
         text = err.decode(errors="replace")
-        assert not [n for n in NOISE if n in text], text
-        assert p.returncode in (1, 141), text
+        assert_quiet(p.returncode, err)
 
 
 @pytest.mark.parametrize("args", [

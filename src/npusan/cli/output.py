@@ -36,10 +36,21 @@ def check_writable(path: str, what: str = "the report") -> None:
         raise UsageProblem(f"cannot write {what} to {path}: directory {parent} is not writable")
 
 
+#: Standard output is written in pieces of this many characters (see write_output).
+STDOUT_PIECE = 1 << 16
+
+
 def write_output(path: Optional[str], text: str, what: str = "the report") -> None:
-    """Print ``text``, or write it to ``path`` whole (see the module docstring)."""
+    """Print ``text``, or write it to ``path`` whole (see the module docstring).
+
+    Printed in pieces, each flushed: one write larger than a pipe holds can come back
+    without an error when the reader of the pipe leaves (``| head``), and the command would
+    then exit as if its output had been read; a later piece fails with BrokenPipeError,
+    which ends the command as every verb ends when its reader has gone (errors.reader_gone).
+    """
     if path is None:
-        click.echo(text, nl=False)
+        for i in range(0, len(text), STDOUT_PIECE):
+            click.echo(text[i:i + STDOUT_PIECE], nl=False)
         return
     with atomic_output(path, what) as f:
         f.write(text.encode("utf-8"))
