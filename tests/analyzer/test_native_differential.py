@@ -26,6 +26,8 @@ from npusan.trace_format import TraceReader, TraceWriter
 from npusan.trace_format import records as R
 from npusan.trace_format.errors import TraceFormatError
 
+from tests.trace_format.test_reader_errors import _one_damaged_byte_cases
+
 from .test_direct_replay import _junk, join, split
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"compiled core not built ({native.IMPORT_ERROR})")
@@ -623,6 +625,18 @@ def test_the_generator_produces_every_kind_of_finding():
            ("ranged", 2, [(1, True, 8, 8)]), ("ranged", 3, [(1, False, 12, 8)])]
     ref = check(write_program(ops))
     assert {f[0].value for f in ref[1]} == {"data-race", "missing-record-stream", "reuse-race"}
+
+
+@pytest.mark.parametrize("name, bad, words", _one_damaged_byte_cases())
+def test_same_error_for_a_damaged_length_inside_a_kernel_record(name, bad, words):
+    """One length byte damaged mid-trace makes a record claim the rest of the file: both
+    engines refuse the trace with the same message (the core hands the unfinished record's
+    bytes to the reader, the Python engine's reader looks them up in the file)."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"], [R.STREAM_DEF, 0, 0, 0], [R.BLOCK_DEF, 1, 0x1000, 4096, None]]
+    data = join(header, [*recs, bad, *([R.KERNEL, 0, 0, None, [1, 16 * k, 16]] for k in range(200))])
+    ref = check(data)
+    assert ref[0] == "error" and words in ref[1]
 
 
 @FUZZ

@@ -250,6 +250,58 @@ def test_length_field_claiming_gigabytes(name, bad):
     assert grown_kib < 200 * 1024
 
 
+def _one_damaged_byte_cases():
+    """(name, damaged record bytes, words of the error): one length byte changed so that the
+    record claims more elements than the file holds, with valid records after it (they read
+    as its elements, so the file ends inside it)."""
+    kernel = msgpack.packb([R.KERNEL, 0, 0, None, [1, 16, 16], [~1, 32, 16]])
+    assert kernel[0] == 0x96 and kernel[9] == 0x93 and kernel[10] == 0xFE
+    return [
+        # an access's block id (a negative fixint) became an array16: [[65312 elements...
+        ("access element", kernel[:10] + b"\xdc\xff" + kernel[11:], "access 2 of the unfinished KERNEL record (an array whose element 1"),
+        # the record's own length (a fixarray) became an array16: the next records are its accesses
+        ("record length", b"\xdc\xff\x00" + kernel[1:], "access 3 of the unfinished KERNEL record (an array of 5 elements)"),
+        # an access (a fixarray of 3) became an array16
+        ("access length", kernel[:9] + b"\xdc\xff\x00" + kernel[10:], "access 2 of the unfinished KERNEL record (an array of 65280 elements)"),
+        # the record's first byte became a str16: not an array at all
+        ("not an array", b"\xda\xff" + kernel[1:], "the unfinished record is not an array"),
+    ]
+
+
+@pytest.mark.parametrize("name, bad, words", [pytest.param(*c, id=c[0]) for c in _one_damaged_byte_cases()])
+@pytest.mark.parametrize("seekable", [True, False])
+def test_a_damaged_length_is_corrupt_not_a_cut(name, bad, words, seekable):
+    """A cut record holds what a valid one holds before the cut; a length byte damaged in
+    the middle of a trace makes a record claim the rest of the file, whose records then read
+    as its elements. That is corruption (an error), not a crash's cut (a warning, with the
+    rest of the trace silently dropped). From a pipe the tail cannot be read again, and
+    reads as a cut."""
+    after = [msgpack.packb([R.KERNEL, 0, 0, None, [1, 16 * k, 16]]) for k in range(200)]
+    data = handmade(HEADER, GOOD + [[R.BLOCK_DEF, 1, 0x1000, 4096, None], bad, *after, [R.END, {}]])
+    r = TraceReader(io.BytesIO(data) if seekable else Unseekable(data))
+    if not seekable:
+        list(r.records())
+        assert r.truncated
+        return
+    with pytest.raises(TraceFormatError) as e:
+        list(r.records())
+    msg = str(e.value)
+    assert f"corrupt data at record 6 at byte offset {len(handmade(HEADER, GOOD + [[R.BLOCK_DEF, 1, 0x1000, 4096, None]]))}" in msg
+    assert words in msg and "\n" not in msg
+
+
+def test_cut_records_with_ranges_are_cuts_at_every_byte():
+    """The other side of the test above: kernel records of every access form, cut at each
+    byte, are cuts."""
+    recs = [[R.KERNEL, 0, 0, None, [1, 16, 16], ~1, [~1, 70000, 1 << 20], 1, [1, 0, 0]],
+            [R.KERNEL, 0, 0, 0, [1, 2 ** 40, 2 ** 33], [-2 ** 31, 0, 5]]]
+    data = handmade(HEADER, GOOD + [[R.BLOCK_DEF, 1, 0x1000, 4096, None], *recs])
+    start = len(handmade(HEADER, GOOD + [[R.BLOCK_DEF, 1, 0x1000, 4096, None]]))
+    for cut in range(start, len(data)):
+        r, got = read(data[:cut])
+        assert r.truncated, cut
+
+
 def test_length_field_claiming_gigabytes_with_data_following():
     # The file really continues (a corrupt length in a long trace): bounded buffer, clear error.
     data = handmade(HEADER, GOOD) + b"\x94\x11\x00\x00\xdb\xff\xff\xff\xff" + b"x" * (70 << 20)

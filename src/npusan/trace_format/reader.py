@@ -329,11 +329,11 @@ class TraceReader:
         self._done = True
         if tail is None:
             offset = self._start_of(n + 1)
-            problem = None if self._zeros else self._diagnose_tail(offset)
+            problem = None if self._zeros else self._diagnose_tail(offset, record=True)
         elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
             problem = None  # the space a killed mapped writer reserved (see _zero_tail)
         else:
-            problem = _scan_prefix(tail[: 1 << 20]) if tail else None
+            problem = _tail_problem(tail[: 1 << 20]) if tail else None
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
@@ -625,12 +625,14 @@ class TraceReader:
             pass
         raise TraceFormatError(f"{where} {_NOT_A_RECORD.format(_typename(0))}")
 
-    def _diagnose_tail(self, offset: Optional[int]) -> Optional[str]:
-        """Tell a cut record from a corrupt length field in the bytes from ``offset`` on.
+    def _diagnose_tail(self, offset: Optional[int], record: bool = False) -> Optional[str]:
+        """Tell a cut record (``record``; else the header) from a corrupt one in the bytes
+        from ``offset`` on.
 
         A record cut by a crash is a prefix of a valid record; a length field claiming more
-        than the limits (4 GB, say) makes the tail corrupt, not truncated. Only a bounded
-        prefix of the tail is examined.
+        than the limits (4 GB, say) makes the tail corrupt, not truncated, and so does a
+        record whose complete elements no valid record has (:func:`_unfinished_record`).
+        Only a bounded prefix of the tail is examined.
         """
         if offset is None:
             return None
@@ -641,7 +643,7 @@ class TraceReader:
             return None  # unseekable: cannot look back; treat as a cut
         if not tail:
             return None
-        return _scan_prefix(tail)
+        return _tail_problem(tail) if record else _scan_prefix(tail)
 
     # -- closing ---------------------------------------------------------------------
 
@@ -871,6 +873,97 @@ def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
         else:
             i += length + (1 if kind == "ext" else 0)
     return None
+
+
+def _tail_problem(buf: bytes) -> Optional[str]:
+    """Why the unfinished record in ``buf`` makes the trace corrupt, or None (a cut record)."""
+    return _scan_prefix(buf) or _unfinished_record(buf)
+
+
+#: How many elements of an unfinished record :func:`_unfinished_record` looks at.
+_UNFINISHED_ELEMENTS = 1 << 16
+
+
+def _unfinished_record(buf: bytes) -> Optional[str]:
+    """What no prefix of a valid record holds in ``buf`` (a record the data ends inside), or
+    None. A crash cuts a record short but never changes the elements before the cut: each
+    complete one is what a valid record has there. One corrupt length field, though, can
+    make a record claim thousands of elements that the file does not hold, and the records
+    after it then read as its elements (and the whole rest of the trace as one cut record):
+    such a record is a kernel whose "accesses" are not accesses, or no array at all. Its
+    elements are decoded one at a time, under the reader's limits."""
+    up = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(buf) + 1, max_str_len=MAX_STR_LEN,
+                          max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN,
+                          max_ext_len=MAX_EXT_LEN)
+    up.feed(buf)
+    try:
+        if not _is_array(buf[0]):
+            return "the unfinished record is not an array"
+        n = up.read_array_header()
+        if n == 0:
+            return None
+        t = up.unpack()
+        if t.__class__ is not int:
+            return f"the unfinished record's type is {_typename(t)}, not an integer"
+        if t != R.KERNEL:
+            return None
+        for _ in range(min(n, 4) - 1):  # the stream, op and stack fields
+            up.skip()
+        for k in range(4, min(n, 4 + _UNFINISHED_ELEMENTS)):
+            what = _unfinished_access(up, buf)
+            if what:
+                return (f"access {k - 3} of the unfinished KERNEL record ({what}) is not a block id or "
+                        "[block, offset, nbytes]: no valid record starts this way")
+    except msgpack.exceptions.OutOfData:
+        return None
+    except Exception:  # noqa: BLE001 - not msgpack: what the decoder said already, or a cut
+        return None
+    return None
+
+
+def _unfinished_access(up: msgpack.Unpacker, buf: bytes) -> Optional[str]:
+    """The next kernel access in ``up`` (fed ``buf``) read as far as it goes: what it is if it
+    cannot be one (an int, or [int, int >= 0, int >= 0]), else "" (or OutOfData: cut)."""
+    at = up.tell()
+    if at >= len(buf):
+        raise msgpack.exceptions.OutOfData
+    if _is_int(buf[at]):
+        up.unpack()
+        return ""
+    if not _is_array(buf[at]):
+        return _kind(buf[at])
+    m = up.read_array_header()
+    if m != 3:
+        return f"an array of {m} elements"
+    for j in range(3):
+        at = up.tell()
+        if at >= len(buf):
+            raise msgpack.exceptions.OutOfData
+        if not _is_int(buf[at]):
+            return f"an array whose element {j + 1} is not an integer"
+        if up.unpack() < 0 and j:
+            return f"an array whose {('offset', 'size')[j - 1]} is negative"
+    return ""
+
+
+def _is_array(b: int) -> bool:
+    """Does a msgpack object that starts with byte ``b`` hold an array?"""
+    return 0x90 <= b <= 0x9F or b in (0xDC, 0xDD)
+
+
+def _is_int(b: int) -> bool:
+    """Does a msgpack object that starts with byte ``b`` hold an integer?"""
+    return b <= 0x7F or b >= 0xE0 or 0xCC <= b <= 0xD3
+
+
+def _kind(b: int) -> str:
+    """What a msgpack object that starts with byte ``b`` (not an int or an array) is."""
+    if 0x80 <= b <= 0x8F or b in (0xDE, 0xDF):
+        return "a map"
+    if 0xA0 <= b <= 0xBF or 0xD9 <= b <= 0xDB:
+        return "a string"
+    return {0xC0: "nil", 0xC2: "a boolean", 0xC3: "a boolean", 0xCA: "a float", 0xCB: "a float",
+            0xC4: "a binary", 0xC5: "a binary", 0xC6: "a binary"}.get(b, "an extension")
 
 
 def _end_reason(stats: Optional[dict]) -> Optional[str]:
