@@ -637,6 +637,9 @@ def test_same_error_for_a_damaged_length_inside_a_kernel_record(name, bad, words
     data = join(header, [*recs, bad, *([R.KERNEL, 0, 0, None, [1, 16 * k, 16]] for k in range(200))])
     ref = check(data)
     assert ref[0] == "error" and words in ref[1]
+    for kind in ("pipe", "gzip"):  # (not read again: a cut, in both)
+        got = outcome_of_stream(data, Engine, kind)
+        assert got[0] == "ok" and got == outcome_of_stream(data, native.NativeEngine, kind)
 
 
 @FUZZ

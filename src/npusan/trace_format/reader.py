@@ -332,8 +332,8 @@ class TraceReader:
             problem = None if self._zeros else self._diagnose_tail(offset, record=True)
         elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
             problem = None  # the space a killed mapped writer reserved (see _zero_tail)
-        else:
-            problem = _tail_problem(tail[: 1 << 20]) if tail else None
+        else:  # (looked at where the Python engine's reader, which reads it again, can)
+            problem = _tail_problem(tail[: 1 << 20]) if tail and self._rereadable() else None
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
@@ -624,6 +624,14 @@ class TraceReader:
         except (OSError, ValueError):
             pass
         raise TraceFormatError(f"{where} {_NOT_A_RECORD.format(_typename(0))}")
+
+    def _rereadable(self) -> bool:
+        """Can the input be read again from an offset (a file, not a pipe)? Only then is an
+        unfinished record looked at (:meth:`_diagnose_tail`), whoever read its bytes."""
+        try:
+            return bool(self._file.seekable())
+        except (AttributeError, ValueError, OSError):
+            return False
 
     def _diagnose_tail(self, offset: Optional[int], record: bool = False) -> Optional[str]:
         """Tell a cut record (``record``; else the header) from a corrupt one in the bytes
