@@ -642,6 +642,21 @@ def test_same_error_for_a_damaged_length_inside_a_kernel_record(name, bad, words
         assert got[0] == "ok" and got == outcome_of_stream(data, native.NativeEngine, kind)
 
 
+@pytest.mark.parametrize("access", [
+    [[1] * 100_000, 0, 16],  # a block id that is a long list
+    [1, 0, [[["x" * 100] * 20] * 20]],  # a size nested deep
+    {"block": list(range(50_000))},  # not an access at all
+])
+def test_the_error_for_a_huge_malformed_access_is_one_short_line(access):
+    """A damaged record can make an access of a kernel a list of thousands of elements: the
+    message quotes it cut short (it quoted all of it: a 4 KB line, cut only at the end)."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"], [R.STREAM_DEF, 0, 0, 0], [R.BLOCK_DEF, 1, 0x1000, 4096, None],
+            [R.KERNEL, 0, 0, None, 1, access], [R.END, {}]]
+    ref = check(join(header, recs))
+    assert ref[0] == "error" and "kernel access" in ref[1] and len(ref[1]) < 400 and "\n" not in ref[1]
+
+
 @FUZZ
 @given(st.lists(_op, max_size=40), st.data())
 def test_same_on_truncated_traces(ops, data):

@@ -53,6 +53,7 @@ findings, never by the trace length.
 
 from __future__ import annotations
 
+import reprlib
 from collections import deque
 from typing import Callable, Iterable, NamedTuple, Optional
 
@@ -1004,7 +1005,7 @@ def check_shape(rec, seq: int) -> int:
 
 
 def stream_undefined(S) -> str:
-    return f"record refers to stream index {S!r}, which is not defined"
+    return f"record refers to stream index {_short(S, 60)}, which is not defined"
 
 
 def too_many_streams() -> str:
@@ -1012,11 +1013,11 @@ def too_many_streams() -> str:
 
 
 def bad_event(e) -> str:
-    return f"event id {e!r} is not an integer handle"
+    return f"event id {_short(e, 60)} is not an integer handle"
 
 
 def bad_device(dev) -> str:
-    return f"device synchronize names device {dev!r}, not an integer"
+    return f"device synchronize names device {_short(dev, 60)}, not an integer"
 
 
 def bad_stack(v) -> str:
@@ -1024,7 +1025,7 @@ def bad_stack(v) -> str:
 
 
 def bid_out_of_range(bid) -> str:
-    return f"block id {bid!r} out of range"
+    return f"block id {_short(bid, 60)} out of range"
 
 
 def malformed_block(bid) -> str:
@@ -1032,15 +1033,15 @@ def malformed_block(bid) -> str:
 
 
 def block_undefined(bid) -> str:
-    return f"record refers to block id {bid!r}, which is not defined or was freed"
+    return f"record refers to block id {_short(bid, 60)}, which is not defined or was freed"
 
 
 def access_shape(a) -> str:
-    return f"kernel access {a!r} is neither an int nor [block, offset, nbytes]"
+    return f"kernel access {_short(a, 60)} is neither an int nor [block, offset, nbytes]"
 
 
 def access_malformed(a) -> str:
-    return f"kernel access {a!r} has a malformed block, offset or size"
+    return f"kernel access {_short(a, 60)} has a malformed block, offset or size"
 
 
 def describe(rec, seq: int, problem: str) -> str:
@@ -1051,6 +1052,12 @@ def describe(rec, seq: int, problem: str) -> str:
     return f"malformed {what} after kernel {seq}: {_short(rec)} ({problem})"
 
 
+#: repr of values of any size at a bounded cost (a record can hold a million elements)
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 12, 6, 60, 60, 60
+
+
 def _short(rec, limit: int = 80) -> str:
-    text = repr(rec)
+    """A value in a message: its repr, at most ``limit`` characters."""
+    text = _REPR.repr(rec)
     return text if len(text) <= limit else text[: limit - 3] + "..."
