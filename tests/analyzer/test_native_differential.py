@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 from unittest import mock
 
+import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -640,6 +641,23 @@ def test_same_error_for_a_damaged_length_inside_a_kernel_record(name, bad, words
     for kind in ("pipe", "gzip"):  # (not read again: a cut, in both)
         got = outcome_of_stream(data, Engine, kind)
         assert got[0] == "ok" and got == outcome_of_stream(data, native.NativeEngine, kind)
+
+
+@pytest.mark.parametrize("kind", ["pipe", "gzip"])
+def test_same_error_for_corrupt_data_read_as_a_stream(kind):
+    """Invalid UTF-8 mid-trace, read from a pipe or decompressed as it is read: the core
+    knows where the record starts, the Python engine's reader cannot look back to find it;
+    both name the record alone (the core named its offset too)."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    bad = msgpack.packb([R.STR, 5, "ab"])
+    bad = bad[:-2] + b"\xcd\xff"
+    recs = [[R.STR, 0, "op"], [R.STREAM_DEF, 0, 0, 0], [R.BLOCK_DEF, 1, 0x1000, 4096, None]]
+    recs += [[R.KERNEL, 0, 0, None, [1, 16 * (k % 200), 16]] for k in range(30_000)] + [bad, [R.END, {}]]
+    data = join(header, recs)
+    ref = outcome_of_stream(data, Engine, kind)
+    assert ref[0] == "error" and "not valid UTF-8" in ref[1] and "record 30004" in ref[1]
+    assert outcome_of_stream(data, native.NativeEngine, kind) == ref
+    assert check(data)[1].startswith(ref[1].split(" (")[0] + " at byte offset")  # a file: the offset too
 
 
 @pytest.mark.parametrize("access", [

@@ -309,9 +309,12 @@ class TraceReader:
         """Raise the error for data the unpacker failed on, just after record ``records_read``.
 
         ``offset``: where that record starts, if the caller knows (else it is rescanned).
+        An input that cannot be read again (a pipe, a decompressed stream) cannot be
+        rescanned: there no offset is named, whoever knows it, so that both engines say the
+        same.
         """
         n = self.records_read
-        if offset is None:
+        if offset is None or not self._rereadable():
             offset = self._start_of(n + 1)
         if isinstance(e, msgpack.exceptions.BufferFull):
             raise TraceFormatError(
