@@ -173,6 +173,7 @@ GOOD = [[R.STR, 0, "op"], [R.STREAM_DEF, 0, 0, 0], [R.KERNEL, 0, 0, None], [R.KE
         ([], "is not a record"),
         (["kernel", 1], "not an integer"),
         ([True, 0, 0, 0, 0], "not an integer"),
+        ([-3, 0, 0], "negative record type"),  # (a byte flip's type: no version assigns one)
         ([R.KERNEL, 0, 0], "fewer than"),
         ([R.ALLOC, 0, 1, 2], "fewer than"),
         ([R.FRAME, 0, 5, 1, 6], "undefined strings"),

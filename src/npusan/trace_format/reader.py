@@ -468,6 +468,8 @@ class TraceReader:
         t = rec[0]
         if type(t) is not int:
             raise TraceFormatError(f"{self.where(rec)} has a record type that is not an integer ({_typename(t)})")
+        if t < 0:  # (no version assigns one: not an unknown type to skip)
+            raise TraceFormatError(f"{self.where(rec)} has a negative record type ({t}): the trace is corrupt")
         if t not in _KNOWN:
             seen = self._unknown.get(t)
             self._unknown[t] = (seen or 0) + 1
@@ -914,8 +916,8 @@ def _unfinished_record(buf: bytes) -> Optional[str]:
         if n == 0:
             return None
         t = up.unpack()
-        if t.__class__ is not int:
-            return f"the unfinished record's type is {_typename(t)}, not an integer"
+        if t.__class__ is not int or t < 0:
+            return f"the unfinished record's type is {_typename(t) if t.__class__ is not int else t}, not a record type"
         if t != R.KERNEL:
             return None
         for _ in range(min(n, 4) - 1):  # the stream, op and stack fields
