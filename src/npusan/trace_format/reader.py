@@ -332,11 +332,19 @@ class TraceReader:
         self._done = True
         if tail is None:
             offset = self._start_of(n + 1)
-            problem = None if self._zeros else self._diagnose_tail(offset, record=True)
+            if self._zeros:
+                problem = None
+            elif self._rereadable():
+                problem = self._diagnose_tail(offset, record=True)
+            else:  # a pipe, a decompressed stream: the unfinished record's bytes as they were read
+                at, tail = self._source.unfinished()
+                problem = _tail_problem(tail[: 1 << 20])
+                if offset is None and at is not None:
+                    offset = self._origin + at
         elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
             problem = None  # the space a killed mapped writer reserved (see _zero_tail)
-        else:  # (looked at where the Python engine's reader, which reads it again, can)
-            problem = _tail_problem(tail[: 1 << 20]) if tail and self._rereadable() else None
+        else:
+            problem = _tail_problem(tail[: 1 << 20]) if tail else None
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
@@ -631,8 +639,8 @@ class TraceReader:
         raise TraceFormatError(f"{where} {_NOT_A_RECORD.format(_typename(0))}")
 
     def _rereadable(self) -> bool:
-        """Can the input be read again from an offset (a file, not a pipe)? Only then is an
-        unfinished record looked at (:meth:`_diagnose_tail`), whoever read its bytes."""
+        """Can the input be read again from an offset (a file, not a pipe or a decompressed
+        stream)? Only then can a record's offset be found again (:meth:`_corrupt`)."""
         try:
             return bool(self._file.seekable())
         except (AttributeError, ValueError, OSError):
@@ -778,6 +786,10 @@ class _RecordSource:
         self.raw = False  # a raw consumer (read_raw): no record boundaries to find
         self._fed = 0  # bytes handed out so far
         self._boundary = 0  # offset (from the first byte handed out) of the last known record end
+        # the bytes handed out from offset _kept_at on (at most a record and a look's worth):
+        # an unfinished record's, when the data ends inside it and the input cannot be read again
+        self._kept = bytearray()
+        self._kept_at = 0
         self._skipper: Optional[msgpack.Unpacker] = msgpack.Unpacker(
             max_buffer_size=MAX_RECORD_BYTES + 2 * READ_SIZE + len(prefix),
             max_str_len=MAX_STR_LEN, max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN,
@@ -792,6 +804,7 @@ class _RecordSource:
         if not data or self.raw:
             return data
         self._fed += len(data)
+        self._kept += data
         skipper = self._skipper
         if skipper is None:  # the data stopped being msgpack: no boundaries past that point
             if self._fed - self._boundary > MAX_RECORD_BYTES + READ_SIZE:
@@ -832,6 +845,21 @@ class _RecordSource:
             self._skipper = None
         finally:
             self._boundary = boundary
+            if boundary > self._kept_at:
+                del self._kept[: boundary - self._kept_at]
+                self._kept_at = boundary
+
+    def unfinished(self) -> tuple[Optional[int], bytes]:
+        """At the end of the data: where the last complete record ends (counted from the
+        first byte handed out) and the bytes after it (those of the record the data ends
+        inside), as handed out; (None, b"") where they are not known."""
+        if self.raw or self._skipper is None:
+            return None, b""
+        try:
+            self._find_boundary()
+        except msgpack.exceptions.BufferFull:
+            return None, b""
+        return self._boundary, bytes(self._kept[self._boundary - self._kept_at:])
 
 
 _LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}
@@ -890,7 +918,7 @@ def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
 
 def _tail_problem(buf: bytes) -> Optional[str]:
     """Why the unfinished record in ``buf`` makes the trace corrupt, or None (a cut record)."""
-    return _scan_prefix(buf) or _unfinished_record(buf)
+    return (_scan_prefix(buf) or _unfinished_record(buf)) if buf else None
 
 
 #: How many elements of an unfinished record :func:`_unfinished_record` looks at.
