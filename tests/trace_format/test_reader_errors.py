@@ -266,6 +266,15 @@ def _one_damaged_byte_cases():
         ("access length", kernel[:9] + b"\xdc\xff\x00" + kernel[10:], "access 2 of the unfinished KERNEL record (an array of 65280 elements)"),
         # the record's first byte became a str16: not an array at all
         ("not an array", b"\xda\xff" + kernel[1:], "the unfinished record is not an array"),
+        # a record's type (an int) became an array16 header
+        ("type", b"\x96\xdc\xff" + kernel[2:], "the unfinished record's type is an array"),
+        # an EVENT_RECORD's stack (nil) became an array16 header
+        ("event stack", b"\x94" + msgpack.packb(R.EVENT_RECORD) + b"\x01\x00\xdc\xff",
+         "the stack of the unfinished event-record record is an array"),
+        # a STR's text became a str16 that runs to the end: the records after it are not UTF-8
+        ("string", b"\x93\x00\x07\xda\xff\xff\xc1", "a string that runs to the end of the data is not valid UTF-8"),
+        # a VIEWS entry's offset (an int) became an array16 header
+        ("views entry", b"\x92\x15\x93\x01\xdc\xff", "entry 1 of the unfinished VIEWS record is an array whose element 2"),
     ]
 
 

@@ -963,9 +963,7 @@ def overlaps(p1, n1, p2, n2) -> bool:
 #: nil. Another type (a map, a string, a float, a boolean ...) makes the record malformed,
 #: checked before anything else in the record (the compiled core's STACK_FIELD, E_STACK);
 #: an integer that names no stack is no stack.
-STACK_FIELD = {R.STREAM_CREATED: 2, R.EVENT_CREATED: 2, R.EVENT_DELETED: 2, R.EVENT_RECORD: 3, R.EVENT_WAIT: 3,
-               R.EVENT_SYNC: 2, R.STREAM_SYNC: 2, R.DEVICE_SYNC: 2, R.ALLOC: 5, R.FREE: 2, R.RECORD_STREAM: 3,
-               R.ERASE_STREAM: 3, R.KERNEL: 3}
+STACK_FIELD = R.STACK_FIELD
 
 
 def stack_id(v) -> Optional[int]:

@@ -20,6 +20,7 @@ turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into 
 
 from __future__ import annotations
 
+import codecs
 import os
 import stat
 from typing import IO, Any, Callable, Iterator, Optional, Union
@@ -929,9 +930,11 @@ def _unfinished_record(buf: bytes) -> Optional[str]:
     """What no prefix of a valid record holds in ``buf`` (a record the data ends inside), or
     None. A crash cuts a record short but never changes the elements before the cut: each
     complete one is what a valid record has there. One corrupt length field, though, can
-    make a record claim thousands of elements that the file does not hold, and the records
-    after it then read as its elements (and the whole rest of the trace as one cut record):
-    such a record is a kernel whose "accesses" are not accesses, or no array at all. Its
+    make a record (or a string in it) claim thousands of elements or bytes that the file
+    does not hold, and the records after it then read as its elements (and the whole rest
+    of the trace as one cut record): such a record is no array at all, a kernel whose
+    "accesses" are not accesses, an event record whose stack is not an id, a VIEWS record
+    whose entries are not ints, or a string running to the end that is not UTF-8. Its
     elements are decoded one at a time, under the reader's limits."""
     up = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(buf) + 1, max_str_len=MAX_STR_LEN,
                           max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN,
@@ -943,18 +946,40 @@ def _unfinished_record(buf: bytes) -> Optional[str]:
         n = up.read_array_header()
         if n == 0:
             return None
-        t = up.unpack()
+        at = up.tell()
+        if at < len(buf) and not _is_int(buf[at]):
+            return f"the unfinished record's type is {_kind(buf[at])}, not a record type"
+        t = _next(up, buf)
         if t.__class__ is not int or t < 0:
             return f"the unfinished record's type is {_typename(t) if t.__class__ is not int else t}, not a record type"
-        if t != R.KERNEL:
-            return None
-        for _ in range(min(n, 4) - 1):  # the stream, op and stack fields
-            up.skip()
-        for k in range(4, min(n, 4 + _UNFINISHED_ELEMENTS)):
-            what = _unfinished_access(up, buf)
-            if what:
-                return (f"access {k - 3} of the unfinished KERNEL record ({what}) is not a block id or "
-                        "[block, offset, nbytes]: no valid record starts this way")
+        name = R.RECORD_NAMES.get(t, "record")
+        fields = _FIELD_KINDS.get(t, {})
+        stack_at = R.STACK_FIELD.get(t)
+        for k in range(1, min(n, _UNFINISHED_ELEMENTS)):
+            if t == R.KERNEL and k >= 4:
+                what = _unfinished_ints(up, buf, 3)
+                if what:
+                    return (f"access {k - 3} of the unfinished KERNEL record ({what}) is not a block id or "
+                            "[block, offset, nbytes]: no valid record starts this way")
+            elif t == R.VIEWS:
+                what = _unfinished_ints(up, buf, None)
+                if what:
+                    return f"entry {k} of the unfinished VIEWS record is {what}, not an array of integers"
+            elif k == stack_at:
+                at = up.tell()
+                if at < len(buf) and not (_is_int(buf[at]) or buf[at] == 0xC0):
+                    return f"the stack of the unfinished {name} record is {_kind(buf[at])}, not an id or nil"
+                _next(up, buf)
+            elif k in fields:
+                at = up.tell()
+                want = fields[k]
+                if at < len(buf) and not (_is_int(buf[at]) if want == "an integer" else _is_str(buf[at])):
+                    return f"field {k} of the unfinished {name} record is {_kind(buf[at])}, not {want}"
+                _next(up, buf)
+            else:
+                _next(up, buf)
+    except _BadString:
+        return "a string that runs to the end of the data is not valid UTF-8"
     except msgpack.exceptions.OutOfData:
         return None
     except Exception:  # noqa: BLE001 - not msgpack: what the decoder said already, or a cut
@@ -962,27 +987,60 @@ def _unfinished_record(buf: bytes) -> Optional[str]:
     return None
 
 
-def _unfinished_access(up: msgpack.Unpacker, buf: bytes) -> Optional[str]:
-    """The next kernel access in ``up`` (fed ``buf``) read as far as it goes: what it is if it
-    cannot be one (an int, or [int, int >= 0, int >= 0]), else "" (or OutOfData: cut)."""
+#: The fields of each record type that docs/trace-format.md section 7 requires to be an int
+#: or a str (another type is corrupt), by position.
+_INT, _STR = "an integer", "a string"
+_FIELD_KINDS = {R.STR: {1: _INT, 2: _STR}, R.FRAME: {1: _INT, 3: _INT}, R.STACK: {1: _INT},
+                R.STREAM_DEF: {1: _INT, 2: _INT, 3: _INT}, R.BLOCK_DEF: {1: _INT}, R.THREAD: {2: _STR},
+                R.STREAM_LABEL: {1: _INT, 3: _STR}, R.NOTE: {1: _STR, 2: _STR}}
+
+
+class _BadString(Exception):
+    """The string the data ends inside is not valid UTF-8 as far as it goes."""
+
+
+def _next(up: msgpack.Unpacker, buf: bytes) -> Any:
+    """The next element; where the data ends inside a string, its bytes so far must be UTF-8
+    (or _BadString), else OutOfData."""
+    at = up.tell()
+    if at < len(buf):
+        b = buf[at]
+        head, size = (1, b & 0x1F) if 0xA0 <= b <= 0xBF else (0, 0)
+        if 0xD9 <= b <= 0xDB:
+            head = 1 + (1, 2, 4)[b - 0xD9]
+            size = int.from_bytes(buf[at + 1:at + head], "big")
+        if head and at + head + size > len(buf):
+            try:
+                codecs.getincrementaldecoder("utf-8")().decode(buf[at + head:], final=False)
+            except UnicodeDecodeError:
+                raise _BadString from None
+            raise msgpack.exceptions.OutOfData
+    return up.unpack()
+
+
+def _unfinished_ints(up: msgpack.Unpacker, buf: bytes, length: Optional[int]) -> str:
+    """The next element, read as far as it goes, as an array of ``length`` (any, if None)
+    integers: what it is if it cannot be one, else "" (or OutOfData: the data ends in it).
+    For ``length`` 3 (a kernel access) a lone integer (a whole block) is one, and the
+    offset and size may not be negative."""
     at = up.tell()
     if at >= len(buf):
         raise msgpack.exceptions.OutOfData
-    if _is_int(buf[at]):
+    if length == 3 and _is_int(buf[at]):
         up.unpack()
         return ""
     if not _is_array(buf[at]):
         return _kind(buf[at])
     m = up.read_array_header()
-    if m != 3:
+    if length is not None and m != length:
         return f"an array of {m} elements"
-    for j in range(3):
+    for j in range(m):
         at = up.tell()
         if at >= len(buf):
             raise msgpack.exceptions.OutOfData
         if not _is_int(buf[at]):
             return f"an array whose element {j + 1} is not an integer"
-        if up.unpack() < 0 and j:
+        if up.unpack() < 0 and length == 3 and j:
             return f"an array whose {('offset', 'size')[j - 1]} is negative"
     return ""
 
@@ -992,16 +1050,25 @@ def _is_array(b: int) -> bool:
     return 0x90 <= b <= 0x9F or b in (0xDC, 0xDD)
 
 
+def _is_str(b: int) -> bool:
+    """Does a msgpack object that starts with byte ``b`` hold a string?"""
+    return 0xA0 <= b <= 0xBF or 0xD9 <= b <= 0xDB
+
+
 def _is_int(b: int) -> bool:
     """Does a msgpack object that starts with byte ``b`` hold an integer?"""
     return b <= 0x7F or b >= 0xE0 or 0xCC <= b <= 0xD3
 
 
 def _kind(b: int) -> str:
-    """What a msgpack object that starts with byte ``b`` (not an int or an array) is."""
+    """What a msgpack object that starts with byte ``b`` (not an int) is."""
+    if _is_int(b):
+        return "an integer"
+    if _is_array(b):
+        return "an array"
     if 0x80 <= b <= 0x8F or b in (0xDE, 0xDF):
         return "a map"
-    if 0xA0 <= b <= 0xBF or 0xD9 <= b <= 0xDB:
+    if _is_str(b):
         return "a string"
     return {0xC0: "nil", 0xC2: "a boolean", 0xC3: "a boolean", 0xCA: "a float", 0xCB: "a float",
             0xC4: "a binary", 0xC5: "a binary", 0xC6: "a binary"}.get(b, "an extension")

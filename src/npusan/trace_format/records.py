@@ -126,6 +126,11 @@ MIN_LENGTH: Final = {
     VIEWS: 2,
 }
 
+#: Where each event record holds its stack (an int or nil; anything else is corrupt).
+STACK_FIELD: Final = {STREAM_CREATED: 2, EVENT_CREATED: 2, EVENT_DELETED: 2, EVENT_RECORD: 3, EVENT_WAIT: 3,
+                      EVENT_SYNC: 2, STREAM_SYNC: 2, DEVICE_SYNC: 2, ALLOC: 5, FREE: 2, RECORD_STREAM: 3,
+                      ERASE_STREAM: 3, KERNEL: 3}
+
 #: Record types that only define interned names; the reader absorbs them into its symbol table.
 DEFINITIONS: Final = frozenset({STR, FRAME, STACK, STREAM_DEF, BLOCK_DEF, THREAD, STREAM_LABEL})
 
