@@ -2082,11 +2082,13 @@ static inline int grid_seg(Core *c, block_t *b, int32_t S, const int64_t *vec, c
     return r;
 }
 
-/* Is acc exactly one cell of b's grid? */
-static inline int grid_fits(const block_t *b, const acc_t *acc) {
+/* Is the range [off, off + n) exactly one cell of b's grid? */
+static inline int grid_fits_range(const block_t *b, uint64_t off, uint64_t n) {
     uint64_t w = 1ull << (b->gbits - 1);
-    return acc->ranged && acc->n == w && !(acc->off & (w - 1)) && acc->off < b->size;
+    return n == w && !(off & (w - 1)) && off < b->size;
 }
+/* Is acc exactly one cell of b's grid? */
+static inline int grid_fits(const block_t *b, const acc_t *acc) { return acc->ranged && grid_fits_range(b, acc->off, acc->n); }
 
 /* The states of a block in the grid form emptied (its cells' and its base's), own cleared. */
 static void grid_clear(block_t *b) {
@@ -2863,22 +2865,19 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
             /* a block in the grid form stays in it while it has queued accesses (only an
              * access made at once changes its form, and that empties the queue first), so
              * grid_apply can make them; their lines are requested now, as early as can be */
-            uint64_t off = t->off, w = 1ull << (b->gbits - 1);
+            uint64_t off = t->off, w = t->n;
             if (fits3 < 0) {
                 fits3 = (uint64_t)seq <= P3_SEQ && (uint32_t)S < (1u << 12) && nacc <= 64 &&
                         (uint32_t)op + 4u < (1u << 24) && (uint32_t)stack + 1u < (1u << 24);
                 w0k = (uint64_t)seq | (uint64_t)S << 44 | 1ull << 63;
                 w1k = ((uint32_t)op + 4u) | (uint64_t)((uint32_t)stack + 1u) << 24;
             }
-            if (fits3 && t->n == w && !(off & (w - 1)) && off < b->size && (off | w) < (1ull << 28)) {
-                uint32_t x = grid_cell(b, off);
-                __builtin_prefetch(&b->own[x >> 6]);
-                __builtin_prefetch(&b->segs[x], 1);
-                __builtin_prefetch(grid_base(b));
+            if (fits3 && grid_fits_range(b, off, w) && (off | w) < (1ull << 28)) {
+                prefetch_index(b, off, 0);
                 struct pend *q = pend_slot(c, b);
                 if (!q) return -1;
                 q->hint = GRID_HINT;
-                q->x = x;
+                q->x = grid_cell(b, off);
                 q->e.w0 = w0k | (uint64_t)i << 56 | (uint64_t)t->write << 62;
                 q->e.w1 = w1k | (off & 0xFFFF) << 48;
                 q->e.w2 = off >> 16 | w << 12;

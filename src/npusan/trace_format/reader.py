@@ -949,9 +949,9 @@ def _unfinished_record(buf: bytes) -> Optional[str]:
         at = up.tell()
         if at < len(buf) and not _is_int(buf[at]):
             return f"the unfinished record's type is {_kind(buf[at])}, not a record type"
-        t = _next(up, buf)
-        if t.__class__ is not int or t < 0:
-            return f"the unfinished record's type is {_typename(t) if t.__class__ is not int else t}, not a record type"
+        t = _next(up, buf)  # (an int: its first byte says so)
+        if t < 0:
+            return f"the unfinished record's type is {t}, not a record type"
         name = R.RECORD_NAMES.get(t, "record")
         fields = _FIELD_KINDS.get(t, {})
         stack_at = R.STACK_FIELD.get(t)
@@ -973,7 +973,7 @@ def _unfinished_record(buf: bytes) -> Optional[str]:
             elif k in fields:
                 at = up.tell()
                 want = fields[k]
-                if at < len(buf) and not (_is_int(buf[at]) if want == "an integer" else _is_str(buf[at])):
+                if at < len(buf) and not (_is_int(buf[at]) if want == _INT else _is_str(buf[at])):
                     return f"field {k} of the unfinished {name} record is {_kind(buf[at])}, not {want}"
                 _next(up, buf)
             else:
@@ -1061,7 +1061,7 @@ def _is_int(b: int) -> bool:
 
 
 def _kind(b: int) -> str:
-    """What a msgpack object that starts with byte ``b`` (not an int) is."""
+    """What a msgpack object that starts with byte ``b`` is, with its article."""
     if _is_int(b):
         return "an integer"
     if _is_array(b):
