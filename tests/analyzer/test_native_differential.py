@@ -454,10 +454,14 @@ def test_same_findings_with_many_streams_on_one_block(ops):
     assert ref[0] == "ok"
 
 
+_OP_STACK = st.sampled_from([(0, None), (3, 5), (0, 6)])  # (op, stack): the kernel's names
+_part = st.tuples(st.integers(0, 2), st.booleans(), st.sampled_from(range(0, 256, 16)))  # block, write, offset
 _qop = st.one_of(
     # a ranged access (stream, block, write, offset, size); its block's own stream's queue up
     st.tuples(st.just("ranged"), st.integers(0, 4), st.integers(0, 2), st.booleans(), st.sampled_from(range(0, 256, 16)),
               st.sampled_from([16, 32, 256])),
+    # one kernel of several 16-byte ranges (of one block or more), with its op and stack
+    st.tuples(st.just("parts"), st.integers(0, 4), st.lists(_part, min_size=1, max_size=4), _OP_STACK),
     st.tuples(st.just("whole"), st.integers(0, 4), st.integers(0, 2), st.booleans()),
     # stream s's work so far ordered before stream t's next
     st.tuples(st.just("sync"), st.integers(0, 4), st.integers(0, 4)),
@@ -476,9 +480,13 @@ def test_same_findings_when_accesses_wait_in_the_queue(ops, realloc_same_id):
     block happens before it, and makes the queue's accesses later, in batches: before
     anything else touches or frees their block, when 256 wait, and at the end of each call.
     Five streams (more other streams on a block than its summary holds), frees with the
-    block struct reused at once, ghosts and record_stream around queued accesses."""
+    block struct reused at once, ghosts and record_stream around queued accesses, and
+    kernels of several parts with their ops and stacks (the core queues a kernel whose
+    accesses all can wait straight from its record)."""
     header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
-    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(5)]
+    recs = [[R.STR, 0, "op"], [R.STR, 3, "read"], [R.STR, 1, "f.py"], [R.STR, 2, "step"], [R.FRAME, 0, 1, 7, 2],
+            [R.FRAME, 1, 1, 9, 2], [R.STACK, 5, [0]], [R.STACK, 6, [1, 0]]]
+    recs += [[R.STREAM_DEF, s, 0, 16 * s] for s in range(5)]
     owner, bid, ev, nxt = [0, 1, 2], [0, 1, 2], 0, 3
     recs += [[R.ALLOC, b, 0x10000 * (b + 1), 256, b, None] for b in range(3)]
     for item in ops:
@@ -486,6 +494,9 @@ def test_same_findings_when_accesses_wait_in_the_queue(ops, realloc_same_id):
         if kind == "ranged":
             _, s, b, write, off, n = item
             recs.append([R.KERNEL, s, 0, None, [~bid[b] if write else bid[b], off, n]])
+        elif kind == "parts":
+            _, s, parts, (op, stack) = item
+            recs.append([R.KERNEL, s, op, stack] + [[~bid[b] if write else bid[b], off, 16] for b, write, off in parts])
         elif kind == "whole":
             _, s, b, write = item
             recs.append([R.KERNEL, s, 0, None, ~bid[b] if write else bid[b]])
@@ -504,8 +515,8 @@ def test_same_findings_when_accesses_wait_in_the_queue(ops, realloc_same_id):
             recs.append([R.RECORD_STREAM, bid[item[2]], item[1], None])
         else:
             _, b, n = item
-            recs += [[R.KERNEL, owner[b], 0, None, [~bid[b] if k % 3 == 0 else bid[b], 16 * (k % 16), 16]]
-                     for k in range(n)]
+            recs += [[R.KERNEL, owner[b], 3 * (k % 2), 5 if k % 5 == 1 else None,
+                      [~bid[b] if k % 3 == 0 else bid[b], 16 * (k % 16), 16]] for k in range(n)]
     recs.append([R.END, {}])
     assert check(join(header, recs))[0] == "ok"
 
@@ -588,6 +599,59 @@ def test_queued_accesses_see_a_third_other_stream_and_strided_entries():
     ref = check(join(header, recs))
     races = sorted((f[1][7], f[2][7]) for f in ref[1] if f[0].value == "data-race")
     assert races == [(4, 3), (7, 6)]  # (seq, earlier seq): stream 3's write; stream 0's write only
+
+
+def test_part_accesses_of_a_block_with_a_reuse_ghost_are_checked_against_it():
+    """Stream 1 reads part 2 of a block that is then freed without record_stream and
+    allocated again at the same address on stream 0, whose write of part 0 starts the grid
+    (and keeps the ghost: it does not meet it). Stream 0's next kernel, of two parts of the
+    block, could otherwise wait in the queue: its write of part 2 meets the ghost, a reuse
+    race."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(2)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.KERNEL, 1, 0, None, [0, 32, 16]],
+             [R.FREE, 0, None], [R.ALLOC, 0, 0x10000, 256, 0, None], [R.KERNEL, 0, 0, None, [~0, 0, 16]],
+             [R.KERNEL, 0, 0, None, [~0, 16, 16], [~0, 32, 16]], [R.END, {}]]
+    ref = check(join(header, recs))
+    kinds = sorted((f[0].value, f[1][7]) for f in ref[1])
+    assert kinds == [("missing-record-stream", 0), ("reuse-race", 3)], kinds  # (kind, seq: the free has none)
+
+
+def test_a_part_write_over_a_strided_entry_of_a_block_in_the_grid_form_drops_it():
+    """Stream 1 writes a strided view inside one 16-byte part of a block, ordered before
+    stream 0, whose write of another part starts the grid (the view's entry kept beside it);
+    stream 0's next kernel writes the view's part (and another): the entry is dropped.
+    Stream 2, unordered with both, then reads inside the view: it races with stream 0's
+    write only."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(3)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None],
+             [R.VIEWS, [~0, 16, 12, 4, 2, 8]], [R.KERNEL, 1, 0, None, [~0, 16, 12]],
+             [R.EVENT_RECORD, 1, 1, None], [R.EVENT_WAIT, 1, 0, None], [R.KERNEL, 0, 0, None, [~0, 64, 16]],
+             [R.KERNEL, 0, 0, None, [~0, 16, 16], [~0, 96, 16]], [R.KERNEL, 2, 0, None, [0, 16, 4]], [R.END, {}]]
+    ref = check(join(header, recs))
+    races = sorted((f[1][7], f[2][7]) for f in ref[1] if f[0].value == "data-race")
+    assert races == [(4, 3)], races  # (seq, earlier seq): stream 0's write only
+
+
+def test_a_kernel_of_queued_parts_moves_its_streams_clock_and_takes_its_views():
+    """Stream 1's reads, ordered before stream 0, start the grid (16-byte parts) of two of
+    stream 0's blocks. Stream 0's kernels of parts then all wait in the queue. Stream 1 waits
+    on an event recorded after the first two, then writes the part the second wrote: no race
+    (the event carries that kernel's clock). The third, refined by a VIEWS record to a
+    strided write inside a part of the other block, is after the event: stream 1's read of
+    bytes of that part outside the view races with nothing."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 0, "op"]] + [[R.STREAM_DEF, s, 0, 16 * s] for s in range(2)]
+    recs += [[R.ALLOC, 0, 0x10000, 256, 0, None], [R.ALLOC, 1, 0x20000, 256, 0, None],
+             [R.KERNEL, 1, 0, None, [0, 128, 16], [1, 128, 16]], [R.EVENT_RECORD, 0, 1, None],
+             [R.EVENT_WAIT, 0, 0, None], [R.KERNEL, 0, 0, None, [~0, 0, 16], [~0, 48, 16]],
+             [R.KERNEL, 0, 0, None, [0, 64, 16], [~0, 32, 16]], [R.EVENT_RECORD, 1, 0, None],
+             [R.EVENT_WAIT, 1, 1, None], [R.VIEWS, [~1, 16, 16, 4, 2, 12]],
+             [R.KERNEL, 0, 0, None, [~1, 16, 16], [~0, 96, 16]],
+             [R.KERNEL, 1, 0, None, [~0, 32, 16]], [R.KERNEL, 1, 0, None, [1, 20, 8]], [R.END, {}]]
+    ref = check(join(header, recs))
+    assert [f for f in ref[1] if f[0].value == "data-race"] == []
 
 
 def test_a_range_after_a_strided_access_of_its_block_in_one_kernel_is_made_at_once():

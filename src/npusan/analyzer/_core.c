@@ -2461,6 +2461,36 @@ static inline struct pend *pend_slot(Core *c, block_t *b) {
     return q;
 }
 
+/* The words of the three-access form (p3_encode's) that a kernel's fields give to all its
+ * accesses: the rest is each access's index, kind and range (grid_queue). 0: its accesses
+ * do not pack3. */
+static inline int p3_kernel_words(int64_t seq, int32_t S, uint32_t nacc, int32_t op, int32_t stack, uint64_t *w0k,
+                                  uint64_t *w1k) {
+    *w0k = (uint64_t)seq | (uint64_t)S << 44 | 1ull << 63;
+    *w1k = ((uint32_t)op + 4u) | (uint64_t)((uint32_t)stack + 1u) << 24;
+    return (uint64_t)seq <= P3_SEQ && (uint32_t)S < (1u << 12) && nacc <= 64 && (uint32_t)op + 4u < (1u << 24) &&
+           (uint32_t)stack + 1u < (1u << 24);
+}
+
+/* Is [off, off + n) of b (in the grid form) one part whose access grid_queue can encode? */
+static inline int grid_queues(const block_t *b, uint64_t off, uint64_t n) {
+    return grid_fits_range(b, off, n) && (off | n) < (1ull << 28);
+}
+
+/* Fill q (pend_slot's, for b) with the kernel's access i of one part of b (grid_queues),
+ * encoded once, here (kernel words from p3_kernel_words), and request its lines: a block
+ * in the grid form stays in it while it has queued accesses (only an access made at once
+ * changes its form, and that empties the queue first), so grid_apply can make them. */
+__attribute__((always_inline)) static inline void grid_queue(struct pend *q, const block_t *b, uint32_t i, int write, uint64_t off, uint64_t n,
+                              uint64_t w0k, uint64_t w1k) {
+    prefetch_index(b, off, 0);
+    q->hint = GRID_HINT;
+    q->x = grid_cell(b, off);
+    q->e.w0 = w0k | (uint64_t)i << 56 | (uint64_t)write << 62;
+    q->e.w1 = w1k | (off & 0xFFFF) << 48;
+    q->e.w2 = off >> 16 | n << 12;
+}
+
 /* Queue acc (can_defer) for a block that is not in the grid form (kernel_run queues the
  * accesses of one part of a block in the grid form itself). */
 static int defer(Core *c, block_t *b, const acc_t *acc) {
@@ -2862,25 +2892,11 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
                 if (defer(c, b, &acc)) return -1;
                 continue;
             }
-            /* a block in the grid form stays in it while it has queued accesses (only an
-             * access made at once changes its form, and that empties the queue first), so
-             * grid_apply can make them; their lines are requested now, as early as can be */
-            uint64_t off = t->off, w = t->n;
-            if (fits3 < 0) {
-                fits3 = (uint64_t)seq <= P3_SEQ && (uint32_t)S < (1u << 12) && nacc <= 64 &&
-                        (uint32_t)op + 4u < (1u << 24) && (uint32_t)stack + 1u < (1u << 24);
-                w0k = (uint64_t)seq | (uint64_t)S << 44 | 1ull << 63;
-                w1k = ((uint32_t)op + 4u) | (uint64_t)((uint32_t)stack + 1u) << 24;
-            }
-            if (fits3 && grid_fits_range(b, off, w) && (off | w) < (1ull << 28)) {
-                prefetch_index(b, off, 0);
+            if (fits3 < 0) fits3 = p3_kernel_words(seq, S, nacc, op, stack, &w0k, &w1k);
+            if (fits3 && grid_queues(b, t->off, t->n)) {
                 struct pend *q = pend_slot(c, b);
                 if (!q) return -1;
-                q->hint = GRID_HINT;
-                q->x = grid_cell(b, off);
-                q->e.w0 = w0k | (uint64_t)i << 56 | (uint64_t)t->write << 62;
-                q->e.w1 = w1k | (off & 0xFFFF) << 48;
-                q->e.w2 = off >> 16 | w << 12;
+                grid_queue(q, b, i, t->write, t->off, t->n, w0k, w1k);
                 continue;
             }
         }
@@ -2889,6 +2905,70 @@ static int kernel_run(Core *c, int32_t S, const field_t *f, uint32_t nacc) {
         if ((b->pending && flush(c)) || one_access(c, b, S, vec, &acc, t->shape, t->seg)) return -1;
     }
     return 0;
+}
+
+/* A kernel record (as read_kernel_quick reads them) whose accesses are all ranges of one
+ * part each of blocks in the grid form, each of which can wait in the queue (can_defer):
+ * what kernel_quick makes of it, queued straight from the record's bytes (the common
+ * record of a trace of many ranges per block). 1: done, *pp past the record; 0: not such a
+ * record, or no room for it in the queue, and nothing changed: the general path reads it
+ * from its start. checked: as read_kernel_at's. */
+__attribute__((always_inline)) static inline int kernel_grid_at(Core *c, const uint8_t **pp, const uint8_t *end,
+                                                                uint32_t nacc, int checked) {
+    const uint8_t *p = *pp;
+    uint32_t start = c->npend;
+    if (nacc - 1u >= 16u || start + nacc > PEND_MAX) return 0;
+    if (!c->pend && !(c->pend = malloc(PEND_MAX * sizeof(struct pend)))) return 0; /* (pend_slot then says) */
+    int64_t v[3];
+    for (int k = 0; k < 3; k++) { /* the stream, the op and the stack (an int, or nil) */
+        if (quick_i64_at(&p, end, &v[k], checked)) continue;
+        if (k && (!checked || p < end) && *p == 0xc0) { v[k] = -1; p++; continue; }
+        return 0;
+    }
+    int32_t S;
+    int64_t seq = c->seq + 1;
+    if (!stream_dense(c, (uint64_t)v[0], &S) || c->views_seq == seq) return 0;
+    int32_t op = v[1] >= 0 && v[1] < (int64_t)c->L.max_id ? (int32_t)v[1] : -1; /* (id_or_none) */
+    int32_t stack = v[2] >= 0 && v[2] < (int64_t)c->L.max_id ? (int32_t)v[2] : -1;
+    uint64_t w0k, w1k;
+    if (!p3_kernel_words(seq, S, nacc, op, stack, &w0k, &w1k)) return 0;
+    struct pend *q = &c->pend[start];
+    for (uint32_t i = 0; i < nacc; i++) { /* (into the queue's entries as read: the blocks' first lines
+                                           * are requested before any is read) */
+        int64_t a, off, n;
+        if ((checked && p >= end) || *p != 0x93 || (p++, !quick_i64_at(&p, end, &a, checked)) ||
+            !quick_i64_at(&p, end, &off, checked) || !quick_i64_at(&p, end, &n, checked) ||
+            !(q[i].b = block_dense(c, (uint64_t)(a < 0 ? ~a : a))))
+            return 0;
+        __builtin_prefetch(q[i].b); __builtin_prefetch((const char *)q[i].b + 64);
+        q[i].e.w0 = (uint64_t)a; q[i].e.w1 = (uint64_t)off; q[i].e.w2 = (uint64_t)n;
+    }
+    const int64_t *vec = c->cur[S]; /* (all_before never reads vec[S], which the kernel sets) */
+    uint32_t i;
+    for (i = 0; i < nacc; i++) {
+        block_t *b = q[i].b;
+        int write = (int64_t)q[i].e.w0 < 0;
+        uint64_t off = q[i].e.w1, n = q[i].e.w2;
+        if (!b->gbits || b->ng || b->nviews || !all_before(b, S, vec) || !grid_queues(b, off, n)) /* (no part is below 0) */
+            break;
+        b->pending++;
+        grid_queue(&q[i], b, i, write, off, n, w0k, w1k);
+    }
+    if (i < nacc) { /* undone */
+        while (i--) q[i].b->pending--;
+        return 0;
+    }
+    c->npend = start + nacc;
+    c->seq = seq;
+    c->cur[S][S] = seq;
+    *pp = p;
+    return 1;
+}
+__attribute__((noinline)) static int kernel_grid(Core *c, const uint8_t **pp, const uint8_t *end, uint32_t nacc) {
+    /* (the most such a record can take: read_kernel_quick's) */
+    if ((size_t)(end - *pp) >= 3 * QUICK_INT_MAX + (1 + 3 * QUICK_INT_MAX) * (size_t)nacc)
+        return kernel_grid_at(c, pp, end, nacc, 0);
+    return kernel_grid_at(c, pp, end, nacc, 1);
 }
 
 static int check_block(Core *c, const field_t *f) {
@@ -3083,6 +3163,12 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         int quick = 0; /* a kernel record read_kernel_quick read */
         if (t == T_KERNEL) {
             nacc = (uint32_t)(o.n - 4);
+            if (c->poolbytes >= c->queue_from && kernel_grid(c, &p, end, nacc)) { /* (can_defer's first test) */
+                c->records++;
+                c->events++;
+                pos = p - base;
+                continue;
+            }
             quick = nacc <= c->tcap && read_kernel_quick(c, &p, end, f, nacc);
             for (int i = 1; i < 4 && !r && !quick; i++) r = read_field(L, &p, end, &f[i], 1);
             for (uint32_t i = 0; i < nacc && !r && !quick; i++) {
