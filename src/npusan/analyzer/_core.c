@@ -2964,11 +2964,27 @@ __attribute__((always_inline)) static inline int kernel_grid_at(Core *c, const u
     *pp = p;
     return 1;
 }
-__attribute__((noinline)) static int kernel_grid(Core *c, const uint8_t **pp, const uint8_t *end, uint32_t nacc) {
-    /* (the most such a record can take: read_kernel_quick's) */
-    if ((size_t)(end - *pp) >= 3 * QUICK_INT_MAX + (1 + 3 * QUICK_INT_MAX) * (size_t)nacc)
-        return kernel_grid_at(c, pp, end, nacc, 0);
-    return kernel_grid_at(c, pp, end, nacc, 1);
+/* kernel_grid_at for the kernel record whose fields start at *pp (nacc accesses), then for
+ * each next record while it is such a record (its first two bytes as writers write them:
+ * Core_replay's quick test). Returns how many it made; *pp: past the last of them, or where
+ * it was if none (a next record it does not make is read again from its start). */
+__attribute__((noinline)) static uint32_t kernel_grid(Core *c, const uint8_t **pp, const uint8_t *end, uint32_t nacc) {
+    const uint8_t *p = *pp;
+    uint32_t made = 0;
+    for (;;) {
+        /* (the most such a record can take: read_kernel_quick's) */
+        if (!((size_t)(end - p) >= 3 * QUICK_INT_MAX + (1 + 3 * QUICK_INT_MAX) * (size_t)nacc
+                  ? kernel_grid_at(c, &p, end, nacc, 0)
+                  : kernel_grid_at(c, &p, end, nacc, 1)))
+            return made;
+        *pp = p;
+        made++;
+        if (end - p < 2 || (p[0] & 0xf0) != 0x90 || p[1] != T_KERNEL || (p[0] & 0x0f) < MIN_LENGTH[T_KERNEL] ||
+            (uint64_t)(p[0] & 0x0f) > c->L.max_array)
+            return made;
+        nacc = (uint32_t)(p[0] & 0x0f) - 4u;
+        p += 2;
+    }
 }
 
 static int check_block(Core *c, const field_t *f) {
@@ -3163,9 +3179,10 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         int quick = 0; /* a kernel record read_kernel_quick read */
         if (t == T_KERNEL) {
             nacc = (uint32_t)(o.n - 4);
-            if (c->poolbytes >= c->queue_from && kernel_grid(c, &p, end, nacc)) { /* (can_defer's first test) */
-                c->records++;
-                c->events++;
+            uint32_t made = c->poolbytes >= c->queue_from ? kernel_grid(c, &p, end, nacc) : 0; /* (can_defer's first test) */
+            if (made) {
+                c->records += made;
+                c->events += made;
                 pos = p - base;
                 continue;
             }
