@@ -50,3 +50,15 @@ def test_allocated_block_ranges_and_whole_block():
     enc.kernel(0, "k", reads=[(0x1000, 64), (0x1010, 8), 0x1020], writes=[0x1000])
     (k,) = _kernels(out)
     assert k[4:] == [0, [0, 16, 8], 0, ~0]
+
+
+def test_an_empty_range_is_no_access_and_defines_no_block():
+    """``buf[n:n]`` at the end of a buffer points one past it: an empty range touches
+    nothing, so it is not written (no block of unknown size appears for it), like an empty
+    strided view; the kernel's other accesses are kept."""
+    enc, out = _encoder()
+    enc.memory_allocated(0x1000, 0, size=0x100)
+    enc.kernel(0, "w", reads=[(0x1100, 0), (0x1010, 0)], writes=[(0x1000, 16), (0x5000, 0)])
+    (k,) = _kernels(out)
+    assert k[4:] == [[~0, 0, 16]]
+    assert not [r for r in out if r[0] == R.BLOCK_DEF]

@@ -32,7 +32,7 @@ from .errors import EXIT_UNUSABLE, one_line_errors, refuse_like_analyze
 def info(traces: tuple, as_json: bool, no_color: bool) -> None:
     """Describe traces: header, event counts by type, streams, memory, clean end or cut.
 
-    TRACE may be a file, a directory (searched recursively) or a glob pattern.
+    TRACE may be a file, a directory (searched recursively), a glob pattern, or - (standard input).
     """
     from ..trace_format.info import info_dict, no_device_work, summarize
     from ..trace_format.inputs import find_traces

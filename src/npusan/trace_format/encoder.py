@@ -385,7 +385,8 @@ class RecordEncoder:
             for p in group:
                 if not isinstance(p, (int, Strided)):  # (ptr, nbytes): maybe over several blocks
                     ptr, nbytes = p
-                    self._ranges(ptr, nbytes, write, rec)
+                    if nbytes:  # (an empty range touches nothing: no access, as for an empty view)
+                        self._ranges(ptr, nbytes, write, rec)
                     continue
                 acc = self._access(p, write, views)
                 if acc is not None:

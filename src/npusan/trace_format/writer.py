@@ -731,7 +731,8 @@ class TraceWriter:
         """A kernel on ``stream``: each read/write is a pointer (the whole block that contains
         it), a ``(ptr, nbytes)`` pair (that byte range), or a
         ``Strided(ptr=, sizes=, strides=, itemsize=)`` view (exactly the bytes of its
-        elements; strides in elements, ``ptr`` the address of the first element)."""
+        elements; strides in elements, ``ptr`` the address of the first element). An empty
+        range or view (``buf[n:n]``) touches nothing and is not written, wherever it points."""
         r = [_access(p) for p in reads]
         w = [_access(p) for p in writes]
         with self.lock:
