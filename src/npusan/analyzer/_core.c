@@ -1012,7 +1012,32 @@ static inline acc_t unpack3(const seg_t *s, uint32_t q) {
 }
 
 static inline void seg_init(seg_t *s) { s->hdr = FORM_THREE << 4; }
-static inline void seg_clear(seg_t *s) { if (SEG_FORM(s) == FORM_WIDE) free(s->wide.w); seg_init(s); }
+/* Wide storage of 4, 8 or 16 accesses comes from and goes back to spare lists: in a trace
+ * whose parts are read by many streams between writes, states of those parts went wide and
+ * back at every access, a malloc and a free each time. (Process-wide, at most about 1.5 MiB
+ * kept: the core runs under the GIL.) */
+#define WIDE_SPARE_CLASSES 3
+#define WIDE_SPARE_MAX 1024
+static wide_t *wide_spare[WIDE_SPARE_CLASSES][WIDE_SPARE_MAX];
+static uint32_t nwide_spare[WIDE_SPARE_CLASSES];
+static inline uint32_t wide_class(size_t cap) { return cap == 4 ? 0 : cap == 8 ? 1 : cap == 16 ? 2 : WIDE_SPARE_CLASSES; }
+static wide_t *wide_alloc(size_t cap) {
+    uint32_t k = wide_class(cap);
+    if (k < WIDE_SPARE_CLASSES && nwide_spare[k]) return wide_spare[k][--nwide_spare[k]];
+    wide_t *x = malloc(sizeof(wide_t) + cap * sizeof(acc_t));
+    if (x) x->cap = (uint32_t)cap;
+    return x;
+}
+static void wide_free(wide_t *x) {
+#ifdef __SANITIZE_ADDRESS__
+    free(x); /* (so that AddressSanitizer sees every use after a free) */
+    return;
+#endif
+    uint32_t k = wide_class(x->cap);
+    if (k < WIDE_SPARE_CLASSES && nwide_spare[k] < WIDE_SPARE_MAX) wide_spare[k][nwide_spare[k]++] = x;
+    else free(x);
+}
+static inline void seg_clear(seg_t *s) { if (SEG_FORM(s) == FORM_WIDE) wide_free(s->wide.w); seg_init(s); }
 static inline uint32_t seg_nw(const seg_t *s) { return SEG_FORM(s) == FORM_WIDE ? s->wide.w->nw : s->hdr & 3u; }
 static inline uint32_t seg_nr(const seg_t *s) { return SEG_FORM(s) == FORM_WIDE ? s->wide.w->nr : s->hdr >> 2 & 3u; }
 static inline void seg_counts(seg_t *s, int form, uint32_t nw, uint32_t nr) { s->hdr = (uint8_t)(form << 4 | nr << 2 | nw); }
@@ -1054,9 +1079,8 @@ static int seg_assign(seg_t *s, const acc_t *w, uint32_t nw, const acc_t *r, uin
         size_t cap = wide ? s->wide.w->cap : 4;
         while (cap < n) cap *= 2;
         if (cap > UINT32_MAX) return -1;
-        wide_t *x = malloc(sizeof(wide_t) + cap * sizeof(acc_t));
+        wide_t *x = wide_alloc(cap);
         if (!x) return -1;
-        x->cap = (uint32_t)cap;
         seg_clear(s);
         s->hdr = FORM_WIDE << 4; s->wide.w = x;
     }
