@@ -2505,8 +2505,8 @@ static inline int grid_queues(const block_t *b, uint64_t off, uint64_t n) {
  * encoded once, here (kernel words from p3_kernel_words), and request its lines: a block
  * in the grid form stays in it while it has queued accesses (only an access made at once
  * changes its form, and that empties the queue first), so grid_apply can make them. */
-__attribute__((always_inline)) static inline void grid_queue(struct pend *q, const block_t *b, uint32_t i, int write, uint64_t off, uint64_t n,
-                              uint64_t w0k, uint64_t w1k) {
+__attribute__((always_inline)) static inline void grid_queue(struct pend *q, const block_t *b, uint32_t i, int write,
+                                                             uint64_t off, uint64_t n, uint64_t w0k, uint64_t w1k) {
     prefetch_index(b, off, 0);
     q->hint = GRID_HINT;
     q->x = grid_cell(b, off);
