@@ -2260,6 +2260,10 @@ static int grid_whole(Core *c, block_t *b, int32_t S, const int64_t *vec, const 
         for (uint64_t m = b->own[i]; m; m &= m - 1) {
             uint32_t x = i * 64 + (uint32_t)__builtin_ctzll(m);
             if (x + 16 < G) __builtin_prefetch(&b->segs[x + 16]);
+            if (b->gwide && x + 8 < G && grid_owns(b, x + 8)) { /* (its line requested 8 parts ago) */
+                const seg_t *t = &b->segs[x + 8];
+                if (SEG_FORM(t) == FORM_WIDE) __builtin_prefetch(t->wide.w);
+            }
             if (!based && fb < x) {
                 based = 1;
                 if (grid_seg(c, b, S, vec, acc, base, fast, &e)) return -1;
