@@ -809,6 +809,8 @@ static int ordered_everywhere(Core *c, const acc_t *e) {
     return 1;
 }
 
+/* An id that names something (a string or a stack), or -1: an int out of range names nothing. */
+static inline int32_t id_or_none_i64(const Core *c, int64_t v) { return v >= 0 && (uint64_t)v < c->L.max_id ? (int32_t)v : -1; }
 static inline int32_t id_or_none(Core *c, const field_t *f) {
     return f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id ? (int32_t)f->v : -1;
 }
@@ -2808,6 +2810,15 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
     return kernel_run(c, S, f, nacc);
 }
 
+/* A range access as writers write it, [id, offset, length] in the encodings quick_i64_at
+ * reads (0: anything else, or cut short; *pp then anywhere inside it) */
+__attribute__((always_inline)) static inline int quick_range(const uint8_t **pp, const uint8_t *end, int64_t *a,
+                                                             int64_t *off, int64_t *n, int checked) {
+    if ((checked && *pp >= end) || **pp != 0x93) return 0;
+    ++*pp;
+    return quick_i64_at(pp, end, a, checked) && quick_i64_at(pp, end, off, checked) && quick_i64_at(pp, end, n, checked);
+}
+
 /* A kernel record as writers write it: the stream, the op and the stack ints or nil,
  * each access an int or [int, offset, length] with the offset and length non-negative, all
  * in the encodings quick_i64 reads. Its fields go into f[1..3] (as read_field would put
@@ -2827,8 +2838,7 @@ __attribute__((always_inline)) static inline int read_kernel_at(Core *c, const u
         target_t *t = &c->targets[i];
         if (quick_i64_at(&p, end, &t->a, checked)) { t->ranged = 0; t->off = t->n = 0; continue; }
         int64_t off, n;
-        if ((!checked || p < end) && *p == 0x93 && (p++, quick_i64_at(&p, end, &t->a, checked)) &&
-            quick_i64_at(&p, end, &off, checked) && off >= 0 && quick_i64_at(&p, end, &n, checked) && n >= 0) {
+        if (quick_range(&p, end, &t->a, &off, &n, checked) && off >= 0 && n >= 0) {
             t->ranged = 1; t->off = (uint64_t)off; t->n = (uint64_t)n;
             continue;
         }
@@ -2837,10 +2847,21 @@ __attribute__((always_inline)) static inline int read_kernel_at(Core *c, const u
     *pp = p;
     return 1;
 }
+/* Has a kernel record of nacc accesses from p on room for the most such a record can take
+ * (three fields, then [id, offset, length] each access), so it is read without bound tests? */
+static inline int kernel_room(const uint8_t *p, const uint8_t *end, uint32_t nacc) {
+    return (size_t)(end - p) >= 3 * QUICK_INT_MAX + (1 + 3 * QUICK_INT_MAX) * (size_t)nacc;
+}
+/* The type of the record at p when its first two bytes are as writers write them (a
+ * fixarray of at least the type's length, then the type as a fixint), else -1. */
+static inline int quick_type(const limits_t *L, const uint8_t *p, const uint8_t *end) {
+    if (end - p >= 2 && (p[0] & 0xf0) == 0x90 && p[1] >= T_STREAM_CREATED && p[1] <= T_KERNEL &&
+        (p[0] & 0x0f) >= MIN_LENGTH[p[1]] && (uint64_t)(p[0] & 0x0f) <= L->max_array)
+        return p[1];
+    return -1;
+}
 static inline int read_kernel_quick(Core *c, const uint8_t **pp, const uint8_t *end, field_t *f, uint32_t nacc) {
-    /* (the most such a record can take: three fields, then [id, offset, length] each access) */
-    if ((size_t)(end - *pp) >= 3 * QUICK_INT_MAX + (1 + 3 * QUICK_INT_MAX) * (size_t)nacc)
-        return read_kernel_at(c, pp, end, f, nacc, 0);
+    if (kernel_room(*pp, end, nacc)) return read_kernel_at(c, pp, end, f, nacc, 0);
     return read_kernel_at(c, pp, end, f, nacc, 1);
 }
 
@@ -2956,17 +2977,14 @@ __attribute__((always_inline)) static inline int kernel_grid_at(Core *c, const u
     int32_t S;
     int64_t seq = c->seq + 1;
     if (!stream_dense(c, (uint64_t)v[0], &S) || c->views_seq == seq) return 0;
-    int32_t op = v[1] >= 0 && v[1] < (int64_t)c->L.max_id ? (int32_t)v[1] : -1; /* (id_or_none) */
-    int32_t stack = v[2] >= 0 && v[2] < (int64_t)c->L.max_id ? (int32_t)v[2] : -1;
+    int32_t op = id_or_none_i64(c, v[1]), stack = id_or_none_i64(c, v[2]);
     uint64_t w0k, w1k;
     if (!p3_kernel_words(seq, S, nacc, op, stack, &w0k, &w1k)) return 0;
     struct pend *q = &c->pend[start];
     for (uint32_t i = 0; i < nacc; i++) { /* (into the queue's entries as read: the blocks' first lines
                                            * are requested before any is read) */
         int64_t a, off, n;
-        if ((checked && p >= end) || *p != 0x93 || (p++, !quick_i64_at(&p, end, &a, checked)) ||
-            !quick_i64_at(&p, end, &off, checked) || !quick_i64_at(&p, end, &n, checked) ||
-            !(q[i].b = block_dense(c, (uint64_t)(a < 0 ? ~a : a))))
+        if (!quick_range(&p, end, &a, &off, &n, checked) || !(q[i].b = block_dense(c, (uint64_t)(a < 0 ? ~a : a))))
             return 0;
         __builtin_prefetch(q[i].b); __builtin_prefetch((const char *)q[i].b + 64);
         q[i].e.w0 = (uint64_t)a; q[i].e.w1 = (uint64_t)off; q[i].e.w2 = (uint64_t)n;
@@ -3000,16 +3018,11 @@ __attribute__((noinline)) static uint32_t kernel_grid(Core *c, const uint8_t **p
     const uint8_t *p = *pp;
     uint32_t made = 0;
     for (;;) {
-        /* (the most such a record can take: read_kernel_quick's) */
-        if (!((size_t)(end - p) >= 3 * QUICK_INT_MAX + (1 + 3 * QUICK_INT_MAX) * (size_t)nacc
-                  ? kernel_grid_at(c, &p, end, nacc, 0)
-                  : kernel_grid_at(c, &p, end, nacc, 1)))
+        if (!(kernel_room(p, end, nacc) ? kernel_grid_at(c, &p, end, nacc, 0) : kernel_grid_at(c, &p, end, nacc, 1)))
             return made;
         *pp = p;
         made++;
-        if (end - p < 2 || (p[0] & 0xf0) != 0x90 || p[1] != T_KERNEL || (p[0] & 0x0f) < MIN_LENGTH[T_KERNEL] ||
-            (uint64_t)(p[0] & 0x0f) > c->L.max_array)
-            return made;
+        if (quick_type(&c->L, p, end) != T_KERNEL) return made;
         nacc = (uint32_t)(p[0] & 0x0f) - 4u;
         p += 2;
     }
@@ -3159,8 +3172,7 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         if (p >= end) break;
         obj_t o;
         int r, t = -1;
-        if (end - p >= 2 && (p[0] & 0xf0) == 0x90 && p[1] >= T_STREAM_CREATED && p[1] <= T_KERNEL &&
-            (p[0] & 0x0f) >= MIN_LENGTH[p[1]] && (uint64_t)(p[0] & 0x0f) <= L->max_array) {
+        if (quick_type(L, p, end) >= 0) {
             /* an event record as writers write it (a fixarray, then the type as a fixint):
              * what the two read_obj calls below would make of its first two bytes */
             o.t = O_ARR; o.n = p[0] & 0x0f; t = p[1]; p += 2; r = MP_OK;

@@ -345,7 +345,7 @@ class TraceReader:
         elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
             problem = None  # the space a killed mapped writer reserved (see _zero_tail)
         else:
-            problem = _tail_problem(tail[: 1 << 20]) if tail else None
+            problem = _tail_problem(tail[: 1 << 20])
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
@@ -966,16 +966,14 @@ def _unfinished_record(buf: bytes) -> Optional[str]:
                 if what:
                     return f"entry {k} of the unfinished VIEWS record is {what}, not an array of integers"
             elif k == stack_at:
-                at = up.tell()
-                if at < len(buf) and not (_is_int(buf[at]) or buf[at] == 0xC0):
-                    return f"the stack of the unfinished {name} record is {_kind(buf[at])}, not an id or nil"
-                _next(up, buf)
+                what = _other_kind(up, buf, lambda b: _is_int(b) or b == 0xC0)
+                if what:
+                    return f"the stack of the unfinished {name} record is {what}, not an id or nil"
             elif k in fields:
-                at = up.tell()
                 want = fields[k]
-                if at < len(buf) and not (_is_int(buf[at]) if want == _INT else _is_str(buf[at])):
-                    return f"field {k} of the unfinished {name} record is {_kind(buf[at])}, not {want}"
-                _next(up, buf)
+                what = _other_kind(up, buf, _is_int if want == _INT else _is_str)
+                if what:
+                    return f"field {k} of the unfinished {name} record is {what}, not {want}"
             else:
                 _next(up, buf)
     except _BadString:
@@ -1016,6 +1014,16 @@ def _next(up: msgpack.Unpacker, buf: bytes) -> Any:
                 raise _BadString from None
             raise msgpack.exceptions.OutOfData
     return up.unpack()
+
+
+def _other_kind(up: msgpack.Unpacker, buf: bytes, takes: Callable[[int], bool]) -> Optional[str]:
+    """What the next element is if its first byte is not one ``takes`` accepts; else None,
+    the element read past (:func:`_next`)."""
+    at = up.tell()
+    if at < len(buf) and not takes(buf[at]):
+        return _kind(buf[at])
+    _next(up, buf)
+    return None
 
 
 def _unfinished_ints(up: msgpack.Unpacker, buf: bytes, length: Optional[int]) -> str:
