@@ -135,3 +135,17 @@ def test_info_missing_file_and_directory(tmp_path):
         res = run(target)
         assert res.exit_code == 2
         assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+
+
+def test_info_a_compressed_trace_cut_after_its_end_record(tmp_path):
+    path = tmp_path / "t.npusan.zst"
+    with TraceWriter(str(path)) as w:
+        w.kernel(0, "aten::add", writes=[0x1000])
+    cut = tmp_path / "cut.npusan.zst"
+    cut.write_bytes(path.read_bytes()[:-2])  # inside the frame's checksum
+    res = run(cut, "--no-color")
+    assert res.exit_code == 0
+    text = " ".join(res.output.split())  # (rich wraps long lines)
+    assert "cut after its end record" in text and "checksum is missing" in text
+    d = json.loads(run(cut, "--json").output)
+    assert d["truncated"] is True and d["ended_cleanly"] is True and d["warnings"]

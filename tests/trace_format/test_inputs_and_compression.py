@@ -208,3 +208,26 @@ def test_an_empty_array_where_a_record_belongs_is_named_so():
     bad = io.BytesIO(buf.getvalue() + b"\x90")  # [] after the records
     with pytest.raises(TraceFormatError, match=r"is not a record \(an empty array, expected an array\)"):
         list(TraceReader(bad).records())
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("suffix, cut", [(".zst", 1), (".zst", 3), (".gz", 1), (".gz", 7)])
+def test_a_cut_in_the_last_frames_checksum_is_a_cut_not_a_clean_end(tmp_path, monkeypatch, engine, suffix, cut):
+    """A file cut inside the checksum of its last frame still decodes to every record, the
+    end record included, but that frame's records were never verified and the file is not
+    what was written: a warning and a truncated trace, not "ended cleanly"."""
+    from npusan.analyzer.replay import analyze_traces
+
+    monkeypatch.setenv("NPUSAN_ENGINE", engine)
+    path = tmp_path / f"t{suffix}"
+    _racy_last_frame(path)
+    (whole,) = analyze_traces([str(path)]).traces
+    assert not whole.truncated and not whole.warnings
+    (tmp_path / f"cut{suffix}").write_bytes(path.read_bytes()[:-cut])
+    result = analyze_traces([str(tmp_path / f"cut{suffix}")])
+    (summary,) = result.traces
+    assert summary.truncated and len(result.findings) == 1
+    assert summary.warnings == [
+        "the compressed file ends inside its last frame, after the end record: the file was cut (a partial copy "
+        "or download?) and that frame's checksum is missing, so its records were read unverified"
+    ]

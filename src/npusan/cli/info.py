@@ -133,7 +133,10 @@ def _render(s, no_color: bool) -> None:
     from ..trace_format.reader import _end_reason
 
     reason = _end_reason(s.end_stats)
-    if s.ended_cleanly and reason:
+    if s.ended_cleanly and s.truncated:
+        console.print("[bold yellow]cut after its end record[/bold yellow]: every record is there, but the compressed "
+                      "file's last frame has lost its checksum (see the warning)")
+    elif s.ended_cleanly and reason:
         console.print(f"[bold yellow]ended early[/bold yellow]: {_text(reason)}; everything before is usable")
     elif s.ended_cleanly:
         console.print("[green]ended cleanly[/green] (the trace has its end record)")

@@ -122,6 +122,11 @@ class DecompressingReader(io.RawIOBase):
         self._frames = _VerifiedFrames(raw, kind)
 
     @property
+    def cut_short(self) -> bool:
+        """Whether the file ended inside a frame (its checksum missing): the file was cut."""
+        return self._frames.cut_short
+
+    @property
     def untrusted(self) -> bool:
         """Whether bytes already read came from the frame that failed its check."""
         return self.problem is not None and self._frames.released_unverified
@@ -188,6 +193,7 @@ class _VerifiedFrames:
         self._eof = False
         self._error: Optional[BaseException] = None
         self.released_unverified = False  # bytes of the current frame were handed out before its check
+        self.cut_short = False  # the input ended inside a frame
 
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` verified bytes; raises the decoder's error once those before it are out."""
@@ -209,6 +215,7 @@ class _VerifiedFrames:
             self._in = memoryview(self.raw.read(self.READ))
             if not self._in:  # the end: between frames, or a frame cut short (a killed writer)
                 self._eof = True
+                self.cut_short = self._d is not None
                 self._ready += self._frame
                 self._frame.clear()
                 return

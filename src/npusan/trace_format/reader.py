@@ -534,6 +534,14 @@ class TraceReader:
         self._refuse_untrusted()
         if extra:
             self._warn("the trace has data after its end record; it was ignored")
+        elif getattr(self._file, "cut_short", False):
+            # (the end record's own frame was released unverified, at the end of the data)
+            self.truncated = True
+            self._warn(
+                "the compressed file ends inside its last frame, after the end record: the file was cut "
+                "(a partial copy or download?) and that frame's checksum is missing, so its records "
+                "were read unverified"
+            )
 
     def _refuse_untrusted(self) -> None:
         """Raise if records already read came from a compressed frame that then failed its
