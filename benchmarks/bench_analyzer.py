@@ -572,17 +572,15 @@ and wall-clock rates swing with their load (a load average near 4 on 2 cores mea
 caches are shared with twice as many busy processes as there are cores: the rates above
 are lower bounds of what the same code does on a quiet core, and two runs minutes apart
 differ by up to 2x). Where the time goes (cachegrind and perf; the subsections below):
-`own` and `pool` spend about a thousand instructions per kernel, reading the record and
-applying three whole-block accesses. ranged16's state (2000 blocks of 16 segments, about
-3 MiB) fits the last-level cache, and it spends about twice as many. ranged256's does not:
-2000 blocks of up to 256 segments are over 30 MiB of segment states and indexes, and its
-time goes to cache misses: the block, its index and the segment are dependent loads, and
-the first touch of a range splits a segment, writing new segment states and moving the
-index entries after it. Its accesses by a block's own stream wait in a queue and are made
-in batches of up to 256 whose loads overlap (docs/native.md), but the misses remain: a
-million kernels touch each block's 256 ranges about six times, and the hand-offs'
-whole-block writes return each block to one segment about five times, so over 40% of the
-accesses split a segment.
+`own` and `pool` spend about 800 and 900 instructions per kernel, reading the record and
+applying three whole-block accesses. In ranged16 and ranged256 a kernel by a block's own
+stream cannot race (everything other streams did to the block happens before it), and its
+record is read straight into a queue of such accesses, made in batches (docs/native.md):
+about 860 and 1,060 instructions per kernel. ranged16's state (2000 blocks of 16 parts,
+about 2 MiB) fits the caches. ranged256's does not: 2000 blocks of 256 parts are over 30
+MiB of part states, and its time goes largely to cache misses, which the queue overlaps by
+requesting a batch's lines before it makes the accesses; the hand-offs' whole-block reads
+visit every part of the block (about 185 of its instructions per kernel).
 """
     path = update_docs(section)
     print(f"updated {os.path.relpath(path, ROOT)}")
