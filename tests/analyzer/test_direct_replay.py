@@ -223,6 +223,17 @@ def test_errors_name_the_same_record_and_offset(bad, says):
     assert f"record 10 at byte offset {offset}" in ref[2]
 
 
+def test_an_error_before_any_kernel_says_so():
+    header, recs = split(write_program([("kernel", 0, 0, 3, 0)] * 2))
+    end = recs.pop()
+    recs.insert(0, [R.KERNEL, 99, 1, None, 0])
+    ref = check_same(join(header, recs + [end]))
+    assert ref[0] == "error" and "malformed kernel record before the first kernel:" in ref[2]
+    recs.insert(len(recs), [R.KERNEL, 99, 1, None, 0])
+    recs.pop(0)
+    assert "malformed kernel record after kernel 2:" in check_same(join(header, recs + [end]))[2]
+
+
 def test_corrupt_length_field_is_reported_not_truncated():
     header, recs = split(write_program([("kernel", 1, 1, 2, 0)] * 3))
     recs.pop()

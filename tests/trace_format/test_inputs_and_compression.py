@@ -196,7 +196,8 @@ def test_damage_in_a_whole_file_frame_names_the_frame_not_the_header_alone(tmp_p
     data = bytearray(gzip.compress(small_trace))
     data[-6] ^= 0x01  # the member's length field, at the very end
     (tmp_path / "t.npusan.gz").write_bytes(bytes(data))
-    with pytest.raises(TraceFormatError, match="gzip data is corrupt .*, in the compressed frame that holds the trace header"):
+    with pytest.raises(TraceFormatError, match="gzip data is corrupt .*, in the first compressed frame "
+                       r"\(the one that holds the trace header"):
         TraceReader(str(tmp_path / "t.npusan.gz"))
 
 
@@ -231,3 +232,22 @@ def test_a_cut_in_the_last_frames_checksum_is_a_cut_not_a_clean_end(tmp_path, mo
         "the compressed file ends inside its last frame, after the end record: the file was cut (a partial copy "
         "or download?) and that frame's checksum is missing, so its records were read unverified"
     ]
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("suffix, kind", [(".zst", "zstd"), (".gz", "gzip")])
+def test_bytes_after_the_last_frame_are_data_after_the_end_record(tmp_path, monkeypatch, engine, suffix, kind):
+    """Junk appended to a compressed trace is not valid compressed data: ignored, with the
+    warning a plain trace with bytes after its end record gets, not silently."""
+    from npusan.analyzer.replay import analyze_traces
+
+    monkeypatch.setenv("NPUSAN_ENGINE", engine)
+    path = tmp_path / f"t{suffix}"
+    _racy_last_frame(path)
+    (tmp_path / f"junk{suffix}").write_bytes(path.read_bytes() + b"GARBAGEGARBAGE")
+    result = analyze_traces([str(tmp_path / f"junk{suffix}")])
+    (summary,) = result.traces
+    assert len(result.findings) == 1 and not summary.truncated
+    (warning,) = summary.warnings
+    assert warning.startswith(f"the trace has data after its end record: the {kind} data is corrupt (")
+    assert warning.endswith("; it was ignored")

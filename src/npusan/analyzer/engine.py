@@ -1047,7 +1047,8 @@ def describe(rec, seq: int, problem: str) -> str:
     t = rec[0] if rec.__class__ is list and rec else None
     name = R.RECORD_NAMES.get(t) if t.__class__ is int else None
     what = f"{name} record" if name else "record"
-    return f"malformed {what} after kernel {seq}: {_short(rec)} ({problem})"
+    when = f"after kernel {seq}" if seq else "before the first kernel"
+    return f"malformed {what} {when}: {_short(rec)} ({problem})"
 
 
 #: repr of values of any size at a bounded cost (a record can hold a million elements)

@@ -100,7 +100,10 @@ class TraceReader:
             damaged = getattr(self._file, "problem", None)  # corrupt compressed data
             self.close()
             if damaged is not None:
-                raise TraceFormatError(f"{damaged}, in the compressed frame that holds the trace header") from None
+                raise TraceFormatError(
+                    f"{damaged}, in the first compressed frame (the one that holds the trace header; a file "
+                    "compressed as a whole is one frame)"
+                ) from None
             raise
         except BaseException:
             self.close()
@@ -134,8 +137,9 @@ class TraceReader:
             kind = getattr(self._file, "kind", None)  # a .zst/.gz read through a DecompressingReader
             if kind is not None:
                 raise TraceFormatError(
-                    f"the {kind} stream ends before the trace header: it decompresses to nothing "
-                    "(a recording cut before its first frame was complete?)"
+                    f"the {kind} data ends before any of it could be decoded: the file was cut inside its "
+                    "first compressed frame (or block), which holds the trace header (a recording cut before "
+                    "that frame was complete, or a partial copy?)"
                 )
             raise TraceFormatError("the file is empty: not an npusan trace")
         if magic != R.MAGIC:
@@ -532,8 +536,9 @@ class TraceReader:
             except Exception:  # pragma: no cover - a failing file after a clean end
                 extra = b""
         self._refuse_untrusted()
-        if extra:
-            self._warn("the trace has data after its end record; it was ignored")
+        damaged = getattr(self._file, "problem", None)  # what follows the end record's frame is not valid
+        if extra or damaged is not None:
+            self._warn(f"the trace has data after its end record{f': {damaged}' if damaged else ''}; it was ignored")
         elif getattr(self._file, "cut_short", False):
             # (the end record's own frame was released unverified, at the end of the data)
             self.truncated = True
