@@ -229,8 +229,8 @@ def test_an_error_before_any_kernel_says_so():
     recs.insert(0, [R.KERNEL, 99, 1, None, 0])
     ref = check_same(join(header, recs + [end]))
     assert ref[0] == "error" and "malformed kernel record before the first kernel:" in ref[2]
-    recs.insert(len(recs), [R.KERNEL, 99, 1, None, 0])
     recs.pop(0)
+    recs.append([R.KERNEL, 99, 1, None, 0])  # (after both kernels)
     assert "malformed kernel record after kernel 2:" in check_same(join(header, recs + [end]))[2]
 
 
