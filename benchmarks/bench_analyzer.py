@@ -22,11 +22,12 @@ without stacks):
   copied on a side stream, ``wait_stream`` + ``record_stream``) recorded on the simulated
   device by this script, with stacks: about half its records are allocations and frees.
 
-For each shape: npusan's ``analyze_traces`` (the compiled core when built, reading
-included, best of N runs, CPU seconds of this process: one core), the pure-Python engine
-on the same file (the fallback), ``msgpack.Unpacker`` merely decoding the file, and CSAN's
+For each shape, in rounds that each time every shape once (best and median reported):
+npusan's ``analyze_traces`` (the compiled core when built, reading included, CPU seconds
+of this process: one core), ``msgpack.Unpacker`` merely decoding the file, and CSAN's
 ``torch.cuda._sanitizer.EventHandler`` fed the same events (derived from the trace)
-through its ``_handle_*`` methods with ``traceback.StackSummary.extract`` patched out.
+through its ``_handle_*`` methods with ``traceback.StackSummary.extract`` patched out;
+once, after the rounds, the pure-Python engine (the fallback) on the recorded trace.
 Also: peak RSS analyzing ``own`` and the same program 10 times longer (fresh processes),
 trace bytes per kernel event, and the wall time of ``npusan analyze`` on a tiny trace.
 Results go to stdout and to the "Analyzer" section of docs/benchmarks.md.
@@ -43,6 +44,7 @@ import random
 import re
 import resource
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -280,15 +282,13 @@ def analyze_cpu(path: str, engine: str) -> tuple[float, object]:
             os.environ["NPUSAN_ENGINE"] = saved
 
 
-def csan_calls(path: str, max_kernels: int):
-    """CSAN ``EventHandler`` calls for the events of a trace (its first ``max_kernels`` kernels)."""
+def csan_calls(path: str, max_kernels: int) -> tuple[int, list]:
+    """CSAN ``EventHandler`` calls for the events of a trace (its first ``max_kernels``
+    kernels), as ``(method name, args)``: bound to a fresh handler for each timed run."""
     import msgpack
-    import torch.cuda._sanitizer as csan
 
     from npusan.trace_format import records as R
 
-    csan.traceback.StackSummary.extract = classmethod(lambda cls, *a, **k: traceback.StackSummary())
-    h = csan.EventHandler()
     streams, blocks, strings, calls = {}, {}, {}, []
     kernels = 0
 
@@ -316,48 +316,53 @@ def csan_calls(path: str, max_kernels: int):
                 blocks[rec[1]] = rec[2]
             elif t == R.ALLOC:
                 blocks[rec[1]] = rec[2]
-                calls.append((h._handle_memory_allocation, (rec[2],)))
+                calls.append(("_handle_memory_allocation", (rec[2],)))
             elif t == R.FREE:
-                calls.append((h._handle_memory_deallocation, (blocks[rec[1]],)))
+                calls.append(("_handle_memory_deallocation", (blocks[rec[1]],)))
             elif t == R.KERNEL:
                 accs = [ptr(a) for a in rec[4:]]
                 writes = {p for p, w in accs if w}
                 reads = {p for p, w in accs if not w} - writes
-                calls.append((h._handle_kernel_launch,
-                               (handle(rec[1]), reads, writes, writes, strings.get(rec[2], "op"),
-                                {p: [] for p, _ in accs})))
+                calls.append(("_handle_kernel_launch",
+                              (handle(rec[1]), reads, writes, writes, strings.get(rec[2], "op"),
+                               {p: [] for p, _ in accs})))
                 kernels += 1
                 if kernels >= max_kernels:
                     break
             elif t == R.STREAM_CREATED:
-                calls.append((h._handle_stream_creation, (handle(rec[1]),)))
+                calls.append(("_handle_stream_creation", (handle(rec[1]),)))
             elif t == R.EVENT_CREATED:
-                calls.append((h._handle_event_creation, (rec[1],)))
+                calls.append(("_handle_event_creation", (rec[1],)))
             elif t == R.EVENT_DELETED:
-                calls.append((h._handle_event_deletion, (rec[1],)))
+                calls.append(("_handle_event_deletion", (rec[1],)))
             elif t == R.EVENT_RECORD:
-                calls.append((h._handle_event_record, (rec[1], handle(rec[2]))))
+                calls.append(("_handle_event_record", (rec[1], handle(rec[2]))))
             elif t == R.EVENT_WAIT:
-                calls.append((h._handle_event_wait, (rec[1], handle(rec[2]))))
+                calls.append(("_handle_event_wait", (rec[1], handle(rec[2]))))
             elif t == R.EVENT_SYNC:
-                calls.append((h._handle_event_synchronization, (rec[1],)))
+                calls.append(("_handle_event_synchronization", (rec[1],)))
             elif t == R.STREAM_SYNC:
-                calls.append((h._handle_stream_synchronization, (handle(rec[1]),)))
+                calls.append(("_handle_stream_synchronization", (handle(rec[1]),)))
             elif t == R.DEVICE_SYNC:
-                calls.append((h._handle_device_synchronization, ()))
+                calls.append(("_handle_device_synchronization", ()))
     return kernels, calls
 
 
-def csan_rate(path: str, max_kernels: int):
-    """(kernels, CPU s) of CSAN's EventHandler on the trace's events; building the calls is not timed."""
-    kernels, calls = csan_calls(path, max_kernels)
+def csan_cpu(calls: list) -> float:
+    """CPU seconds of a fresh CSAN ``EventHandler`` making ``calls`` (binding them is not
+    timed; CSAN reads its arguments and keeps references, it never changes them)."""
+    import torch.cuda._sanitizer as csan
+
+    csan.traceback.StackSummary.extract = classmethod(lambda cls, *a, **k: traceback.StackSummary())
+    h = csan.EventHandler()
+    bound = [(getattr(h, name), args) for name, args in calls]
     c0 = time.process_time()
-    for fn, args in calls:
+    for fn, args in bound:
         try:
             fn(*args)
         except Exception:  # CSAN asserts on some orders (e.g. an event deleted twice): not ours to judge
             pass
-    return kernels, time.process_time() - c0
+    return time.process_time() - c0
 
 
 def peak_rss() -> int:
@@ -420,36 +425,68 @@ def update_docs(section: str, heading: str = "Analyzer") -> str:
     return path
 
 
-def measure_shape(name: str, path: str, repeats: int, csan_kernels: int, python_too: bool) -> dict:
-    kernels, records = count_kernels(path)
-    size = os.path.getsize(path)
-    best = float("inf")
-    res = None
-    for _ in range(repeats):
-        cpu, res = analyze_cpu(path, "native")
-        best = min(best, cpu)
-    raw = min(raw_decode_cpu(path) for _ in range(repeats))
-    row = {"shape": name, "kernels": kernels, "records": records, "bytes_per_kernel": size / kernels,
-           "native_cpu": best, "native_rate": kernels / best, "records_rate": records / best,
-           "msgpack_rate": records / raw, "findings": len(res.findings), "python_rate": None, "csan_rate": None}
-    if python_too:
-        cpu, _ = analyze_cpu(path, "python")
-        row["python_rate"] = kernels / cpu
-    try:  # best of as many runs as npusan's, each on a fresh EventHandler
-        ck, ccpu = min((csan_rate(path, csan_kernels) for _ in range(repeats)), key=lambda r: r[1])
-        row["csan_rate"] = ck / ccpu
-        row["ratio"] = row["native_rate"] / row["csan_rate"]
-    except ImportError:
-        row["ratio"] = None
-    line = (f"{name:10s} {kernels:>9,} kernels ({records:,} records, {size / kernels:.1f} B/kernel): "
-            f"native {row['native_rate']:,.0f} kernels/s ({row['records_rate']:,.0f} records/s; msgpack alone "
-            f"decodes {row['msgpack_rate']:,.0f} records/s)")
-    if row["python_rate"]:
-        line += f"; Python engine {row['python_rate']:,.0f}/s"
-    if row["csan_rate"]:
-        line += f"; CSAN {row['csan_rate']:,.0f}/s -> {row['ratio']:.0f}x"
-    print(line + f"; {row['findings']} findings", flush=True)
-    return row
+class Shape:
+    """One trace shape's file and the CPU times of its timed runs, round by round."""
+
+    def __init__(self, name: str, path: str, csan_kernels: int) -> None:
+        self.name, self.path = name, path
+        self.kernels, self.records = count_kernels(path)
+        self.size = os.path.getsize(path)
+        self.native: list[float] = []
+        self.msgpack: list[float] = []
+        self.csan: list[float] = []
+        self.findings = None
+        try:
+            self.csan_kernels, self.csan_calls = csan_calls(path, csan_kernels)
+        except ImportError:  # no torch: no CSAN column
+            self.csan_kernels, self.csan_calls = 0, None
+
+    def run_once(self) -> None:
+        """One timed run of each contender on this shape."""
+        cpu, res = analyze_cpu(self.path, "native")
+        self.native.append(cpu)
+        self.findings = len(res.findings)
+        self.msgpack.append(raw_decode_cpu(self.path))
+        if self.csan_calls is not None:
+            self.csan.append(csan_cpu(self.csan_calls))
+
+    def row(self, python_too: bool) -> dict:
+        best, med = min(self.native), statistics.median(self.native)
+        row = {"shape": self.name, "kernels": self.kernels, "records": self.records,
+               "bytes_per_kernel": self.size / self.kernels, "native_cpu": best,
+               "native_rate": self.kernels / best, "native_rate_median": self.kernels / med,
+               "records_rate": self.records / best, "msgpack_rate": self.records / min(self.msgpack),
+               "findings": self.findings, "python_rate": None, "csan_rate": None, "ratio": None}
+        if python_too:
+            cpu, _ = analyze_cpu(self.path, "python")
+            row["python_rate"] = self.kernels / cpu
+        if self.csan:
+            row["csan_rate"] = self.csan_kernels / min(self.csan)
+            row["ratio"] = row["native_rate"] / row["csan_rate"]
+        line = (f"{self.name:10s} {self.kernels:>9,} kernels ({self.records:,} records, "
+                f"{self.size / self.kernels:.1f} B/kernel): native {row['native_rate']:,.0f} kernels/s "
+                f"(median {row['native_rate_median']:,.0f}; {row['records_rate']:,.0f} records/s; msgpack "
+                f"alone decodes {row['msgpack_rate']:,.0f} records/s)")
+        if row["python_rate"]:
+            line += f"; Python engine {row['python_rate']:,.0f}/s"
+        if row["csan_rate"]:
+            line += f"; CSAN {row['csan_rate']:,.0f}/s -> {row['ratio']:.0f}x"
+        print(line + f"; {row['findings']} findings", flush=True)
+        return row
+
+
+def make_trace(shape: str, path: str, n: int, quick: bool) -> None:
+    """Write the trace of one shape: synthetic ones with ``n`` kernels, or the recorded loop."""
+    if shape == "real":
+        record_real(path, 4 if quick else 40)
+        return
+    base = min(n, 200_000)
+    write_trace(path + ".base", base, shape)
+    if n > base:
+        repeat_trace(path + ".base", path, n // base)
+        os.unlink(path + ".base")
+    else:
+        os.replace(path + ".base", path)
 
 
 def main() -> None:
@@ -474,31 +511,29 @@ def main() -> None:
 
     n = args.kernels or (20_000 if args.quick else 1_000_000)
     n_csan = args.csan_kernels or (5_000 if args.quick else 100_000)
-    repeats = 2 if args.quick else 3
-    shapes = [s for s in args.shapes.split(",") if s]
+    repeats = 2 if args.quick else 5
+    names = [s for s in args.shapes.split(",") if s]
     tmp = tempfile.mkdtemp(prefix="npusan-bench-")
     rows = []
     try:
         print(f"machine: {machine()}; compiled core: {'built' if native.available() else native.IMPORT_ERROR}")
-        load0 = os.getloadavg()[0]
-        for shape in shapes:
-            path = os.path.join(tmp, f"{shape}.npusan")
+        shapes = []
+        for name in names:
+            path = os.path.join(tmp, f"{name}.npusan")
             t0 = time.perf_counter()
-            if shape == "real":
-                record_real(path, 4 if args.quick else 40)
-            else:
-                base = min(n, 200_000)
-                write_trace(path + ".base", base, shape)
-                if n > base:
-                    repeat_trace(path + ".base", path, n // base)
-                else:
-                    os.replace(path + ".base", path)
-            if os.path.exists(path + ".base"):
-                os.unlink(path + ".base")
-            print(f"  ({shape}: trace made in {time.perf_counter() - t0:.0f} s)", flush=True)
-            rows.append(measure_shape(shape, path, repeats, n_csan, python_too=shape == "real" or args.quick))
-            if shape != "own":
-                os.unlink(path)
+            make_trace(name, path, n, args.quick)
+            shapes.append(Shape(name, path, n_csan))
+            print(f"  ({name}: trace made in {time.perf_counter() - t0:.0f} s)", flush=True)
+        # Rounds, each timing every shape once: this VM's speed drifts over minutes, and a
+        # slow spell then lowers one run of every shape rather than every run of one shape.
+        load0 = os.getloadavg()[0]
+        for r in range(repeats):
+            t0 = time.perf_counter()
+            for shape in shapes:
+                shape.run_once()
+            print(f"  (round {r + 1} of {repeats}: {time.perf_counter() - t0:.0f} s)", flush=True)
+        rows = [shape.row(python_too=shape.name == "real" or args.quick) for shape in shapes]
+        shapes.clear()  # (the CSAN calls)
         load1 = os.getloadavg()[0]
         own = os.path.join(tmp, "own.npusan")
         rss_short = rss_long = None
@@ -538,7 +573,8 @@ def main() -> None:
                     f"{'faster' if real[0]['records_rate'] > real[0]['msgpack_rate'] else 'slower'} than "
                     f"msgpack alone decodes it ({real[0]['msgpack_rate']:,.0f}/s).")
     table = "\n".join(
-        f"| {r['shape']} | {r['kernels']:,} | {r['native_rate']:,.0f} | {r['records_rate']:,.0f} | "
+        f"| {r['shape']} | {r['kernels']:,} | {r['native_rate']:,.0f} | {r['native_rate_median']:,.0f} | "
+        f"{r['records_rate']:,.0f} | "
         f"{r['msgpack_rate']:,.0f} | {r['csan_rate'] or 0:,.0f} | {r['ratio'] or 0:,.0f}x | "
         f"{'' if r['python_rate'] is None else format(r['python_rate'], ',.0f')} |"
         for r in rows)
@@ -547,15 +583,18 @@ def main() -> None:
 Measured {today} on {machine()} (one core used; shared VM, 1-minute load average
 {load0:.2f} before and {load1:.2f} after the timed runs) with
 `.venv/bin/python benchmarks/bench_analyzer.py`: `analyze_traces` with the compiled core,
-reading included, best of {repeats} runs, kernel events per CPU second of the process.
-CSAN is `torch.cuda._sanitizer.EventHandler` fed the same events (derived from each trace)
-through its `_handle_*` methods with `traceback.StackSummary.extract` patched out, first
-{n_csan:,} kernels, best of {repeats} runs too; building its arguments is not timed. "msgpack alone" is
-`msgpack.Unpacker` merely decoding the same file (records per CPU second). Shapes are
-described in the script's docstring.
+reading included, kernel events per CPU second of the process, the best and the median of
+{repeats} rounds; each round times every shape once, so a slow spell of the VM lowers one
+run of each shape, not all runs of one. CSAN is `torch.cuda._sanitizer.EventHandler`
+(a fresh one each run) fed the same events (derived from each trace) through its
+`_handle_*` methods with `traceback.StackSummary.extract` patched out, first {n_csan:,}
+kernels, in the same rounds, best run; building its arguments is not timed. "msgpack
+alone" is `msgpack.Unpacker` merely decoding the same file (records per CPU second, best
+run). Rates and ratios use each contender's best run. Shapes are described in the
+script's docstring.
 
-| shape | kernels | npusan kernels/s | npusan records/s | msgpack alone records/s | CSAN kernels/s | npusan / CSAN | Python engine kernels/s |
-|---|---|---|---|---|---|---|---|
+| shape | kernels | npusan kernels/s | median | npusan records/s | msgpack alone records/s | CSAN kernels/s | npusan / CSAN | Python engine kernels/s |
+|---|---|---|---|---|---|---|---|---|
 {table}
 
 | measure | result | target |

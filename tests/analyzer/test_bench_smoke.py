@@ -24,6 +24,7 @@ def test_quick_benchmark_runs_and_reports():
     assert set(rows) == {"own", "pool", "ranged16"}
     for r in rows.values():
         assert r["kernels"] >= 20_000 and r["native_rate"] > 0 and r["python_rate"] > 0
+        assert 0 < r["native_rate_median"] <= r["native_rate"]  # best and median of the rounds
     assert rows["own"]["bytes_per_kernel"] <= 16  # the trace-size target holds at any length
     assert rows["pool"]["findings"] == 0  # the turns are synchronized: nothing to report
     assert 0.5 < results["rss_long_kib"] / results["rss_short_kib"] < 1.5
