@@ -420,6 +420,9 @@ class NativeEngine:
                         continue
                     raw_sync(n, start + pos)
                     reader._ran_out(start + pos, buf[pos:])
+                    if reader.end_record is not None:  # an END record ending in zeros (the reader read it)
+                        py += 1
+                        pos = len(buf)
                     return
                 length = st[2]
                 try:

@@ -335,24 +335,32 @@ class TraceReader:
         """
         n = self.records_read
         self._done = True
+        unfinished = b""  # the bytes of the record the data ends inside, where known
         if tail is None:
             offset = self._start_of(n + 1)
             if self._zeros:
                 problem = None
             elif self._rereadable():
-                problem = self._diagnose_tail(offset, record=True)
+                unfinished = self._tail_bytes(offset) or b""
+                problem = _tail_problem(unfinished) if unfinished else None
             else:  # a pipe, a decompressed stream: the unfinished record's bytes as they were read
-                at, tail = self._source.unfinished()
-                problem = _tail_problem(tail[: 1 << 20])
+                at, unfinished = self._source.unfinished()
+                problem = _tail_problem(unfinished[: 1 << 20])
                 if offset is None and at is not None:
                     offset = self._origin + at
         elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
             problem = None  # the space a killed mapped writer reserved (see _zero_tail)
         else:
+            unfinished = tail
             problem = _tail_problem(tail[: 1 << 20])
+        zeros = self._source.end_zeros or 0  # held back at the end (see _RecordSource)
+        if zeros and unfinished and problem is None and self._completed_by_zeros(unfinished, zeros, offset):
+            return
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
+        if zeros and not self.still_written:
+            self.still_written = self._written_since(self._origin + self._source.out)
         damaged = getattr(self._file, "problem", None)  # corrupt compressed data, not a cut
         if damaged is not None:
             raise TraceFormatError(
@@ -365,11 +373,63 @@ class TraceReader:
                 "events written so far"
             )
             return
+        left_out = ""
+        if zeros and unfinished:
+            left_out = (f"; the record at byte offset {offset} runs into the {zeros} zero bytes that end the file "
+                        "(space its writer had not written yet) and was left out" if offset is not None else
+                        f"; the last record runs into the {zeros} zero bytes that end the data (space its writer "
+                        "had not written yet) and was left out")
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
             "(the process was killed or crashed, is still writing it, or could not write it to the end); "
-            "analyzed up to the last complete record"
+            f"analyzed up to the last complete record{left_out}"
         )
+
+    #: The most zero bytes looked through for the end of the record the data ends inside
+    #: (see _completed_by_zeros).
+    ZEROS_LOOKED_AT = 4096
+
+    def _completed_by_zeros(self, unfinished: bytes, zeros: int, offset: Optional[int]) -> bool:
+        """The record the data ends inside, completed by zeros held back at the end (see
+        _RecordSource), if they complete it: an END record is read as the end it is (its
+        statistics' last value, a float say, may end in zero bytes), and True is returned;
+        a record no valid trace has raises the error it always did. Any other record may be
+        bytes its writer never wrote, read as zeros: it is left out (False), a cut record."""
+        up = msgpack.Unpacker(**_UNPACK_LIMITS)
+        up.feed(unfinished[: MAX_RECORD_BYTES] + bytes(min(zeros, self.ZEROS_LOOKED_AT)))
+        try:
+            rec = up.unpack()
+        except Exception:  # noqa: BLE001 - not completed by them: a cut record
+            return False
+        used = up.tell() - len(unfinished)  # (at least one: the record was unfinished without them)
+        t = rec[0] if rec.__class__ is list and rec else None
+        if t.__class__ is int and t >= 0 and t not in _KNOWN:
+            return False  # a record of an unknown type: skipped either way, nothing to say
+        n, last, consumed = self.records_read, self._last, self._consumed
+        self.records_read, self._last, self._gen = n + 1, rec, None  # where() names it
+        if offset is not None:
+            self._consumed = offset + up.tell()
+        t = self._check(rec)
+        if t != R.END:
+            self.records_read, self._last, self._consumed = n, last, consumed
+            return False
+        self._consumed = consumed
+        self._end(rec, zeros_used=used)
+        self.end_record = rec
+        return True
+
+    def _written_since(self, offset: int) -> bool:
+        """Is the byte at ``offset``, read as a zero, no longer zero? Then the writer wrote
+        there while the file was read: the trace is still being written."""
+        try:
+            here = self._file.tell()
+            self._file.seek(self._base + offset)
+            try:
+                return self._file.read(1) not in (b"", b"\0")
+            finally:
+                self._file.seek(here)
+        except (OSError, AttributeError, ValueError):
+            return False
 
     # -- direct reading (the replay fast path) ----------------------------------------
     #
@@ -473,6 +533,9 @@ class TraceReader:
     #: The data ended where a mapped writer had not written yet, and it wrote there while the
     #: trace was read: the trace is still being written (read up to there, with a warning).
     still_written = False
+    #: An END record read from the bytes before the zeros held back at the end and those
+    #: zeros (see _completed_by_zeros): a consumer that copies records copies it too.
+    end_record: Optional[list] = None
 
     def _check(self, rec: Any) -> int:
         """Validate a record that missed the fast path; return its type (-1: skip it)."""
@@ -520,8 +583,9 @@ class TraceReader:
                 f"{self.where(rec)}: malformed {R.RECORD_NAMES[rec[0]]} record (a field has the wrong type)"
             ) from None
 
-    def _end(self, rec: list, extra: Optional[bytes] = None) -> None:
-        """The END record; ``extra``: the bytes after it, if the caller has them."""
+    def _end(self, rec: list, extra: Optional[bytes] = None, zeros_used: int = 0) -> None:
+        """The END record; ``extra``: the bytes after it, if the caller has them;
+        ``zeros_used``: zero bytes held back at the end that were its own last bytes."""
         stats = rec[1]
         # Informational, and shown by ``npusan info``: kept only summarized, as the header is.
         self.end_stats = summarize_value(stats, [MAX_VALUE_NODES]) if isinstance(stats, dict) else None
@@ -537,6 +601,8 @@ class TraceReader:
                 extra = b""
         self._refuse_untrusted()
         damaged = getattr(self._file, "problem", None)  # what follows the end record's frame is not valid
+        if not extra and (self._source.end_zeros or 0) > zeros_used:
+            extra = b"\0"  # zero bytes after it (held back: see _RecordSource)
         if extra or damaged is not None:
             self._warn(f"the trace has data after its end record{f': {damaged}' if damaged else ''}; it was ignored")
         elif getattr(self._file, "cut_short", False):
@@ -669,16 +735,25 @@ class TraceReader:
         record whose complete elements no valid record has (:func:`_unfinished_record`).
         Only a bounded prefix of the tail is examined.
         """
+        tail = self._tail_bytes(offset)
+        if not tail:
+            return None  # unseekable: cannot look back; treat as a cut
+        return _tail_problem(tail) if record else _scan_prefix(tail)
+
+    def _tail_bytes(self, offset: Optional[int]) -> Optional[bytes]:
+        """Up to 1 MiB of the file from ``offset`` on, up to the zeros held back at the end
+        of the data (see _RecordSource); None where the file cannot be read again."""
         if offset is None:
             return None
+        limit = 1 << 20
+        source = getattr(self, "_source", None)
+        if source is not None and source.end_zeros:
+            limit = min(limit, self._origin + source.out - offset)
         try:
             self._file.seek(self._base + offset)
-            tail = self._file.read(1 << 20)
+            return self._file.read(limit) if limit > 0 else b""
         except (OSError, AttributeError, ValueError):
-            return None  # unseekable: cannot look back; treat as a cut
-        if not tail:
             return None
-        return _tail_problem(tail) if record else _scan_prefix(tail)
 
     # -- closing ---------------------------------------------------------------------
 
@@ -771,6 +846,11 @@ def _kib(n: int) -> str:
     return f"{n >> 10} KiB"
 
 
+#: msgpack.unpackb's limits for one record read whole (as the record unpacker's).
+_UNPACK_LIMITS = dict(raw=False, strict_map_key=False, max_str_len=MAX_STR_LEN, max_bin_len=MAX_BIN_LEN,
+                      max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN, max_ext_len=MAX_EXT_LEN)
+
+
 class _RecordSource:
     """What the record unpacker reads: the bytes read past the header, then the file.
 
@@ -789,7 +869,22 @@ class _RecordSource:
 
     Consumers that parse the raw bytes themselves (:meth:`TraceReader.read_raw`) bound
     their records on their own; for them (``raw``) the source does no skipping.
+
+    Zero bytes at the end of the data are held back: a run of zeros is handed out only once
+    a byte that is not zero follows it, or at the end if it is shorter than
+    :attr:`ZERO_RUN`. Data that ends in a longer run therefore ends, for every consumer,
+    before it (:attr:`end_zeros` says how long it was). A mapped writer that is killed, or
+    whose machine goes down, leaves zero bytes where it had not written yet (at least the
+    16 KiB it keeps in reserve), and they may begin inside a record: completed by those
+    zeros the record would decode (a zero is a valid msgpack integer) into accesses that
+    never happened. Cut before the zeros, it is an unfinished record, left out like any cut
+    record. (A record's own last bytes are rarely zeros, and only a few: a number's.)
     """
+
+    #: Bytes read from the file at a time (a zero run is looked through this many at once).
+    READ = 1 << 16
+    #: The shortest run of zeros at the end of the data that is held back.
+    ZERO_RUN = 256
 
     #: Bytes handed out past the last known record boundary before the skipper looks.
     LOOK_AFTER = MAX_RECORD_BYTES // 4
@@ -808,13 +903,17 @@ class _RecordSource:
             max_buffer_size=MAX_RECORD_BYTES + 2 * READ_SIZE + len(prefix),
             max_str_len=MAX_STR_LEN, max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN,
             max_map_len=MAX_MAP_LEN, max_ext_len=MAX_EXT_LEN)
+        self.out = 0  # bytes handed out, to every consumer
+        # the zero hold: zeros read and not handed out (_held), zeros now due (_zeros_due,
+        # a run that data followed), then the data read after them (_due)
+        self._held = 0
+        self._zeros_due = 0
+        self._due = b""
+        self.end_zeros: Optional[int] = None  # at the end of the data: the zeros held back there
 
     def read(self, n: int = -1) -> bytes:
-        if self._prefix:
-            data = self._prefix if n is None or n < 0 else self._prefix[:n]
-            self._prefix = self._prefix[len(data):]
-        else:
-            data = self._f.read(n)
+        data = self._next(READ_SIZE if n is None or n < 0 else n)
+        self.out += len(data)
         if not data or self.raw:
             return data
         self._fed += len(data)
@@ -833,6 +932,32 @@ class _RecordSource:
             if self._fed - self._boundary > MAX_RECORD_BYTES + READ_SIZE:
                 raise msgpack.exceptions.BufferFull
         return data
+
+    def _next(self, n: int) -> bytes:
+        """Up to ``n`` bytes of the data (b"" only at its end), zeros at its end held back."""
+        while True:
+            if self._zeros_due:
+                k = min(n, self._zeros_due)
+                self._zeros_due -= k
+                return bytes(k)
+            if self._due:
+                data, self._due = self._due[:n], self._due[n:]
+                return data
+            if self._prefix:
+                data, self._prefix = self._prefix, b""
+            else:
+                data = self._f.read(max(n, self.READ))
+            if not data:
+                if 0 < self._held < self.ZERO_RUN:  # too short for a writer's unwritten space
+                    self._zeros_due, self._held = self._held, 0
+                    continue
+                self.end_zeros = self._held
+                return b""
+            body = data.rstrip(b"\0")
+            if not body:
+                self._held += len(data)
+                continue
+            self._zeros_due, self._due, self._held = self._held, body, len(data) - len(body)
 
     def _find_boundary(self) -> None:
         """Skip every complete object fed so far; the end of the last one is the boundary.

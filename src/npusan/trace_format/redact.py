@@ -128,6 +128,8 @@ def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
         reader.direct_sync(kernels)
         if not reader.ended_cleanly:
             reader.direct_exhausted()
+            if reader.end_record is not None:  # an END record whose last bytes are zeros
+                sink(_redact_record(reader.end_record, renamed, drop_source, outside, summary))
         summary.truncated = reader.truncated
         sink.flush()
     return summary

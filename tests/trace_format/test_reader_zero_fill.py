@@ -1,0 +1,177 @@
+"""Zero bytes at the end of the data: a writer's unwritten space, never part of a record.
+
+A mapped writer that is killed (or whose machine goes down) leaves zero bytes where it had
+not written yet, and they may start inside the record it was copying. A zero is a valid
+msgpack integer, so the record completed by them decodes: a kernel record cut after its
+stack field became ``[KERNEL, stream, op, stack, 0]``, a read of all of block 0 that never
+happened, and a false data race. The reader ends such data before its zeros
+(docs/trace-format.md, section 7): the record is unfinished there, and left out.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+
+import msgpack
+import pytest
+import zstandard
+
+from npusan.analyzer.replay import analyze_trace
+from npusan.trace_format import TraceReader, TraceWriter
+from npusan.trace_format import records as R
+from npusan.trace_format.errors import TraceFormatError
+from npusan.trace_format.reader import _RecordSource
+
+from .conftest import raw_records
+
+#: What a killed mapped writer leaves after its last byte: at least its reserve.
+RESERVE = bytes(16 << 10)
+
+
+class _Pipe(io.RawIOBase):
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        return self._data.readinto(b)
+
+
+def _two_streams_trace() -> bytes:
+    """Stream 0 writes block 0; then stream 5 reads a range of its own block 1 (no race)."""
+    buf = io.BytesIO()
+    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.stream_created(5)
+        w.memory_allocated(0x1000, 0, 4096)  # block 0
+        w.memory_allocated(0x9000, 5, 4096)  # block 1
+        w.kernel(0, "writer", writes=[0x1000])
+        w.kernel(5, "reader", reads=[(0x9000 + 300, 368)])
+    return buf.getvalue()
+
+
+def _cut_in_last_kernel(data: bytes) -> tuple[bytes, int]:
+    """The trace cut just after the last kernel record's stack field, and where that record starts."""
+    _, recs, ends = raw_records(data)
+    k = max(i for i, r in enumerate(recs) if r[0] == R.KERNEL)
+    start = ends[k - 1]
+    assert data[start + 4] == 0xC0  # [array header, 17, stream, op, nil] ...
+    return data[: start + 5], start
+
+
+def _inputs(data: bytes) -> dict:
+    return {
+        "plain": lambda: io.BytesIO(data),
+        "gzip": lambda: io.BufferedReader(_Pipe(gzip.decompress(gzip.compress(data)))),
+        "zstd": lambda: _zstd(data),
+        "pipe": lambda: io.BufferedReader(_Pipe(data)),
+    }
+
+
+def _zstd(data: bytes):
+    from npusan.trace_format.compression import DecompressingReader
+
+    return DecompressingReader(io.BytesIO(zstandard.ZstdCompressor().compress(data)), "zstd")
+
+
+@pytest.fixture(params=["native", "python"])
+def engine(request, monkeypatch):
+    monkeypatch.setenv("NPUSAN_ENGINE", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("mode", ["plain", "gzip", "zstd", "pipe"])
+def test_a_record_cut_and_filled_with_zeros_is_left_out(engine, mode):
+    whole = _two_streams_trace()
+    assert analyze_trace(io.BytesIO(whole))[0] == []
+    cut, start = _cut_in_last_kernel(whole)
+    findings, summary = analyze_trace(_inputs(cut + RESERVE)[mode]())
+    assert findings == [], "the zeros after the cut were read as an access"
+    assert summary.truncated and summary.kernels == 1
+    (warning,) = summary.warnings
+    assert "trace ends without an end record after" in warning
+    assert "zero bytes" in warning and "was left out" in warning
+    if mode == "plain":
+        assert f"the record at byte offset {start} runs into the {len(RESERVE)} zero bytes" in warning
+
+
+def test_the_same_cut_without_zeros_reads_the_same(engine):
+    cut, _ = _cut_in_last_kernel(_two_streams_trace())
+    findings, summary = analyze_trace(io.BytesIO(cut))
+    assert findings == [] and summary.truncated and summary.kernels == 1
+    assert "was left out" not in summary.warnings[0]  # an ordinary cut record
+
+
+def test_a_short_run_of_zeros_at_the_end_is_data(engine):
+    """Fewer zeros than any writer reserves are a record's own last bytes: the cut trace's
+    last record, a read of block 0 by stream 5, is read (and races with the write)."""
+    cut, _ = _cut_in_last_kernel(_two_streams_trace())
+    findings, summary = analyze_trace(io.BytesIO(cut + b"\0"))
+    assert [f.kind for f in findings] == ["data-race"] and summary.kernels == 2
+
+
+def test_zeros_followed_by_data_are_handed_out_in_bounded_pieces():
+    """A long zero run inside the data is held as a count, and handed out in reads of the
+    size asked for, never as one huge object."""
+    source = _RecordSource(b"", io.BytesIO(b"\x01" + bytes(5 << 20) + b"\x02" + bytes(300)))
+    source.raw = True
+    sizes, out = [], bytearray()
+    while True:
+        piece = source.read(1 << 16)
+        if not piece:
+            break
+        sizes.append(len(piece))
+        out += piece
+    assert bytes(out) == b"\x01" + bytes(5 << 20) + b"\x02"  # the run at the end held back
+    assert max(sizes) <= 1 << 16 and source.end_zeros == 300
+
+
+def _end_with_zeros(tail: bytes) -> bytes:
+    """A whole trace whose END record's last bytes are zeros (its statistics end in 0.0),
+    then ``tail``."""
+    buf = io.BytesIO()
+    w = TraceWriter(buf, backend="cuda")
+    w.kernel(0, "k", writes=[0x1000])
+    w.close(end={"end_time": 0.0})
+    data = buf.getvalue()
+    _, recs, _ = raw_records(data)
+    assert recs[-1][0] == R.END and data.endswith(msgpack.packb(0.0)) and data.endswith(bytes(8))
+    return data + tail
+
+
+@pytest.mark.parametrize("mode", ["plain", "gzip", "zstd", "pipe"])
+@pytest.mark.parametrize("tail", [b"", RESERVE])
+def test_an_end_record_that_ends_in_zeros_still_ends_the_trace(engine, mode, tail):
+    findings, summary = analyze_trace(_inputs(_end_with_zeros(tail))[mode]())
+    assert findings == [] and not summary.truncated and summary.kernels == 1
+    if tail:
+        assert summary.warnings == ["the trace has data after its end record; it was ignored"]
+    else:
+        assert summary.warnings == []
+
+
+def test_an_end_record_that_ends_in_zeros_is_read_by_the_reader_and_copied_by_redact(tmp_path):
+    from npusan.trace_format.redact import redact
+
+    src = tmp_path / "t.npusan"
+    src.write_bytes(_end_with_zeros(RESERVE))
+    r = TraceReader(str(src))
+    list(r.records())
+    assert r.ended_cleanly and not r.truncated and r.end_record[0] == R.END
+    out = tmp_path / "r.npusan"
+    with open(out, "wb") as f:
+        redact(str(src), f)
+    r2 = TraceReader(str(out))
+    list(r2.records())
+    assert r2.ended_cleanly and not r2.truncated
+
+
+def test_a_malformed_record_completed_by_zeros_is_still_corrupt():
+    """Zeros that complete a record no valid trace has keep the error such a record always
+    gave (the trace is corrupt, whatever the zeros were)."""
+    data = b"NPUSANv\x01" + msgpack.packb({"format": [1, 0]}) + b"\x92\x11" + RESERVE
+    with pytest.raises(TraceFormatError, match="has 2 fields, fewer than the 4 it needs"):
+        list(TraceReader(io.BytesIO(data)).records())
