@@ -24,21 +24,10 @@ from npusan.trace_format.errors import TraceFormatError
 from npusan.trace_format.reader import _RecordSource
 
 from .conftest import raw_records
+from .test_roundtrip import _Pipe
 
 #: What a killed mapped writer leaves after its last byte: at least its reserve.
 RESERVE = bytes(16 << 10)
-
-
-class _Pipe(io.RawIOBase):
-    def __init__(self, data: bytes) -> None:
-        super().__init__()
-        self._data = io.BytesIO(data)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        return self._data.readinto(b)
 
 
 def _two_streams_trace() -> bytes:
