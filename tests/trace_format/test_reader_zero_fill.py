@@ -1,11 +1,13 @@
-"""Zero bytes at the end of the data: a writer's unwritten space, never part of a record.
+"""Zero bytes at the end of the data: a crashed machine's lost pages, or a killed writer's
+unwritten space.
 
-A mapped writer that is killed (or whose machine goes down) leaves zero bytes where it had
-not written yet, and they may start inside the record it was copying. A zero is a valid
-msgpack integer, so the record completed by them decodes: a kernel record cut after its
-stack field became ``[KERNEL, stream, op, stack, 0]``, a read of all of block 0 that never
-happened, and a false data race. The reader ends such data before its zeros
-(docs/trace-format.md, section 7): the record is unfinished there, and left out.
+When a machine goes down, pages of a mapped trace that never reached the disk read back
+as zeros, and the first may begin inside a record. A zero is a valid msgpack integer, so
+the record completed by them decodes: a kernel record cut after its stack field became
+``[KERNEL, stream, op, stack, 0]``, a read of all of block 0 that never happened, and a
+false data race. The reader ends such data at the page boundary (docs/trace-format.md,
+section 7): the record is unfinished there, and left out. A killed writer's committed
+records all stand, even one whose last byte is a zero.
 """
 
 from __future__ import annotations
@@ -30,25 +32,35 @@ from .test_roundtrip import _Pipe
 RESERVE = bytes(16 << 10)
 
 
-def _two_streams_trace() -> bytes:
-    """Stream 0 writes block 0; then stream 5 reads a range of its own block 1 (no race)."""
+def _two_streams_trace(pad: int = 0, size: int = 368) -> bytes:
+    """Stream 0 writes block 0; then stream 5 reads ``size`` bytes of its own block 1 (no
+    race). ``pad``: characters of header metadata that move the records along."""
     buf = io.BytesIO()
-    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
+    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}, "pad": "x" * pad}) as w:
         w.stream_created(5)
         w.memory_allocated(0x1000, 0, 4096)  # block 0
         w.memory_allocated(0x9000, 5, 4096)  # block 1
         w.kernel(0, "writer", writes=[0x1000])
-        w.kernel(5, "reader", reads=[(0x9000 + 300, 368)])
+        w.kernel(5, "reader", reads=[(0x9000 + 300, size)])
     return buf.getvalue()
 
 
-def _cut_in_last_kernel(data: bytes) -> tuple[bytes, int]:
-    """The trace cut just after the last kernel record's stack field, and where that record starts."""
+def _last_kernel(data: bytes) -> int:
     _, recs, ends = raw_records(data)
     k = max(i for i, r in enumerate(recs) if r[0] == R.KERNEL)
-    start = ends[k - 1]
-    assert data[start + 4] == 0xC0  # [array header, 17, stream, op, nil] ...
-    return data[: start + 5], start
+    return ends[k - 1]
+
+
+def _lost_page_trace() -> tuple[bytes, int]:
+    """The trace with everything from the page boundary just after the last kernel record's
+    stack field on lost (zeros, to 16 KiB past it), and where that record starts."""
+    for pad in range(4096):
+        data = _two_streams_trace(pad)
+        start = _last_kernel(data)
+        if start + 5 == 4096:
+            assert data[start + 4] == 0xC0  # [array header, 17, stream, op, nil] ...
+            return data[:4096] + RESERVE, start
+    raise AssertionError("no padding puts the record on the page boundary")
 
 
 def _inputs(data: bytes) -> dict:
@@ -73,39 +85,67 @@ def engine(request, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["plain", "gzip", "zstd", "pipe"])
-def test_a_record_cut_and_filled_with_zeros_is_left_out(engine, mode):
-    whole = _two_streams_trace()
-    assert analyze_trace(io.BytesIO(whole))[0] == []
-    cut, start = _cut_in_last_kernel(whole)
-    findings, summary = analyze_trace(_inputs(cut + RESERVE)[mode]())
-    assert findings == [], "the zeros after the cut were read as an access"
+def test_a_record_cut_by_a_lost_page_is_left_out(engine, mode):
+    data, start = _lost_page_trace()
+    assert analyze_trace(io.BytesIO(data[:4096]))[0] == []  # the cut alone: an unfinished record
+    findings, summary = analyze_trace(_inputs(data)[mode]())
+    assert findings == [], "the zeros of the lost page were read as an access"
     assert summary.truncated and summary.kernels == 1
     (warning,) = summary.warnings
-    assert "trace ends without an end record after" in warning
-    assert "zero bytes" in warning and "was left out" in warning
+    assert "trace ends without an end record after" in warning and "was left out" in warning
     if mode == "plain":
-        assert f"the record at byte offset {start} runs into the {len(RESERVE)} zero bytes" in warning
+        assert f"the record at byte offset {start} runs into the zero bytes that fill the file from " \
+               "byte offset 4096 on" in warning
+
+
+def test_the_same_record_cut_elsewhere_is_read_as_it_decodes(engine):
+    """Off a page boundary, the zeros a record runs into may be its own bytes (a writer
+    killed after committing it): it is read, here as a read of block 0 by stream 5."""
+    data = _two_streams_trace()
+    start = _last_kernel(data)
+    assert (start + 5) % 4096
+    findings, summary = analyze_trace(io.BytesIO(data[: start + 5] + RESERVE))
+    assert [f.kind for f in findings] == ["data-race"] and summary.kernels == 2
+
+
+@pytest.mark.parametrize("mode", ["plain", "pipe"])
+@pytest.mark.parametrize("size", [256, 4096])  # sizes whose encoding ends in a zero byte
+def test_a_killed_writers_last_record_stands_though_it_ends_in_a_zero(engine, tmp_path, mode, size):
+    """docs/trace-format.md section 7: a killed mapped writer loses nothing it committed.
+    The file as a SIGKILL leaves it: the records, then zeros to the end of its space."""
+    path = tmp_path / "t.npusan"
+    w = TraceWriter(str(path), backend="cuda", header={"default_streams": {0: 0}})
+    w.stream_created(5)
+    w.memory_allocated(0x1000, 0, 8192)
+    w.kernel(0, "writer", writes=[0x1000])
+    w.kernel(5, "reader", reads=[(0x1000, size)])  # the race, in the last record
+    killed = path.read_bytes()
+    w.close()
+    assert killed.endswith(bytes(16 << 10)) and msgpack.packb(size)[-1] == 0
+    findings, summary = analyze_trace(_inputs(killed)[mode]())
+    assert [f.kind for f in findings] == ["data-race"]
+    assert summary.truncated and summary.kernels == 2 and "was left out" not in summary.warnings[0]
 
 
 def test_the_same_cut_without_zeros_reads_the_same(engine):
-    cut, _ = _cut_in_last_kernel(_two_streams_trace())
-    findings, summary = analyze_trace(io.BytesIO(cut))
+    data, start = _lost_page_trace()
+    findings, summary = analyze_trace(io.BytesIO(data[:4096]))
     assert findings == [] and summary.truncated and summary.kernels == 1
     assert "was left out" not in summary.warnings[0]  # an ordinary cut record
 
 
 def test_a_short_run_of_zeros_at_the_end_is_data(engine):
-    """Fewer zeros than any writer reserves are a record's own last bytes: the cut trace's
-    last record, a read of block 0 by stream 5, is read (and races with the write)."""
-    cut, _ = _cut_in_last_kernel(_two_streams_trace())
-    findings, summary = analyze_trace(io.BytesIO(cut + b"\0"))
+    """Fewer zeros past the page boundary than :attr:`ZERO_RUN` are read as data."""
+    data, start = _lost_page_trace()
+    findings, summary = analyze_trace(io.BytesIO(data[:4096] + b"\0"))
     assert [f.kind for f in findings] == ["data-race"] and summary.kernels == 2
 
 
 def test_zeros_followed_by_data_are_handed_out_in_bounded_pieces():
     """A long zero run inside the data is held as a count, and handed out in reads of the
     size asked for, never as one huge object."""
-    source = _RecordSource(b"", io.BytesIO(b"\x01" + bytes(5 << 20) + b"\x02" + bytes(300)))
+    data = b"\x01" + bytes(5 << 20) + b"\x02" + bytes(20000)
+    source = _RecordSource(b"", io.BytesIO(data))
     source.raw = True
     sizes, out = [], bytearray()
     while True:
@@ -114,8 +154,9 @@ def test_zeros_followed_by_data_are_handed_out_in_bounded_pieces():
             break
         sizes.append(len(piece))
         out += piece
-    assert bytes(out) == b"\x01" + bytes(5 << 20) + b"\x02"  # the run at the end held back
-    assert max(sizes) <= 1 << 16 and source.end_zeros == 300
+    boundary = -(-((5 << 20) + 2) // 4096) * 4096
+    assert bytes(out) == data[:boundary]  # the run at the end held back from the page boundary on
+    assert max(sizes) <= 1 << 16 and source.end_zeros == len(data) - boundary
 
 
 def _end_with_zeros(tail: bytes) -> bytes:
@@ -142,14 +183,14 @@ def test_an_end_record_that_ends_in_zeros_still_ends_the_trace(engine, mode, tai
         assert summary.warnings == []
 
 
-def test_an_end_record_that_ends_in_zeros_is_read_by_the_reader_and_copied_by_redact(tmp_path):
+def test_an_end_record_that_ends_in_zeros_is_read_and_copied_by_redact(tmp_path):
     from npusan.trace_format.redact import redact
 
     src = tmp_path / "t.npusan"
     src.write_bytes(_end_with_zeros(RESERVE))
     r = TraceReader(str(src))
     list(r.records())
-    assert r.ended_cleanly and not r.truncated and r.end_record[0] == R.END
+    assert r.ended_cleanly and not r.truncated
     out = tmp_path / "r.npusan"
     with open(out, "wb") as f:
         redact(str(src), f)

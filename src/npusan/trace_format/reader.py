@@ -158,7 +158,7 @@ class TraceReader:
         del header
         # The records get their own unpacker, starting where the header ended (the header
         # unpacker may have read ahead: those bytes come first).
-        source = self._source = _RecordSource(rest, self._file)
+        source = self._source = _RecordSource(rest, self._file, self._base + self._origin)
         self._unpacker = msgpack.Unpacker(
             source,
             raw=False,
@@ -375,10 +375,10 @@ class TraceReader:
             return
         left_out = ""
         if zeros and unfinished:
-            left_out = (f"; the record at byte offset {offset} runs into the {zeros} zero bytes that end the file "
-                        "(space its writer had not written yet) and was left out" if offset is not None else
-                        f"; the last record runs into the {zeros} zero bytes that end the data (space its writer "
-                        "had not written yet) and was left out")
+            where = f"the record at byte offset {offset}" if offset is not None else "the last record"
+            left_out = (f"; {where} runs into the zero bytes that fill the file from byte offset "
+                        f"{self._origin + self._source.out} on (pages its writer's machine may never have "
+                        "written to disk) and was left out")
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
             "(the process was killed or crashed, is still writing it, or could not write it to the end); "
@@ -870,27 +870,32 @@ class _RecordSource:
     Consumers that parse the raw bytes themselves (:meth:`TraceReader.read_raw`) bound
     their records on their own; for them (``raw``) the source does no skipping.
 
-    Zero bytes at the end of the data are held back: a run of zeros is handed out only once
-    a byte that is not zero follows it, or at the end if it is shorter than
-    :attr:`ZERO_RUN`. Data that ends in a longer run therefore ends, for every consumer,
-    before it (:attr:`end_zeros` says how long it was). A mapped writer that is killed, or
-    whose machine goes down, leaves zero bytes where it had not written yet (at least the
-    16 KiB it keeps in reserve), and they may begin inside a record: completed by those
-    zeros the record would decode (a zero is a valid msgpack integer) into accesses that
-    never happened. Cut before the zeros, it is an unfinished record, left out like any cut
-    record. (A record's own last bytes are rarely zeros, and only a few: a number's.)
+    Zero bytes at the end of the data are held back from the first page boundary in them
+    on (file offsets that are multiples of :attr:`PAGE`): a run of zeros is handed out
+    only once a byte that is not zero follows it; at the end, only up to that boundary (all
+    of it, if fewer than :attr:`ZERO_RUN` zeros lie past the boundary). When a machine goes
+    down, pages of a mapped trace that never reached the disk read back as zeros, and the
+    first may begin inside a record: completed by those zeros the record would decode (a
+    zero is a valid msgpack integer) into accesses that never happened. Cut at the page
+    boundary, it is an unfinished record, left out like any cut record. A record that ends
+    in zero bytes before the boundary (a number's last byte, stack id 0) is handed out
+    whole: the records a killed writer committed, followed by the zeros of its unwritten
+    space, all stand (:attr:`end_zeros`: the zeros held back at the end).
     """
 
     #: Bytes read from the file at a time (a zero run is looked through this many at once).
     READ = 1 << 16
-    #: The shortest run of zeros at the end of the data that is held back.
+    #: The page size of a mapped writer's file (the unit a crashed machine loses).
+    PAGE = 4096
+    #: The fewest zeros past a page boundary at the end of the data that are held back.
     ZERO_RUN = 256
 
     #: Bytes handed out past the last known record boundary before the skipper looks.
     LOOK_AFTER = MAX_RECORD_BYTES // 4
 
-    def __init__(self, prefix: bytes, f: Any) -> None:
+    def __init__(self, prefix: bytes, f: Any, start: int = 0) -> None:
         self._prefix = prefix
+        self._start = start  # the file offset of the first byte handed out
         self._f = f
         self.raw = False  # a raw consumer (read_raw): no record boundaries to find
         self._fed = 0  # bytes handed out so far
@@ -948,8 +953,11 @@ class _RecordSource:
             else:
                 data = self._f.read(max(n, self.READ))
             if not data:
-                if 0 < self._held < self.ZERO_RUN:  # too short for a writer's unwritten space
-                    self._zeros_due, self._held = self._held, 0
+                due = -(self._start + self.out) % self.PAGE  # the zeros before the first page boundary
+                if self._held < due + self.ZERO_RUN:
+                    due = self._held
+                if due:
+                    self._zeros_due, self._held = due, self._held - due
                     continue
                 self.end_zeros = self._held
                 return b""
