@@ -24,6 +24,7 @@ from npusan.trace_format import TraceReader, TraceWriter
 from npusan.trace_format import records as R
 from npusan.trace_format.errors import TraceFormatError
 from npusan.trace_format.reader import _RecordSource
+from npusan.trace_format.redact import redact
 
 from .conftest import raw_records
 from .test_roundtrip import _Pipe
@@ -159,11 +160,11 @@ def test_zeros_followed_by_data_are_handed_out_in_bounded_pieces():
     assert max(sizes) <= 1 << 16 and source.end_zeros == len(data) - boundary
 
 
-def _end_with_zeros(tail: bytes) -> bytes:
+def _end_with_zeros(tail: bytes, pad: int = 0) -> bytes:
     """A whole trace whose END record's last bytes are zeros (its statistics end in 0.0),
-    then ``tail``."""
+    then ``tail``. ``pad``: characters of header metadata that move the records along."""
     buf = io.BytesIO()
-    w = TraceWriter(buf, backend="cuda")
+    w = TraceWriter(buf, backend="cuda", header={"pad": "x" * pad})
     w.kernel(0, "k", writes=[0x1000])
     w.close(end={"end_time": 0.0})
     data = buf.getvalue()
@@ -184,13 +185,40 @@ def test_an_end_record_that_ends_in_zeros_still_ends_the_trace(engine, mode, tai
 
 
 def test_an_end_record_that_ends_in_zeros_is_read_and_copied_by_redact(tmp_path):
-    from npusan.trace_format.redact import redact
-
     src = tmp_path / "t.npusan"
     src.write_bytes(_end_with_zeros(RESERVE))
     r = TraceReader(str(src))
     list(r.records())
     assert r.ended_cleanly and not r.truncated
+    out = tmp_path / "r.npusan"
+    with open(out, "wb") as f:
+        redact(str(src), f)
+    r2 = TraceReader(str(out))
+    list(r2.records())
+    assert r2.ended_cleanly and not r2.truncated
+
+
+def _end_across_a_page_boundary() -> bytes:
+    """A whole trace whose END record's last eight bytes, zeros, straddle file offset 4096,
+    then a killed writer's zeros: the page boundary falls inside the END record."""
+    for pad in range(4096):
+        data = _end_with_zeros(b"", pad)
+        if len(data) == 4096 + 4:
+            return data + RESERVE
+    raise AssertionError("no padding puts the end record on the page boundary")
+
+
+@pytest.mark.parametrize("mode", ["plain", "pipe"])
+def test_an_end_record_across_the_page_boundary_still_ends_the_trace(engine, mode, tmp_path):
+    data = _end_across_a_page_boundary()
+    findings, summary = analyze_trace(_inputs(data)[mode]())
+    assert findings == [] and not summary.truncated and summary.kernels == 1
+    assert summary.warnings == ["the trace has data after its end record; it was ignored"]
+    src = tmp_path / "t.npusan"
+    src.write_bytes(data)
+    r = TraceReader(str(src))
+    list(r.records())
+    assert r.ended_cleanly and r.end_record is not None and r.end_record[0] == R.END  # read from the held zeros
     out = tmp_path / "r.npusan"
     with open(out, "wb") as f:
         redact(str(src), f)
