@@ -184,18 +184,23 @@ def test_an_end_record_that_ends_in_zeros_still_ends_the_trace(engine, mode, tai
         assert summary.warnings == []
 
 
-def test_an_end_record_that_ends_in_zeros_is_read_and_copied_by_redact(tmp_path):
-    src = tmp_path / "t.npusan"
-    src.write_bytes(_end_with_zeros(RESERVE))
+def _read_and_redact(tmp_path, data: bytes) -> TraceReader:
+    """The reader that read ``data`` from a file; its redacted copy must end cleanly too."""
+    src, out = tmp_path / "t.npusan", tmp_path / "r.npusan"
+    src.write_bytes(data)
     r = TraceReader(str(src))
     list(r.records())
-    assert r.ended_cleanly and not r.truncated
-    out = tmp_path / "r.npusan"
     with open(out, "wb") as f:
         redact(str(src), f)
-    r2 = TraceReader(str(out))
-    list(r2.records())
-    assert r2.ended_cleanly and not r2.truncated
+    copy = TraceReader(str(out))
+    list(copy.records())
+    assert copy.ended_cleanly and not copy.truncated
+    return r
+
+
+def test_an_end_record_that_ends_in_zeros_is_read_and_copied_by_redact(tmp_path):
+    r = _read_and_redact(tmp_path, _end_with_zeros(RESERVE))
+    assert r.ended_cleanly and not r.truncated
 
 
 def _end_across_a_page_boundary() -> bytes:
@@ -214,17 +219,8 @@ def test_an_end_record_across_the_page_boundary_still_ends_the_trace(engine, mod
     findings, summary = analyze_trace(_inputs(data)[mode]())
     assert findings == [] and not summary.truncated and summary.kernels == 1
     assert summary.warnings == ["the trace has data after its end record; it was ignored"]
-    src = tmp_path / "t.npusan"
-    src.write_bytes(data)
-    r = TraceReader(str(src))
-    list(r.records())
+    r = _read_and_redact(tmp_path, data)
     assert r.ended_cleanly and r.end_record is not None and r.end_record[0] == R.END  # read from the held zeros
-    out = tmp_path / "r.npusan"
-    with open(out, "wb") as f:
-        redact(str(src), f)
-    r2 = TraceReader(str(out))
-    list(r2.records())
-    assert r2.ended_cleanly and not r2.truncated
 
 
 def test_a_malformed_record_completed_by_zeros_is_still_corrupt():
