@@ -687,8 +687,7 @@ class TraceReader:
                     # A writer fills its mapping in order: bytes after a zero record start can be
                     # written only once that one is. If it is no longer zero, the trace is being
                     # written while it is read; what was read so far stands.
-                    self._file.seek(self._base + offset)
-                    if self._file.read(1) not in (b"", b"\0"):
+                    if self._written_since(offset):
                         self._zeros = self.still_written = True
                         return True
                     return False
