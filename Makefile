@@ -9,7 +9,7 @@ STAMP := $(VENV)/.npusan-installed
 
 .PHONY: example test bench docs clean
 
-$(STAMP): pyproject.toml setup.py src/npusan/analyzer/_core.c
+$(STAMP): pyproject.toml setup.py src/npusan/analyzer/replay/_core.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)" numpy

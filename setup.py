@@ -1,6 +1,6 @@
 """Build steps that pyproject.toml cannot express; the project's metadata is there.
 
-- The compiled replay core (``npusan.analyzer._core``). The extension is optional: without
+- The compiled replay core (``npusan.analyzer.replay._core``). The extension is optional: without
   a C compiler or the Python headers the package still installs, and the analyzer falls
   back to its pure-Python engine (it says so on stderr).
 - ``npusan.pth``, installed into site-packages (for wheels and editable installs): the
@@ -61,8 +61,8 @@ setup(
     cmdclass={"build_py": build_py_with_pth},
     ext_modules=[
         Extension(
-            "npusan.analyzer._core",
-            ["src/npusan/analyzer/_core.c"],
+            "npusan.analyzer.replay._core",
+            ["src/npusan/analyzer/replay/_core.c"],
             extra_compile_args=["-O3", "-std=gnu11"],
             optional=True,
         ),

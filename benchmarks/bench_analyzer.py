@@ -267,7 +267,7 @@ def raw_decode_cpu(path: str) -> float:
 
 def analyze_cpu(path: str, engine: str) -> tuple[float, object]:
     """CPU seconds of ``analyze_traces`` with the compiled core or the Python engine."""
-    from npusan.analyzer.replay import analyze_traces
+    from npusan.analyzer.replay.traces import analyze_traces
 
     saved = os.environ.get("NPUSAN_ENGINE")
     os.environ["NPUSAN_ENGINE"] = engine
@@ -501,13 +501,13 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.analyze_rss:
-        from npusan.analyzer.replay import analyze_traces
+        from npusan.analyzer.replay.traces import analyze_traces
 
         analyze_traces([args.analyze_rss])
         print(peak_rss())
         return
 
-    from npusan.analyzer import native
+    from npusan.analyzer.replay import native
 
     n = args.kernels or (20_000 if args.quick else 1_000_000)
     n_csan = args.csan_kernels or (5_000 if args.quick else 100_000)

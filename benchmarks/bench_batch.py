@@ -57,7 +57,7 @@ def analyze(target: str, *options: str) -> tuple[float, int]:
 def worker_rss(target: str, jobs: int) -> int:
     """Peak RSS (KiB) of the largest worker of ``--jobs N`` over ``target``, in a fresh process."""
     code = (
-        "import resource, sys; from npusan.analyzer.batch import BatchOptions, analyze_inputs;"
+        "import resource, sys; from npusan.analyzer.runs.batch import BatchOptions, analyze_inputs;"
         f"analyze_inputs([{target!r}], BatchOptions(jobs={jobs}));"
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     )

@@ -48,7 +48,7 @@ def make_trace(path: str, steps: int) -> None:
 CHILD = """
 import json, resource, sys, time
 sys.path.insert(0, {src!r})
-from npusan.analyzer.timeline import ExportLimits, export_chrome, write_chrome
+from npusan.analyzer.export.timeline import ExportLimits, export_chrome, write_chrome
 mode, trace, out = sys.argv[1:4]
 t = time.perf_counter()
 with open(out, "w") as f:

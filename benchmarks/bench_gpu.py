@@ -164,7 +164,7 @@ def worker(mode: str, steps: int, warmup: int) -> dict:
         try:
             out["trace_bytes"] = os.path.getsize(trace_path)
             out["trace_bytes_per_step"] = out["trace_bytes"] / max(1, steps + warmup)
-            from npusan.analyzer.replay import analyze_traces
+            from npusan.analyzer.replay.traces import analyze_traces
 
             t0 = time.perf_counter()
             result = analyze_traces([trace_path])

@@ -128,8 +128,8 @@ def npusan_analyze(path):
 
 @pytest.mark.parametrize("name", ["/home/u/proj/.venv/bin/pytest", "/usr/local/bin/py.test", "C:/v/Scripts/pytest.exe"])
 def test_the_pytest_console_script_frame_folds_with_pytest(name):
-    from npusan.analyzer.sources import Folded, fold, internal_category
-    from npusan.analyzer.findings import Frame
+    from npusan.analyzer.report.sources import Folded, fold, internal_category
+    from npusan.analyzer.findings.model import Frame
 
     script = Frame(name, 6, "<module>")
     assert internal_category(script) == "pytest"

@@ -11,7 +11,7 @@
     open("report.json", "w").write(report.to_json())
 
 Everything here is imported on first use, never by ``import npusan`` (which stays free of
-torch, rich and the analyzer). The analysis itself is :mod:`npusan.analyzer.pipeline`, the
+torch, rich and the analyzer). The analysis itself is :mod:`npusan.analyzer.runs.pipeline`, the
 same steps with the same options that ``npusan analyze`` runs.
 """
 
@@ -21,15 +21,15 @@ import json
 import os
 from typing import Any, Iterator, Optional, Sequence, Union
 
-from .analyzer import pipeline
-from .analyzer.findings import AccessInfo, BlockInfo, Frame, Kind, TraceSummary
-from .analyzer.grouping import Group
-from .analyzer.reporters import Report as _Report
-from .analyzer.reporters import format_names, get_reporter
-from .analyzer.reporters.describe import title as _title
-from .analyzer.reporters.json_report import group_json, root_cause_json
-from .analyzer.rootcause import RootCause as _RootCause
-from .analyzer.sources import user_site
+from .analyzer.runs import pipeline
+from .analyzer.findings.model import AccessInfo, BlockInfo, Frame, Kind, TraceSummary
+from .analyzer.findings.grouping import Group
+from .analyzer.report import Report as _Report
+from .analyzer.report import format_names, get_reporter
+from .analyzer.report.describe import title as _title
+from .analyzer.report.json_report import group_json, root_cause_json
+from .analyzer.findings.rootcause import RootCause as _RootCause
+from .analyzer.report.sources import user_site
 from .trace_format.errors import TraceFormatError
 from .trace_format.reader import TraceReader
 
@@ -240,7 +240,7 @@ def analyze(
     scheduler (``"tcp://host:8786"``), or a connected ``distributed.Client``, which is used
     as it is and left open (a long-running job connects once and pays Dask's import and
     connection once, not per analysis); ``send_traces`` as ``--send-traces``. A cluster
-    that cannot be used raises :class:`npusan.analyzer.batch.SchedulerError`.
+    that cannot be used raises :class:`npusan.analyzer.runs.batch.SchedulerError`.
     A trace that cannot be analyzed among readable ones is listed in ``Report.errors`` (as
     the command reports the others and exits 2); when nothing at all can be analyzed,
     :class:`npusan.trace_format.TraceFormatError` is raised, naming the trace or path.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from npusan.analyzer import native
+from npusan.analyzer.replay import native
 
 from . import engine_prog
 
@@ -17,7 +17,7 @@ def engine(request):
             pytest.skip(f"the compiled core is not built ({native.IMPORT_ERROR})")
         cls = native.NativeEngine
     else:
-        from npusan.analyzer.engine import Engine as cls
+        from npusan.analyzer.replay.engine import Engine as cls
     saved = engine_prog.ENGINE
     engine_prog.ENGINE = cls
     yield cls

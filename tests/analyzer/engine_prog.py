@@ -6,8 +6,8 @@ and ``from conftest import ...`` would pick whichever was imported first.
 
 from __future__ import annotations
 
-from npusan.analyzer.engine import Engine
-from npusan.analyzer.findings import Kind
+from npusan.analyzer.replay.engine import Engine
+from npusan.analyzer.findings.model import Kind
 from npusan.trace_format.encoder import RecordEncoder
 from npusan.trace_format.symbols import SymbolTable
 

@@ -185,7 +185,7 @@ def make_finding(
     extra_frames=(),
 ):
     """A Finding as the engine would build it, from plain values."""
-    from npusan.analyzer.findings import (
+    from npusan.analyzer.findings.model import (
         AccessInfo,
         BlockInfo,
         Finding,
@@ -216,7 +216,7 @@ def make_finding(
 
 
 def make_result(findings, *, paths=("a.bin",), truncated=()):
-    from npusan.analyzer.findings import AnalysisResult, TraceSummary
+    from npusan.analyzer.findings.model import AnalysisResult, TraceSummary
 
     traces = [
         TraceSummary(p, {"backend": "cuda", "device_count": 1, **FIXED_HEADER}, events=10, kernels=3,

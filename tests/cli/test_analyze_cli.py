@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 
-from npusan.analyzer.reporters.schema import REPORT_SCHEMA
+from npusan.analyzer.report.schema import REPORT_SCHEMA
 
 from .npusan_scenarios import DATA, run, scenario, truncate, workdir  # noqa: F401  (fixtures)
 

@@ -290,8 +290,8 @@ def test_run_labels_are_unique_and_need_a_history(workdir, scenario, run):
     db = sqlite3.connect(workdir / "h.db")
     assert [r[0] for r in db.execute("SELECT label FROM runs")] == ["mon"]
     # Default labels (the date and time) never collide: a second run in the same second gets '#2'.
-    from npusan.analyzer.history import History, HistoryError
-    from npusan.analyzer.reporters.base import Report
+    from npusan.analyzer.runs.history import History, HistoryError
+    from npusan.analyzer.report.base import Report
 
     h = History.open(str(workdir / "h2.db"))
     labels = [h.record(Report(groups=[], traces=[])).label for _ in range(3)]
@@ -303,7 +303,7 @@ def test_run_labels_are_unique_and_need_a_history(workdir, scenario, run):
 def test_history_chart_has_sensible_y_ticks(workdir, scenario, run):
     import re
 
-    from npusan.analyzer.history_report import y_ticks
+    from npusan.analyzer.report.history import y_ticks
 
     assert y_ticks(0) == [0, 1]
     assert y_ticks(2) == [0, 1, 2]

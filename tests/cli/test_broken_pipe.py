@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.analyzer.test_timeline_streaming import races_trace
+from tests.analyzer.export.test_timeline_streaming import races_trace
 
 from .npusan_scenarios import scenario, workdir  # noqa: F401  (fixtures)
 

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from npusan.analyzer import native
+from npusan.analyzer.replay import native
 
 from .npusan_scenarios import scenario, workdir  # noqa: F401  (fixtures)
 
 #: Runs the CLI as if the compiled core were not built (its import fails with a reason).
-WITHOUT_CORE = ("import sys\nsys.modules['npusan.analyzer._core'] = None\n"
+WITHOUT_CORE = ("import sys\nsys.modules['npusan.analyzer.replay._core'] = None\n"
                 "sys.argv = ['npusan'] + sys.argv[1:]\nfrom npusan.cli import main\nmain()\n")
 NOTE = "npusan: note: the compiled replay core is not available"
 
@@ -27,7 +27,7 @@ def _npusan(*args, without_core: bool = False, env=None) -> subprocess.Completed
 @pytest.mark.skipif(not native.available(), reason="the compiled core is not built here")
 def test_version_names_the_compiled_core():
     out = _npusan("--version")
-    assert out.returncode == 0 and out.stdout.splitlines()[1] == "replay engine: compiled core (npusan.analyzer._core)"
+    assert out.returncode == 0 and out.stdout.splitlines()[1] == "replay engine: compiled core (npusan.analyzer.replay._core)"
 
 
 def test_version_says_why_the_python_engine_runs():
@@ -35,7 +35,7 @@ def test_version_says_why_the_python_engine_runs():
     assert out.returncode == 0 and out.stderr == ""
     engine = out.stdout.splitlines()[1]
     assert engine.startswith("replay engine: Python, much slower: the compiled core is not available (")
-    assert "npusan.analyzer._core" in engine  # the import error, as native.IMPORT_ERROR has it
+    assert "npusan.analyzer.replay._core" in engine  # the import error, as native.IMPORT_ERROR has it
 
 
 def test_version_names_an_engine_chosen_by_the_environment(monkeypatch):
@@ -66,7 +66,7 @@ def test_analyze_says_once_that_the_core_is_missing(scenario, jobs):
     out = _npusan("analyze", *traces, "--jobs", jobs, without_core=True)
     assert out.returncode == 1, out.stderr
     assert out.stderr.count(NOTE) == 1, out.stderr
-    assert "import of npusan.analyzer._core halted" in out.stderr  # the reason
+    assert "import of npusan.analyzer.replay._core halted" in out.stderr  # the reason
 
 
 @pytest.mark.skipif(not native.available(), reason="the compiled core is not built here")

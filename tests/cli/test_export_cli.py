@@ -63,7 +63,7 @@ def test_export_refuses_to_overwrite_without_force(scenario, run, workdir):
 
 
 def test_export_says_what_it_left_out_and_all_exports_everything(run, workdir):
-    from tests.analyzer.test_timeline_streaming import long_trace
+    from tests.analyzer.export.test_timeline_streaming import long_trace
 
     long_trace(workdir / "long.bin", 100, race_at=50)
     r = run("export", "long.bin", "--max-kernels", "20", "-o", "a.json")
@@ -126,7 +126,7 @@ def test_export_narrows_the_window_to_fit_the_cap(run, workdir):
     """A race at kernels 1503/1504 and --max-kernels 10: the default window of 1000 is
     narrowed to 4 so the race is drawn, rather than kernels 503-512 with both markers
     piled up after them on no kernel."""
-    from tests.analyzer.test_timeline_streaming import markers_sit_on_drawn_kernels, races_trace
+    from tests.analyzer.export.test_timeline_streaming import markers_sit_on_drawn_kernels, races_trace
 
     races_trace(workdir / "t.bin", 2000, [1503])
     r = run("export", "t.bin", "--max-kernels", "10", "-o", "t.json")
@@ -140,7 +140,7 @@ def test_export_narrows_the_window_to_fit_the_cap(run, workdir):
 
 
 def test_export_says_which_findings_markers_it_left_out(run, workdir):
-    from tests.analyzer.test_timeline_streaming import markers_sit_on_drawn_kernels, races_trace
+    from tests.analyzer.export.test_timeline_streaming import markers_sit_on_drawn_kernels, races_trace
 
     races_trace(workdir / "t.bin", 300, [20, 60, 100, 140, 180])
     r = run("export", "t.bin", "--max-kernels", "4", "-o", "t.json")

@@ -247,7 +247,7 @@ def test_large_baseline_parses_in_bounded_memory(tmp_path):
     size = bp.stat().st_size
     assert size > 10 << 20
     code = ("import resource, sys, json\n"
-            "from npusan.analyzer.baseline import load_baseline\n"
+            "from npusan.analyzer.findings.baseline import load_baseline\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "b = load_baseline(sys.argv[1])\n"
             "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"

@@ -16,8 +16,8 @@ from .npusan_scenarios import scenario, workdir  # noqa: F401  (fixtures)
 
 NOT_FOR_A_TEXT_REPORT = [
     "npusan.cli.record", "npusan.cli.info", "npusan.cli.export", "npusan.cli.redact", "npusan.cli.history",
-    "npusan.analyzer.reporters.json_report", "npusan.analyzer.reporters.sarif",
-    "npusan.analyzer.reporters.junit", "npusan.analyzer.reporters.html",
+    "npusan.analyzer.report.json_report", "npusan.analyzer.report.sarif",
+    "npusan.analyzer.report.junit", "npusan.analyzer.report.html",
     "npusan.trace_format.writer", "npusan.trace_format.encoder", "concurrent.futures", "rich", "torch",
 ]
 
@@ -32,13 +32,13 @@ def _modules_after(*args: str) -> set:
 
 def test_analyze_imports_only_what_a_text_report_needs(scenario):
     loaded = _modules_after("analyze", scenario("data_race"))
-    assert "npusan.analyzer.reporters.text" in loaded and "npusan.cli.analyze" in loaded
+    assert "npusan.analyzer.report.text" in loaded and "npusan.cli.analyze" in loaded
     assert not loaded & set(NOT_FOR_A_TEXT_REPORT), sorted(loaded & set(NOT_FOR_A_TEXT_REPORT))
 
 
 def test_a_chosen_format_is_imported_when_asked_for(scenario):
     loaded = _modules_after("analyze", scenario("data_race"), "--format", "sarif")
-    assert "npusan.analyzer.reporters.sarif" in loaded and "npusan.analyzer.reporters.html" not in loaded
+    assert "npusan.analyzer.report.sarif" in loaded and "npusan.analyzer.report.html" not in loaded
 
 
 def test_every_verb_is_still_listed_and_runs():

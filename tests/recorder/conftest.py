@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import pytest
 
-from npusan.analyzer.replay import analyze_traces
+from npusan.analyzer.replay.traces import analyze_traces
 from npusan.trace_format.reader import TraceReader
 
 NPUSAN = [sys.executable, "-c", "import sys; from npusan.cli import main; sys.argv[0] = 'npusan'; main()"]

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from npusan.analyzer.replay import analyze_traces
-from npusan.analyzer.reporters.describe import fix
-from npusan.analyzer.sources import SourceCache, user_site
+from npusan.analyzer.replay.traces import analyze_traces
+from npusan.analyzer.report.describe import fix
+from npusan.analyzer.report.sources import SourceCache, user_site
 from npusan.trace_format import records as R
 
 from .conftest import NPUSAN, records

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import npusan
-from npusan.analyzer.replay import analyze_traces
+from npusan.analyzer.replay.traces import analyze_traces
 from npusan.recorder.backends.cuda import CudaBackend
 
 MISSING = "missing-record-stream"

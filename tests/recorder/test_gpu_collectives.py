@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from npusan.analyzer.replay import analyze_traces  # noqa: E402
+from npusan.analyzer.replay.traces import analyze_traces  # noqa: E402
 
 from .test_collectives_dist import SCENARIOS, by_scenario, check_findings, launch  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Stream programs recorded in process and analyzed: the seed's scenarios and more.
 
 Each scenario is a small function run inside one recording; the trace is then replayed
-with ``npusan.analyzer.replay.analyze_traces`` and the kinds of findings are compared.
+with ``npusan.analyzer.replay.traces.analyze_traces`` and the kinds of findings are compared.
 Buggy programs must report their bug; correct programs must report nothing. Correct
 programs end with a device synchronize (or an equivalent wait) *before* their tensors go
 out of scope: a tensor used on another stream and freed unsynchronized is exactly the
@@ -73,7 +73,7 @@ def dev(request):
 def run(tmp_path, dev, fn):
     """Record ``fn()`` into a trace with ``dev``'s backend, analyze it, return the findings."""
     import npusan
-    from npusan.analyzer.replay import analyze_traces
+    from npusan.analyzer.replay.traces import analyze_traces
 
     path = tmp_path / "trace.npusan"
     dev.api.synchronize()

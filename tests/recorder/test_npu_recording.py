@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import npusan
-from npusan.analyzer.replay import analyze_traces
+from npusan.analyzer.replay.traces import analyze_traces
 from npusan.recorder.backends import npu as npu_mod
 from npusan.recorder.backends.npu import NpuBackend
 from npusan.trace_format import records as R

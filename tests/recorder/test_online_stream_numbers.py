@@ -10,7 +10,7 @@ import torch
 
 import npusan
 from npusan import sim
-from npusan.analyzer.replay import analyze_traces
+from npusan.analyzer.replay.traces import analyze_traces
 
 
 def _two_races():

@@ -8,8 +8,8 @@ import subprocess
 import textwrap
 import time
 
-from npusan.analyzer.batch import BatchOptions, analyze_inputs
-from npusan.analyzer.sources import SourceSettings
+from npusan.analyzer.runs.batch import BatchOptions, analyze_inputs
+from npusan.analyzer.report.sources import SourceSettings
 from npusan.trace_format.reader import TraceReader
 
 from .conftest import NPUSAN, analyze, kinds, records, run_record, write_script

@@ -137,7 +137,7 @@ def test_a_frame_that_fails_its_checksum_yields_no_records(tmp_path, suffix, che
     """Damaged compressed data can decode to plausible records (deflate has no check of its
     own, zstandard checks a frame at its end): a frame's records are read only once its
     checksum verified them, so a damaged file never yields a finding that was not recorded."""
-    from npusan.analyzer.replay import analyze_traces
+    from npusan.analyzer.replay.traces import analyze_traces
 
     path = tmp_path / f"t{suffix}"
     _racy_last_frame(path)
@@ -161,7 +161,7 @@ def test_a_frame_too_large_to_hold_back_that_fails_is_an_error(tmp_path, monkeyp
     """A frame larger than the reader holds back (other tools may write one frame for a whole
     file) is read as it is decoded; if its checksum then fails, what was read from it may be
     wrong, and the analysis cannot stand."""
-    from npusan.analyzer.replay import analyze_traces
+    from npusan.analyzer.replay.traces import analyze_traces
     from npusan.trace_format import compression
 
     path = tmp_path / "t.zst"
@@ -217,7 +217,7 @@ def test_a_cut_in_the_last_frames_checksum_is_a_cut_not_a_clean_end(tmp_path, mo
     """A file cut inside the checksum of its last frame still decodes to every record, the
     end record included, but that frame's records were never verified and the file is not
     what was written: a warning and a truncated trace, not "ended cleanly"."""
-    from npusan.analyzer.replay import analyze_traces
+    from npusan.analyzer.replay.traces import analyze_traces
 
     monkeypatch.setenv("NPUSAN_ENGINE", engine)
     path = tmp_path / f"t{suffix}"
@@ -239,7 +239,7 @@ def test_a_cut_in_the_last_frames_checksum_is_a_cut_not_a_clean_end(tmp_path, mo
 def test_bytes_after_the_last_frame_are_data_after_the_end_record(tmp_path, monkeypatch, engine, suffix, kind):
     """Junk appended to a compressed trace is not valid compressed data: ignored, with the
     warning a plain trace with bytes after its end record gets, not silently."""
-    from npusan.analyzer.replay import analyze_traces
+    from npusan.analyzer.replay.traces import analyze_traces
 
     monkeypatch.setenv("NPUSAN_ENGINE", engine)
     path = tmp_path / f"t{suffix}"

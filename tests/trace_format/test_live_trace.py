@@ -11,7 +11,7 @@ import io
 
 import pytest
 
-from npusan.analyzer.replay import analyze_trace
+from npusan.analyzer.replay.traces import analyze_trace
 from npusan.trace_format import TraceReader
 
 from .conftest import growing_trace

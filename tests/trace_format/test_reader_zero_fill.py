@@ -19,7 +19,7 @@ import msgpack
 import pytest
 import zstandard
 
-from npusan.analyzer.replay import analyze_trace
+from npusan.analyzer.replay.traces import analyze_trace
 from npusan.trace_format import TraceReader, TraceWriter
 from npusan.trace_format import records as R
 from npusan.trace_format.errors import TraceFormatError

@@ -84,7 +84,7 @@ def test_redaction_round_trip_keeps_findings(tmp_path):
 
 def _fingerprints_ignore_directories() -> bool:
     try:
-        from npusan.analyzer import fingerprints  # noqa: F401
+        from npusan.analyzer.findings import fingerprints  # noqa: F401
     except ImportError:
         return False
     return True

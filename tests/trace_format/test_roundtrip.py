@@ -499,7 +499,7 @@ def test_a_nonzero_byte_after_the_zeros_is_corrupt_in_every_input_mode(tmp_path,
 def test_a_range_past_its_block_goes_on_into_the_next_one(tmp_path):
     """(ptr, nbytes) over two adjacent allocations is two accesses; the second block's part
     races with another stream's read there (it was cut at the first block's end)."""
-    from npusan.analyzer.replay import analyze_traces
+    from npusan.analyzer.replay.traces import analyze_traces
 
     path = str(tmp_path / "t.npusan")
     p = 0x10000

@@ -7,7 +7,7 @@ import io
 import msgpack
 import pytest
 
-from npusan.analyzer.replay import analyze_traces
+from npusan.analyzer.replay.traces import analyze_traces
 from npusan.trace_format import TraceWriter
 from npusan.trace_format import records as R
 from npusan.trace_format.errors import TraceFormatError
@@ -34,7 +34,7 @@ def test_label_read_back_and_named_in_reports(tmp_path):
         assert r.symbols.stream_labels == {sidx: ("comm", "comm stream of process group 0")}
     (f,) = analyze_traces([str(path)]).findings
     assert (f.previous.stream.role, f.previous.stream.label) == ("comm", "comm stream of process group 0")
-    from npusan.analyzer.reporters.describe import fix, title
+    from npusan.analyzer.report.describe import fix, title
 
     assert "after a write on the comm stream of process group 0 (cuda:0)" in title(f, {"backend": "cuda"})
     assert "<work>.wait()" in "\n".join(fix(f, {"backend": "cuda"}))

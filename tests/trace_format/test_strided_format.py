@@ -213,7 +213,7 @@ def test_a_10_reader_sees_hulls(tmp_path):
 
 
 def test_the_compiled_core_replays_1_1_traces():
-    from npusan.analyzer import native
+    from npusan.analyzer.replay import native
     from npusan.trace_format.symbols import SymbolTable
 
     if not native.available():

@@ -74,13 +74,13 @@ class LazyGroup(click.Group):
 
 def engine_description() -> str:
     """Which replay engine ``npusan analyze`` uses here, and why when it is not the compiled core."""
-    from ..analyzer import native
+    from ..analyzer.replay import native
 
     if native.engine_choice() == "python":
         built = "built" if native.available() else f"not available: {native.IMPORT_ERROR}"
         return f"Python (selected by NPUSAN_ENGINE=python; the compiled core is {built})"
     if native.available():
-        return "compiled core (npusan.analyzer._core)"
+        return "compiled core (npusan.analyzer.replay._core)"
     return (f"Python, much slower: the compiled core is not available ({native.IMPORT_ERROR}); "
             "reinstall npusan with a C compiler and the Python headers to build it")
 

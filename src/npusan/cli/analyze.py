@@ -30,7 +30,7 @@ def warn(message: str) -> None:
 
 def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
     """``--fail-on data-race,reuse-race`` as a set of kind values (None: every kind)."""
-    from ..analyzer.findings import Kind
+    from ..analyzer.findings.model import Kind
 
     if value is None:
         return None
@@ -145,10 +145,10 @@ def analyze(
     a glob pattern, or - (standard input). Exit status: 0 no findings, 1 findings, 2 unusable input or usage
     error (also when any trace could not be read; the others are still reported).
     """
-    from ..analyzer import pipeline
-    from ..analyzer.batch import SchedulerError
-    from ..analyzer.history import HistoryError
-    from ..analyzer.reporters import get_reporter
+    from ..analyzer.runs import pipeline
+    from ..analyzer.runs.batch import SchedulerError
+    from ..analyzer.runs.history import HistoryError
+    from ..analyzer.report import get_reporter
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")

@@ -40,7 +40,7 @@ def timeline_formats(ctx, param, incomplete: str) -> list:
 
 def history_formats(ctx, param, incomplete: str) -> list:
     """``history --format``: what the history can be shown as."""
-    from ..analyzer.history_report import RENDERERS
+    from ..analyzer.report.history import RENDERERS
 
     return _starting_with(RENDERERS, incomplete)
 
@@ -48,7 +48,7 @@ def history_formats(ctx, param, incomplete: str) -> list:
 def finding_kinds(ctx, param, incomplete: str) -> list:
     """``--fail-on KIND,...``: the kinds, after any already typed (``data-race,re`` offers
     ``data-race,reuse-race``)."""
-    from ..analyzer.findings import Kind
+    from ..analyzer.findings.model import Kind
 
     done, _, last = incomplete.rpartition(",")
     typed = set(done.split(",")) if done else set()

@@ -48,7 +48,7 @@ def refuse_like_analyze(path: str) -> None:
             return
     except OSError:
         return  # the verb's own read says why it cannot be read
-    from ..analyzer.replay import analyze_trace
+    from ..analyzer.replay.traces import analyze_trace
 
     analyze_trace(path)
 

@@ -78,8 +78,8 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
     TRACE may also be a directory or glob pattern that names exactly one trace. It is read
     twice (the findings, then the timeline), so it must be a file, not a pipe.
     """
-    from ..analyzer.sources import SourceSettings
-    from ..analyzer.timeline import ExportLimits
+    from ..analyzer.report.sources import SourceSettings
+    from ..analyzer.export.timeline import ExportLimits
 
     if fmt not in FORMATS:
         raise UsageProblem(f"unknown timeline format '{fmt}' (expected one of {', '.join(FORMATS)})")
@@ -141,7 +141,7 @@ def _note(message: str) -> None:
 def _write(trace: str, output: Optional[str], limits, check_leaks: bool, progress, sources):
     """Stream the timeline to stdout, or to a temporary file renamed over ``output`` when done
     (an interrupted export never leaves half a file under the name asked for)."""
-    from ..analyzer.timeline import write_chrome
+    from ..analyzer.export.timeline import write_chrome
 
     if output is None:
         out = sys.stdout

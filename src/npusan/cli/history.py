@@ -21,8 +21,8 @@ from .errors import UsageProblem, one_line_errors
 @one_line_errors
 def history(database: str, fmt: str, output: Optional[str]) -> None:
     """Show the runs recorded in a history database and, per finding, when it was seen."""
-    from ..analyzer.history import History, HistoryError
-    from ..analyzer.history_report import RENDERERS
+    from ..analyzer.runs.history import History, HistoryError
+    from ..analyzer.report.history import RENDERERS
 
     if fmt not in RENDERERS:
         raise UsageProblem(f"unknown history format '{fmt}' (expected one of {', '.join(RENDERERS)})")

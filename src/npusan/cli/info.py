@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from ..analyzer.findings import stream_numbers
-from ..analyzer.reporters.describe import device_label
+from ..analyzer.findings.model import stream_numbers
+from ..analyzer.report.describe import device_label
 from ..trace_format.header import is_default_stream
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.safe_text import clean, clean_tree

@@ -12,7 +12,7 @@ from typing import Any, Optional
 class RaceError(RuntimeError):
     """Online mode (``mode="raise"``) found a synchronization bug at the op that caused it.
 
-    ``finding`` is the :class:`npusan.analyzer.findings.Finding`; the message names both
+    ``finding`` is the :class:`npusan.analyzer.findings.model.Finding`; the message names both
     accesses with their streams and stacks.
     """
 
@@ -50,9 +50,9 @@ def format_finding(f: Any, header: Optional[dict] = None, folded_hint: Optional[
     inside the user's program and must not fail there.
     """
     try:
-        from ..analyzer.findings import AnalysisResult, TraceSummary
-        from ..analyzer.reporters import ReportOptions, build_report
-        from ..analyzer.reporters.text import group_text
+        from ..analyzer.findings.model import AnalysisResult, TraceSummary
+        from ..analyzer.report import ReportOptions, build_report
+        from ..analyzer.report.text import group_text
 
         f = _with_own_source(f)
         report = build_report(AnalysisResult(findings=[f], traces=[TraceSummary("<live>", dict(header or {}))]))
@@ -76,7 +76,7 @@ def _with_own_source(f: Any) -> Any:
     """
     import dataclasses
 
-    from ..analyzer.findings import map_frames
+    from ..analyzer.findings.model import map_frames
     from ..trace_format.sourcelines import SourceLines
 
     lines = SourceLines()
@@ -91,7 +91,7 @@ def _own_folders(f: Any):
     a fix are checked against the real code instead of left as placeholders."""
     import os
 
-    from ..analyzer.sources import SourceSettings, user_site
+    from ..analyzer.report.sources import SourceSettings, user_site
 
     folders = []
     for stack in (f.access.stack, f.previous.stack, f.block.stack):

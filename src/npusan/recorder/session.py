@@ -202,7 +202,7 @@ class Recorder:
                     self._put = sink.put  # the dispatch mode's kernels: kernel_now
                     self._drain_spec = self._compiled_drain_spec(sink)
             if self.online is not None:
-                from ..analyzer.native import make_engine
+                from ..analyzer.replay.native import make_engine
                 from ..trace_format.header import build_header
                 from ..trace_format.symbols import SymbolTable
 
@@ -759,7 +759,7 @@ class Recorder:
             return
         import functools
 
-        from ..analyzer.findings import number_streams, stream_numbers
+        from ..analyzer.findings.model import number_streams, stream_numbers
         from ..trace_format.header import is_default_stream
 
         is_default = functools.partial(is_default_stream, engine.header)

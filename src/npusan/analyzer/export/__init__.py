@@ -1,0 +1,1 @@
+"""Exports of a trace for other tools: the timeline for Perfetto and chrome://tracing."""

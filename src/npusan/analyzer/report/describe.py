@@ -1,0 +1,819 @@
+"""Words shared by every reporter: stream names, titles, sizes and the suggested fix.
+
+Kept apart from the renderers so that the terminal, JUnit and SARIF outputs say the same
+thing in the same words.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import keyword
+import re
+import weakref
+from typing import Optional, Sequence
+
+from ..findings.model import AccessInfo, Finding, Frame, Kind, StreamRef
+from .pynames import OTHER, Scope, ScopeIndex, ends_here
+from .sources import SourceCache, display_path, internal_category, user_site
+
+KIND_TITLES = {
+    Kind.DATA_RACE: "data race",
+    Kind.MISSING_RECORD_STREAM: "missing record_stream",
+    Kind.REUSE_RACE: "allocator reuse race",
+}
+
+KIND_PLURALS = {
+    Kind.DATA_RACE: "data races",
+    Kind.MISSING_RECORD_STREAM: "missing record_stream",
+    Kind.REUSE_RACE: "allocator reuse races",
+}
+
+KIND_HELP = {
+    Kind.DATA_RACE: (
+        "Two kernels on different streams access overlapping memory, at least one writes, "
+        "and no event or stream wait orders them."
+    ),
+    Kind.MISSING_RECORD_STREAM: (
+        "A tensor was used on a stream other than its allocation stream and then freed "
+        "while the allocation stream had not waited for that use, without record_stream: "
+        "the caching allocator may hand the memory out again while the use still runs."
+    ),
+    Kind.REUSE_RACE: (
+        "A freed block was re-allocated and touched by a kernel that is not ordered after "
+        "an unsynchronized, unrecorded use of the old tensor on another stream."
+    ),
+}
+
+
+def device_label(header: dict, device: int) -> str:
+    """``cuda:0``, ``npu:1``, ``sim:0`` — the backend named in the trace header."""
+    backend = header.get("backend") if isinstance(header, dict) else None
+    if not isinstance(backend, str) or not backend:
+        backend = "device"
+    return f"{backend}:{device}"
+
+
+def torch_module(header: dict) -> str:
+    """The Python module a user calls for streams on this backend, by its full name."""
+    return _MODULES[_backend(header)][0]
+
+
+def _backend(header: dict) -> str:
+    backend = header.get("backend") if isinstance(header, dict) else None
+    return backend if backend in _MODULES else "cuda"
+
+
+#: Per backend: the full names that reach its stream API, and the import that binds the first.
+_MODULES = {
+    "npu": ("torch.npu", "torch_npu.npu"),
+    "sim": ("npusan.sim",),
+    "cuda": ("torch.cuda",),
+}
+_IMPORTS = {"npu": "import torch", "sim": "import npusan.sim", "cuda": "import torch"}
+
+
+def frame_label(fr: Optional[Frame]) -> str:
+    if fr is None:
+        return "an unknown location"
+    return f"{display_path(fr.filename)}:{fr.lineno}"
+
+
+def stream_number(s: StreamRef) -> int:
+    """The number a report shows for a non-default stream ("stream #2").
+
+    Replay assigns it (:func:`~npusan.analyzer.findings.model.number_streams`); a hand-made
+    StreamRef without one falls back to its trace index counted from 1.
+    """
+    return s.ordinal if s.ordinal is not None else s.index + 1
+
+
+def stream_name(s: Optional[StreamRef], header: dict) -> str:
+    """"default stream (cuda:0)" or "stream #2 (cuda:0), created at train.py:41"."""
+    if s is None:
+        return "an unknown stream"
+    if s.label is not None:  # "the comm stream of process group 0 (cuda:0)"
+        return _the(s) + stream_label(s, header)
+    name = stream_label(s, header)
+    site = user_site(s.created_stack)
+    if not s.is_default and site is not None:
+        name += f", created at {frame_label(site)}"
+    return name
+
+
+def stream_label(s: StreamRef, header: dict) -> str:
+    """"default stream (cuda:0)" or "stream #2 (cuda:0)": the name without the site."""
+    dev = device_label(header, s.device)
+    if s.label is not None:
+        return f"{s.label} ({dev})" if _names_a_stream(s.label) else f'stream "{s.label}" ({dev})'
+    return f"default stream ({dev})" if s.is_default else f"stream #{stream_number(s)} ({dev})"
+
+
+def merged_ranges_note(group) -> Optional[str]:
+    """What to say of a group found on a block whose byte ranges were merged (None: not)."""
+    if not any(f.merged_ranges for f in group.findings):
+        return None
+    from ..replay.engine import MAX_SEGMENTS  # (the caps in force: tests change them)
+    from ..replay.strided import MAX_VIEWS
+
+    return (f"the block had more than {MAX_SEGMENTS} separately accessed byte ranges, or more than "
+            f"{MAX_VIEWS} strided views in use at once, and some were merged: the earlier access may be a "
+            "neighbouring range's or a view's whole span, and the race may be false")
+
+
+def other_streams(report, group) -> list:
+    """``(stream, header)`` for each stream of a group's other findings that its entry does
+    not name (its first finding's two streams), once per label: one bug at one pair of
+    lines can happen on several streams (two side streams made in one loop), and an entry
+    shows only its first finding's. ``report``: the Report, for each trace's header."""
+    f0 = group.finding
+    h0 = report.header(f0.trace)
+    named = {stream_label(s, h0) for s in (f0.access.stream, f0.previous.stream) if s is not None}
+    out = []
+    for f in group.findings[1:]:
+        h = report.header(f.trace)
+        for s in (f.access.stream, f.previous.stream):
+            if s is None:
+                continue
+            label = stream_label(s, h)
+            if label not in named:
+                named.add(label)
+                out.append((s, h))
+    return out
+
+
+def _names_a_stream(label: str) -> bool:
+    """Whether a label reads as a stream's name ("comm stream of process group 0"); others
+    (a trace from another writer may say anything) are quoted: stream "my label"."""
+    return "stream" in label.split()
+
+
+def _the(s: StreamRef) -> str:
+    return "the " if s.is_default or (s.label is not None and _names_a_stream(s.label)) else ""
+
+
+def stream_short(s: Optional[StreamRef], header: dict) -> str:
+    if s is None:
+        return "an unknown stream"
+    return _the(s) + stream_label(s, header)
+
+
+#: The kernel name suffix of a collective torch waited for at once (the recorder's
+#: ``collectives.SYNC_SUFFIX``; the analyzer does not import the recorder).
+_SYNC_SUFFIX = " (async_op=False)"
+
+
+def is_comm(s: Optional[StreamRef]) -> bool:
+    """A process group's communication stream (the recorder labelled it so)."""
+    return s is not None and s.role == "comm"
+
+
+#: ``name = ...``, ``self.name = ...`` or ``name: T = ...`` (not ``==``, ``+=``, ``a[i] =``).
+_ASSIGNED = re.compile(r"((?:self\.)?[A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
+
+
+def assigned_name(fr: Optional[Frame], sources: Optional[SourceCache]) -> Optional[str]:
+    """The variable the source line at ``fr`` assigns, if it is a plain assignment of one
+    value: not of a list, tuple, set or dict display or comprehension, whose variable holds
+    many (``streams = [torch.cuda.Stream() for _ in range(2)]``: a fix that passed
+    ``streams`` where a stream goes would fail when pasted)."""
+    if fr is None or sources is None:
+        return None
+    src = sources.frame_line(fr)
+    m = _ASSIGNED.match(src) if src else None
+    if m is None or keyword.iskeyword(m.group(1)) or src[m.end():].lstrip()[:1] in ("[", "(", "{"):
+        return None
+    return m.group(1)
+
+
+def human_size(n: Optional[int]) -> str:
+    if n is None:
+        return "unknown-size"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def article(words: str) -> str:
+    """"a" or "an" before ``words`` as they are read aloud ("an 8.0 KiB", "an 11 B", "a 4.0 KiB")."""
+    whole = words.split(".")[0].split(" ")[0]
+    spoken_vowel = words[:1] in "aeiou" or whole.startswith("8") or whole in ("11", "18")
+    return "an" if words and spoken_vowel else "a"
+
+
+def allocation_site(f: Finding) -> str:
+    site = user_site(f.block.stack)
+    if site is not None:
+        return f"allocated at {frame_label(site)}"
+    if f.block.stream is None:
+        return "allocated before recording began"
+    return "allocated at an unknown location"
+
+
+def title(f: Finding, header: dict) -> str:
+    """One line: the kind, the tensor size and where it was allocated."""
+    size = human_size(f.block.size)
+    tensor = f"{size} tensor {allocation_site(f)}"
+    kind = KIND_TITLES[f.kind]
+    if f.kind is Kind.DATA_RACE:
+        return (
+            f"{kind} on {article(tensor)} {tensor}: {f.access.type} on {stream_short(f.access.stream, header)} "
+            f"not ordered after a {f.previous.type} on {stream_short(f.previous.stream, header)}"
+        )
+    if f.kind is Kind.MISSING_RECORD_STREAM:
+        freed = "freed" if not is_leak(f) else "still alive at the end of the trace"
+        return (
+            f"{kind}: {tensor} {freed} while {stream_short(f.previous.stream, header)} "
+            f"may still use it"
+        )
+    site = user_site(f.block.stack)
+    where = f" at {frame_label(site)}" if site is not None else ""
+    return (
+        f"{kind}: {size} block re-allocated{where} and touched while "
+        f"{stream_short(f.previous.stream, header)} may still use the freed tensor"
+    )
+
+
+def is_leak(f: Finding) -> bool:
+    """A missing record_stream found by ``--check-leaks``: the block was never freed."""
+    return f.kind is Kind.MISSING_RECORD_STREAM and f.access.op != "free"
+
+
+def freed_words(a: AccessInfo) -> tuple:
+    """What happened to a freed block and where it goes, for the free of a missing
+    record_stream: ``("returned to the allocator", ", free for reuse on ")``, or for a block
+    ``--check-leaks`` found never freed ``("still allocated when the trace ended", ", on ")``;
+    the allocation stream's name follows."""
+    if a.op == "free":
+        return "returned to the allocator", ", free for reuse on "
+    return "still allocated when the trace ended", ", on "
+
+
+def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
+    if kind is Kind.MISSING_RECORD_STREAM and later:
+        return "free"
+    return a.type
+
+
+_SCOPE_INDEXES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _scope_index(sources: Optional[SourceCache]) -> Optional[ScopeIndex]:
+    """One parse cache per SourceCache (a report's sources live as long as the report)."""
+    if sources is None:
+        return None
+    idx = _SCOPE_INDEXES.get(sources)
+    if idx is None:
+        idx = _SCOPE_INDEXES[sources] = ScopeIndex(sources)
+    return idx
+
+
+class Names:
+    """How code pasted at one line calls the stream API, streams and tensors.
+
+    Only names the program itself binds there are used: the module under the name its
+    imports give it (``from npusan import sim`` -> ``sim``), a stream or tensor under the
+    variable that created it when that variable is visible at the line (or the fixture
+    or the alias that holds it there). Anything else is a placeholder in angle brackets,
+    ``<s1>``, ``<x>`` (visibly not a program name, and a pasted fix fails loudly instead
+    of silently using another object), and :attr:`notes` says what each stands for.
+    Without the source, a note also says nothing was checked.
+    """
+
+    def __init__(self, header: dict, sources: Optional[SourceCache], site: Optional[Frame]) -> None:
+        self.header = header
+        self.sources = sources
+        #: The line as the trace names it; :attr:`site` is where that line is in the local
+        #: file now (the same frame unless the file was edited after recording).
+        self.recorded = site
+        self.site = site
+        self.index = _scope_index(sources)
+        self.scope: Optional[Scope] = None
+        self.notes: list[str] = []
+        self._changed = False  # the local file no longer has the recorded line
+        if self.index is not None and site is not None:
+            local = _relocated(site, sources)
+            if local is None:
+                self._changed = sources.lines(site.filename) is not None
+            else:
+                self.site = local
+                self.scope = self.index.scope_at(local.filename, local.lineno)
+                if local.lineno != site.lineno:
+                    self._note(
+                        f"({_file(site)} changed since the trace was recorded: its line {site.lineno} "
+                        f"`{sources.frame_line(site)}` is line {local.lineno} now, and line numbers "
+                        "in this fix are those of the file as it is now)"
+                    )
+        self._streams: dict = {}  # StreamRef -> code
+        self.placeholders: set = set()  # the stream codes that are placeholders
+        self._module: Optional[str] = None
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def module(self) -> str:
+        if self._module is not None:
+            return self._module
+        backend = _backend(self.header)
+        full = _MODULES[backend]
+        expr = self.scope.expression(full) if self.scope is not None else None
+        if expr is None:
+            expr = full[0]
+            if self.scope is None and self._changed:
+                self._note(
+                    f"({_file(self.site)} changed since the trace was recorded, so the names and line "
+                    f"numbers in this fix are not checked against it: line {self.site.lineno} "
+                    f"`{self.sources.frame_line(self.site)}` is no longer in it; look for that line)"
+                )
+            elif self.scope is None:
+                why, hint = (self.sources.why_unreadable(self.site.filename) if self.sources and self.site
+                             else ("was not read", "--source-root DIR lets npusan read it"))
+                self._note(f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})")
+            else:
+                self._note(
+                    f"({display_path(self.site.filename)} does not import {full[0]} under a "
+                    f"name visible at line {self.site.lineno}: add `{_IMPORTS[backend]}`)"
+                )
+        self._module = expr
+        return expr
+
+    def stream(self, s: Optional[StreamRef]) -> str:
+        if s is None:
+            return "<stream>"
+        if s.is_default:
+            return f"{self.module()}.default_stream({s.device})"
+        if s in self._streams:
+            return self._streams[s]
+        name = self._stream_variable(s)
+        if name is None or name in self._streams.values():
+            n = stream_number(s)
+            base = f"s{n}" if s.device == 0 else f"s{n}_dev{s.device}"
+            name = self._placeholder(base)
+            self.placeholders.add(name)
+        self._streams[s] = name
+        self._note(f"where {name} is {stream_name(s, self.header)}")
+        return name
+
+    def named_stream(self, s: Optional[StreamRef]) -> Optional[str]:
+        """``s`` under a name that means it wherever code at this line goes (its variable,
+        visible here, or ``default_stream(n)``), or None; unlike :meth:`stream`, no
+        placeholder and no note."""
+        if s is None:
+            return None
+        if s.is_default:
+            return self.stream(s)
+        if s in self._streams:
+            return None if self._streams[s] in self.placeholders else self._streams[s]
+        return self._stream_variable(s)
+
+    def _stream_variable(self, s: StreamRef) -> Optional[str]:
+        """The variable that holds stream ``s`` at this line: the one its creation line
+        assigns, or, for a stream a ``@pytest.fixture`` creates and returns or yields, the
+        fixture's name when this line's function takes it as a parameter."""
+        creation = user_site(s.created_stack)
+        variable = assigned_name(creation, self.sources)
+        name = self._visible(variable, creation, local_only=False)
+        if name is not None or self.scope is None or creation is None or self.index is None:
+            return name
+        origin = _relocated(creation, self.sources)
+        if origin is None:
+            return None
+        fixture = self.index.fixture_name(origin.filename, origin.lineno, variable)
+        if fixture is None or fixture not in self.scope.params or self.scope.names.get(fixture) != OTHER:
+            return None
+        rebound = self._rebound(self.scope.function, fixture, self.scope.function, self.site.lineno)
+        return None if rebound else fixture
+
+    def stream_block(self) -> Optional[str]:
+        """The header of the innermost ``with ...stream(...):`` block this line is in
+        (``with sim.stream(side):``), or None."""
+        if self.scope is None or self.index is None:
+            return None
+        node = self.index.stream_block_at(self.site.filename, self.site.lineno)
+        if node is None:
+            return None
+        text = self.sources.lines(self.site.filename)[node.lineno - 1].strip()
+        return text if text.endswith(":") else None
+
+    def tensor(self, stack: Sequence[Frame]) -> str:
+        """The variable a tensor allocated with ``stack`` has here, else a placeholder.
+
+        The frames of the allocation stack are followed from the allocation outwards while
+        each function returns what its line made (``x = torch.empty(n); return x``, called
+        as ``nxt = load(i)``). First, a name this line itself reads that holds it through
+        plain assignments in this function (``cur = nxt``; ``acc += cur @ w``: ``cur``);
+        then a variable one of those frames assigns, in this function, still bound to it
+        here (not in a loop with this line unless this line reads it).
+        """
+        site = user_site(stack)
+        frames = [fr for fr in [site] + [fr for fr in reversed(stack) if fr is not site and internal_category(fr) is None]
+                  if fr is not None]
+        if self.scope is None or self.index is None or not frames:
+            return self._placeholder("x")
+        chain = []
+        for fr in frames:
+            chain.append(fr)
+            local = _relocated(fr, self.sources)
+            if local is None or self.index.returns_value_of(local.filename, local.lineno,
+                                                            assigned_name(fr, self.sources)) is False:
+                break  # its function does not hand this tensor to its caller (as far as is known)
+        read = self.index.names_read(self.site.filename, self.site.lineno)
+        seeds: dict = {}
+        producers = set()
+        for i, fr in enumerate(chain):
+            local = _relocated(fr, self.sources)
+            if local is None or local.filename != self.site.filename:
+                continue
+            there = self.index.scope_at(local.filename, local.lineno)
+            if there is None or there.function != self.scope.function:
+                continue
+            name = assigned_name(fr, self.sources)
+            if name is not None and not name.startswith("self."):
+                seeds[name] = local.lineno
+            if i > 0:
+                producers.add(chain[i - 1].function)
+        if seeds:
+            held = self.index.aliases(self.site.filename, self.scope.function, seeds, frozenset(producers))
+            found = sorted(n for n, only in held.items()
+                           if only and n in read and self.scope.names.get(n) == OTHER and n in self.scope.local)
+            if len(found) == 1:
+                return found[0]
+        for fr in chain:
+            name = self._visible(assigned_name(fr, self.sources), fr, local_only=True)
+            if name is None:
+                continue
+            local = _relocated(fr, self.sources)
+            if name.startswith("self.") or name in read or not self.index.in_one_loop(
+                    self.site.filename, local.lineno, self.site.lineno):
+                return name
+        return self._placeholder("x")
+
+    def event(self) -> str:
+        return self.scope.fresh("event") if self.scope is not None else "<event>"
+
+    def _placeholder(self, base: str) -> str:
+        """``<base>``: visibly not a name of the program (and a syntax error if pasted as is)."""
+        return f"<{base}>"
+
+    def _visible(self, name: Optional[str], origin: Optional[Frame], local_only: bool) -> Optional[str]:
+        """``name`` (assigned at ``origin``) if at this line it still names that object."""
+        if name is None or self.scope is None or origin is None or self.index is None:
+            return None
+        origin = _relocated(origin, self.sources)
+        if origin is None:
+            return None  # edited since the trace was recorded: that line is gone
+        there = self.index.scope_at(origin.filename, origin.lineno)
+        if there is None:
+            return None
+        same_file = origin.filename == self.site.filename
+        if name.startswith("self."):
+            ok = same_file and self.scope.cls is not None and self.scope.cls == there.cls
+            return name if ok and "self" in self.scope.names else None
+        if self.scope.names.get(name) != OTHER:
+            return None  # not a variable here (unbound, or an import)
+        site = self.site.lineno
+        if same_file and self.scope.function == there.function:
+            # the same function's variable, unless something else is assigned to it on the way
+            return None if self._rebound(self.scope.function, name, origin.lineno, site) else name
+        if local_only:
+            return None
+        if name in self.scope.params:
+            # passed in under the name it was created with, and not reassigned before the line
+            return None if self._rebound(self.scope.function, name, self.scope.function, site) else name
+        if same_file and there.function is None and name not in self.scope.local:
+            # a module-level variable of this file, not shadowed here nor assigned twice
+            return None if self._rebound(None, name, origin.lineno, 0) else name  # 0: any other binding
+        return None
+
+    def _rebound(self, function: Optional[int], name: str, origin: int, site: int) -> bool:
+        return self.index.rebound(self.site.filename, function, name, origin, site)
+
+
+def _relocated(fr: Frame, sources: Optional[SourceCache]) -> Optional[Frame]:
+    """``fr`` at its line in the local file now (itself when unchanged), or None when the
+    file cannot be read or no longer has that line (:meth:`SourceCache.locate`)."""
+    if sources is None:
+        return None
+    line = sources.locate(fr)
+    if line is None:
+        return None
+    return fr if line == fr.lineno else dataclasses.replace(fr, lineno=line)
+
+
+def _after(names: "Names") -> str:
+    """Where code goes that must run after the line ``names`` is at: ``right after line N``,
+    after the statement's last line when it spans several, or right before it when nothing
+    after it runs (``return``, ``raise``; ``yield``: maybe never resumed). ``record_stream``
+    may come before the use it declares: it only has to be called before the free."""
+    site = names.site
+    if site is None:
+        return "right after line ?"
+    stmt = None
+    if names.scope is not None and names.index is not None:
+        stmt = names.index.statement_at(site.filename, site.lineno)
+        if ends_here(stmt):
+            what = _ENDS.get(type(stmt), "yields")
+            return f"right before line {stmt.lineno} (it {what}, so a line after it would not run)"
+        if stmt is not None and (stmt.end_lineno or stmt.lineno) > site.lineno:
+            return f"right after line {stmt.end_lineno} (where the statement at line {site.lineno} ends)"
+        return f"right after line {site.lineno}"
+    text = names.sources.frame_line(names.recorded) if names.sources is not None and names.recorded else None
+    m = _ENDING.match(text or "")
+    if m:  # unchecked source, but the recorded line says it
+        return f"right before line {site.lineno} (it {m.group(1)}s, so a line after it would not run)"
+    return f"right after line {site.lineno}"
+
+
+_ENDS = {ast.Return: "returns", ast.Raise: "raises"}
+_ENDING = re.compile(r"(?:\w+\s*=\s*)?(return|raise|yield)\b")
+
+
+def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """A concrete suggestion naming the line to change; the first line is the summary.
+
+    The code uses the stream API of the trace's backend (``torch.cuda``, ``torch.npu``
+    that torch_npu registers, or ``npusan.sim``) under the name the program imports it as,
+    and relies on one fact: right before or after an access's line, the current stream is
+    the stream that access ran on. See :class:`Names` for how streams and tensors are named.
+    """
+    later, earlier = f.access, f.previous
+    at_later = user_site(later.stack)
+    at_earlier = user_site(earlier.stack)
+
+    if f.kind is Kind.DATA_RACE and is_comm(earlier.stream):
+        # The program synchronizes with a process group through its Work, not its stream.
+        if earlier.op.endswith(_SYNC_SUFFIX):
+            coll = earlier.op[: -len(_SYNC_SUFFIX)]
+            mod = Names(header, sources, at_later).module()
+            return [
+                f"make the {later.type} at {frame_label(at_later)} wait for the {coll} at "
+                f"{frame_label(at_earlier)}: it ran with async_op=False, so torch waited for it on the "
+                f"stream that was current at line {_line(at_earlier)}; right before line {_line(at_later)} add",
+                f"    {mod}.current_stream().wait_stream(<s>)",
+                f"where <s> is the stream that was current at line {_line(at_earlier)} "
+                f"(the one a `with {mod}.stream(...):` around it made current)",
+            ]
+        work = assigned_name(at_earlier, sources) or "<work>"
+        return [
+            f"wait for the {earlier.op} launched at {frame_label(at_earlier)} before the {later.type} "
+            f"at {frame_label(at_later)}; right before line {_line(at_later)} add",
+            f"    {work}.wait()",
+            f"where {work} is what {earlier.op}(..., async_op=True) at line {_line(at_earlier)} returned "
+            "(a functional collective: wait_tensor(result), or use the result, which waits)",
+        ]
+    if f.kind is Kind.DATA_RACE:
+        here = wait_site(f, header, sources)
+        mod = here.module()
+        lines = [
+            f"make the {later.type} at {frame_label(at_later)} wait for the {earlier.type} "
+            f"at {frame_label(at_earlier)}; right before {_before(here, at_later)} add",
+            f"    {mod}.current_stream().wait_stream({here.stream(earlier.stream)})",
+        ]
+        there = Names(header, sources, at_earlier)
+        if here.recorded is at_later and _same_function(here, there):
+            event = here.event()
+            lines.append(
+                f"or, with an event: after line {_line(there.site)} add "
+                f"`{event} = {mod}.current_stream().record_event()`, and before line "
+                f"{_line(here.site)} add `{mod}.current_stream().wait_event({event})`"
+            )
+        return lines + here.notes
+
+    if is_comm(earlier.stream):
+        return [
+            f"wait for the {earlier.op} launched at {frame_label(at_earlier)} before its tensor is "
+            f"freed: call `<work>.wait()` (<work>: what {earlier.op}(..., async_op=True) returned) "
+            f"before the free at {frame_label(at_later)}",
+        ]
+    use = Names(header, sources, at_earlier)
+    mod = use.module()
+    if f.kind is Kind.MISSING_RECORD_STREAM:
+        what = f"the {human_size(f.block.size)} tensor {allocation_site(f)}"
+        var = use.tensor(f.block.stack)
+    else:  # the block describes the new allocation; the tensor is the old one
+        what = f"the tensor used at {frame_label(at_earlier)}, freed before the reuse"
+        var = use.tensor(())
+    using = use.named_stream(earlier.stream)
+    where = _after(use)
+    if using is None:  # the stream has no name here: the current one, which it is only in its block
+        using = f"{mod}.current_stream()"
+        block = use.stream_block()
+        where += (f", inside the `{block}` block (after it, the current stream is another one)" if block else
+                  f", while {stream_short(earlier.stream, header)} is the current stream (as at line {_line(use.site)})")
+    lines = [
+        f"tell the allocator about the use at {frame_label(at_earlier)}; {where} add",
+        f"    {var}.record_stream({using})    # {var}: {what}",
+    ]
+    if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f):
+        free, where = free_site(f, header, sources, (f.block.stream, earlier.stream))
+        lines.append(
+            f"or, {where}, make the allocating stream wait "
+            f"for the use: `{free.stream(f.block.stream)}.wait_stream({free.stream(earlier.stream)})`"
+        )
+        return lines + use.notes + [n for n in free.notes if n not in use.notes]
+    before = f"{var} is freed" if f.kind is Kind.MISSING_RECORD_STREAM else "the old tensor is freed"
+    lines.append(
+        f"or, before {before}, make the allocating stream wait for the use: "
+        f"`{use.stream(f.block.stream)}.wait_stream({use.stream(earlier.stream)})`"
+        + (f" (the memory was reused by {later.op} at {frame_label(at_later)})"
+           if f.kind is Kind.REUSE_RACE else "")
+    )
+    return lines + use.notes
+
+
+def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """The one wait that fixes a root cause whose earliest finding is ``f``.
+
+    Before a kernel, the current stream is the waiting stream; before a free it need not
+    be, so the allocating stream is named explicitly. A process group's stream is waited
+    through its Work: that fix is the finding's own.
+    """
+    if is_comm(f.previous.stream):
+        return fix(f, header, sources)
+    if f.access.seq:
+        here = wait_site(f, header, sources)
+        first = "the first access that needs it" if here.recorded is user_site(f.access.stack) else (
+            f"the call that leads to the first access that needs it, at {frame_label(user_site(f.access.stack))}")
+        return [
+            f"make {stream_short(f.access.stream, header)} wait for "
+            f"{stream_short(f.previous.stream, header)} once; right before line {_line(here.site)} of "
+            f"{_file(here.site)} ({first}) add",
+            f"    {here.module()}.current_stream().wait_stream({here.stream(f.previous.stream)})",
+        ] + here.notes
+    here, where = free_site(f, header, sources, (f.access.stream, f.previous.stream))
+    return [
+        f"make {stream_short(f.access.stream, header)} wait for "
+        f"{stream_short(f.previous.stream, header)} once; {where} add",
+        f"    {here.stream(f.access.stream)}.wait_stream({here.stream(f.previous.stream)})",
+    ] + here.notes
+
+
+def free_site(f: Finding, header: dict, sources: Optional[SourceCache], streams) -> tuple:
+    """Where a wait before ``f``'s free goes, with the names there, and those words.
+
+    Before the free's line, unless the free is of a function's local variables, made when
+    it returned to that line: the free's innermost user frame is the call line and the
+    use's stack goes on into that call (``stage(side, outs)`` in ``main()``, which used
+    ``tmp`` and freed it by returning; or ``main()`` at module level). Right before the
+    call line, the use has not happened yet, so the wait goes at the end of the called
+    function, under its names (placeholders when its source cannot be read). When that
+    function is a library's, right after the call line: the earliest line the program
+    can change (npusan still reports that free, which came first, but nothing else runs
+    on the allocating stream before the wait).
+    """
+    site = user_site(f.access.stack)
+    label = f"before the free at {frame_label(site)}"
+    free, use = list(f.access.stack), list(f.previous.stack)
+    if not (len(use) > len(free) and use[: len(free)] == free and free and free[-1] is site):
+        return Names(header, sources, site), label
+    callee = use[len(free)]  # the frame of the function called at the free's line
+    if internal_category(callee) is None:
+        return Names(header, sources, callee), (
+            f"before {callee.function}() returns (the free at {frame_label(site)} is of its "
+            f"local variables: at the end of it, and before each of its returns)")
+    return Names(header, sources, site), (
+        f"right after line {_line(site)} of {_file(site)} (the free is of the local variables of "
+        f"{callee.function}(), called there, when it returns: before that line, the use has not happened yet; "
+        "npusan still reports the free, but nothing else runs on the allocating stream before the wait)")
+
+
+def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> Names:
+    """Where a wait before ``f``'s later access goes, with the names there.
+
+    Right before the later access's line, unless the stream to wait for has no name
+    there: then before an enclosing call on the later access's stack where it has one
+    (``copy`` in ``main()``, which calls ``step()``, which reads). Only calls the earlier
+    access did not happen inside qualify, so the wait still comes after it.
+    """
+    later, earlier = list(f.access.stack), list(f.previous.stack)
+    innermost = user_site(later)
+    shared = 0
+    while shared < min(len(later), len(earlier)) and later[shared] == earlier[shared]:
+        shared += 1
+    first = Names(header, sources, innermost)
+    first.stream(f.previous.stream)
+    if not first.placeholders or first.scope is None:
+        return Names(header, sources, innermost)
+    for fr in reversed(later[shared:]):
+        if fr is innermost or internal_category(fr) is not None:
+            continue
+        names = Names(header, sources, fr)
+        names.stream(f.previous.stream)
+        if names.scope is not None and not names.placeholders:
+            return Names(header, sources, fr)
+    return Names(header, sources, innermost)
+
+
+def _before(here: Names, access: Optional[Frame]) -> str:
+    if here.recorded is access or here.site is None:
+        return f"line {_line(here.site if here.site is not None else access)}"
+    return f"line {here.site.lineno} of {_file(here.site)} (the call that leads to it)"
+
+
+def _same_function(a: Names, b: Names) -> bool:
+    """Whether both lines run in one function (so one local variable can carry an event)."""
+    if a.site is None or b.site is None or a.site.filename != b.site.filename:
+        return False
+    if a.scope is not None and b.scope is not None:
+        return a.scope.function == b.scope.function
+    return a.site.function == b.site.function  # unchecked: the event is a <placeholder>
+
+
+def _file(fr: Optional[Frame]) -> str:
+    return display_path(fr.filename) if fr is not None else "an unknown file"
+
+
+def _line(fr: Optional[Frame]) -> str:
+    return str(fr.lineno) if fr is not None else "?"
+
+
+def root_cause_title(rc, header: dict) -> str:
+    """"the default stream (cuda:0) does not wait for stream #1 (cuda:0), created at x.py:3"."""
+    f = rc.anchor
+    n = len(rc.groups)
+    kinds = ", ".join(count(c, KIND_TITLES[Kind(k)], KIND_PLURALS[Kind(k)]) for k, c in rc.kinds().items())
+    return (
+        f"{stream_short(f.access.stream, header)} does not wait for "
+        f"{'the ' if f.previous.stream is not None and f.previous.stream.is_default else ''}"
+        f"{stream_name(f.previous.stream, header)}"
+        f": one missing synchronization, {count(n, 'finding')} ({kinds}; "
+        f"{count(rc.occurrences, 'occurrence')})"
+    )
+
+
+def root_cause_fix(rc, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """The one fix of a root cause: the wait for several findings, a finding's own fix for one."""
+    if len(rc.groups) == 1:
+        return fix(rc.anchor, header, sources)
+    return wait_fix(rc.anchor, header, sources)
+
+
+def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optional[Frame]:
+    """The line :func:`root_cause_fix` tells the user to change (its first code line)."""
+    f = rc.anchor
+    if len(rc.groups) == 1 and f.kind is not Kind.DATA_RACE:
+        return user_site(f.previous.stack)  # record_stream right after the use
+    if f.access.seq:
+        return wait_site(f, header, sources).recorded
+    return user_site(f.access.stack)
+
+
+def tensors(rc, sources: Optional[SourceCache] = None) -> list[dict]:
+    """The memory a root cause's findings touch: one entry per allocation site and size.
+
+    ``{"name": variable or None, "size": bytes or None, "allocated_at": Frame or None,
+    "findings": n}``, in the order the findings come.
+    """
+    out: dict = {}
+    for g in rc.groups:
+        counted = set()
+        for f in g.findings:  # one per tensor (allocation site) the group's code touches
+            b = f.block
+            site = user_site(b.stack)
+            key = (site, b.size)
+            if key not in out:
+                out[key] = {"name": assigned_name(site, sources), "size": b.size, "allocated_at": site, "findings": 0}
+            if key not in counted:
+                counted.add(key)
+                out[key]["findings"] += 1
+    return list(out.values())
+
+
+def tensor_label(t: dict) -> str:
+    """"out (256 B, allocated at x.py:16)" or "1.0 KiB allocated at x.py:9 (2 findings)"."""
+    where = f"allocated at {frame_label(t['allocated_at'])}" if t["allocated_at"] else "allocated before recording"
+    size = human_size(t["size"])
+    text = f"{t['name']} ({size}, {where})" if t["name"] else f"{size} {where}"
+    return text + (f" ({t['findings']} findings)" if t["findings"] > 1 else "")
+
+
+def compact_line(f: Finding) -> str:
+    """A finding in one line under its root cause (whose title already names the streams)."""
+    site, earlier = user_site(f.access.stack), user_site(f.previous.stack)
+    loc = frame_label(site) if site is not None else f.access.op
+    size = human_size(f.block.size)
+    if f.kind is Kind.DATA_RACE:
+        what = (f"{f.access.type} by {f.access.op} of the {size} tensor {allocation_site(f)}; "
+                f"earlier {f.previous.type} by {f.previous.op} at {frame_label(earlier)}")
+    elif f.kind is Kind.MISSING_RECORD_STREAM:
+        what = f"the {size} tensor {allocation_site(f)} freed; used by {f.previous.op} at {frame_label(earlier)}"
+    else:
+        what = f"{size} block re-allocated and touched by {f.access.op}; old use by {f.previous.op} at {frame_label(earlier)}"
+    return f"{loc}: {f.kind.value}: {what}"
+
+
+def count(n: int, word: str, plural: Optional[str] = None) -> str:
+    """"1 kernel", "2 kernels"."""
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
+def short_line(f: Finding, header: dict) -> str:
+    """One compiler-style line: ``file:line: kind: summary``."""
+    site = user_site(f.access.stack)
+    loc = frame_label(site) if site is not None else f.access.op
+    earlier = user_site(f.previous.stack)
+    tail = f"; earlier {f.previous.type} at {frame_label(earlier)}" if earlier is not None else ""
+    return f"{loc}: {f.kind.value}: {title(f, header)}{tail}"

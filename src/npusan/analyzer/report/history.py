@@ -1,0 +1,179 @@
+"""What ``npusan history DB`` prints: runs, and each fingerprint across them (text, JSON, HTML).
+
+The HTML page is self-contained (inline CSS and SVG, no script, no network) so a CI job can
+publish it as an artifact; every string in it comes from traces and is escaped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import re
+
+from ..findings.model import Kind
+from ..runs.history import History
+
+HISTORY_VERSION = 1
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: Colors of the chart's lines, one per kind (in Kind order).
+_COLORS = ("#c0392b", "#2471a3", "#b9770e")
+
+
+def history_doc(history: History) -> dict:
+    """The JSON document: ``runs`` and ``fingerprints`` (first/last run, occurrences per run)."""
+    runs = history.runs()
+    label = {r.id: r.label for r in runs}
+    return {
+        "history_version": HISTORY_VERSION,
+        "database": history.path,
+        "runs": [
+            {
+                "label": r.label,
+                "created": _when(r.created),
+                "traces": r.traces,
+                "unreadable": r.errors,
+                "findings": sum(r.by_kind.values()),
+                "unchecked": r.unchecked,
+                "by_kind": {k.value: r.by_kind.get(k.value, 0) for k in Kind},
+            }
+            for r in runs
+        ],
+        "fingerprints": [
+            {
+                "fingerprint": t.fingerprint,
+                "kind": t.kind,
+                "title": t.title,
+                "first_run": label[min(t.counts)],
+                "last_run": label[max(t.counts)],
+                "occurrences": [{"run": label[rid], "count": n} for rid, n in sorted(t.counts.items())],
+            }
+            for t in history.tracks()
+        ],
+    }
+
+
+def _when(created: float) -> str:
+    return datetime.datetime.fromtimestamp(created, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _clean(text) -> str:
+    return _CONTROL.sub("\ufffd", str(text))
+
+
+def render_json(history: History) -> str:
+    return json.dumps(history_doc(history), indent=2, ensure_ascii=False) + "\n"
+
+
+def render_text(history: History) -> str:
+    doc = history_doc(history)
+    kinds = [k.value for k in Kind]
+    out = [f"history {_clean(doc['database'])}: {len(doc['runs'])} runs, {len(doc['fingerprints'])} distinct findings", ""]
+    head = ["run", "created", "traces", "unreadable", *kinds, "unchecked"]
+    rows = [[_clean(r["label"]), r["created"], str(r["traces"]), str(r["unreadable"]),
+             *(str(r["by_kind"][k]) for k in kinds), str(r["unchecked"])] for r in doc["runs"]]
+    out += _table(head, rows)
+    if doc["fingerprints"]:
+        out.append("")
+        head = ["fingerprint", "kind", "first run", "last run", "runs seen", "title"]
+        rows = [[f["fingerprint"][:16], f["kind"], _clean(f["first_run"]), _clean(f["last_run"]),
+                 str(len(f["occurrences"])), _clean(f["title"])] for f in doc["fingerprints"]]
+        out += _table(head, rows)
+    return "\n".join(out) + "\n"
+
+
+def _table(head: list, rows: list) -> list:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head, *rows]]
+
+
+def render_html(history: History) -> str:
+    doc = history_doc(history)
+    e = lambda v: html.escape(_clean(v), quote=True)  # noqa: E731
+    kinds = [k.value for k in Kind]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>npusan history {e(doc['database'])}</title>",
+        "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f4f4f4}"
+        "code{font-size:90%}.legend span{margin-right:1.5em}</style>",
+        "</head><body>",
+        f"<h1>npusan history</h1><p>{e(doc['database'])}: {len(doc['runs'])} runs, "
+        f"{len(doc['fingerprints'])} distinct findings</p>",
+        "<h2>Findings per kind across runs</h2>",
+        _chart(doc, kinds),
+        '<p class="legend">' + "".join(
+            f'<span style="color:{c}">&#9632; {e(k)}</span>' for k, c in zip(kinds, _COLORS)
+        ) + "</p>",
+        "<h2>Runs</h2><table><tr><th>run</th><th>created</th><th>traces</th><th>unreadable</th>"
+        + "".join(f"<th>{e(k)}</th>" for k in kinds) + "</tr>",
+    ]
+    for r in doc["runs"]:
+        parts.append(
+            f"<tr><td>{e(r['label'])}</td><td>{e(r['created'])}</td><td>{r['traces']}</td><td>{r['unreadable']}</td>"
+            + "".join(f"<td>{r['by_kind'][k]}</td>" for k in kinds) + "</tr>"
+        )
+    parts.append("</table><h2>Findings</h2><table><tr><th>fingerprint</th><th>kind</th><th>title</th>"
+                 "<th>first run</th><th>last run</th><th>occurrences per run</th></tr>")
+    for f in doc["fingerprints"]:
+        occ = ", ".join(f"{e(o['run'])}: {o['count']}" for o in f["occurrences"])
+        parts.append(
+            f"<tr><td><code>{e(f['fingerprint'][:16])}</code></td><td>{e(f['kind'])}</td><td>{e(f['title'])}</td>"
+            f"<td>{e(f['first_run'])}</td><td>{e(f['last_run'])}</td><td>{occ}</td></tr>"
+        )
+    parts.append("</table></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def y_ticks(highest: int, most: int = 6) -> list:
+    """Integer y-axis ticks from 0 covering ``highest``: steps of 1, 2 or 5 times a power of
+    ten, at most ``most`` ticks (``[0, 1]`` for an empty chart)."""
+    highest = max(1, int(highest))
+    step = 1
+    while True:
+        for m in (1, 2, 5):
+            s = step * m
+            if -(-highest // s) + 1 <= most:
+                return list(range(0, -(-highest // s) * s + 1, s))
+        step *= 10
+
+
+def _chart(doc: dict, kinds: list) -> str:
+    """An inline SVG line chart: distinct findings of each kind per run."""
+    runs = doc["runs"]
+    width, height, pad = 640, 240, 40
+    ticks = y_ticks(max([0] + [r["by_kind"][k] for r in runs for k in kinds]))
+    top = ticks[-1]
+    n = max(1, len(runs) - 1)
+
+    def x(i: int) -> float:
+        return pad + (width - 2 * pad) * (i / n if len(runs) > 1 else 0.5)
+
+    def y(v: int) -> float:
+        return height - pad - (height - 2 * pad) * v / top
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+           f'aria-label="findings per kind across runs">',
+           f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#888"/>',
+           f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#888"/>']
+    for v in ticks:
+        if v:
+            out.append(f'<line class="grid" x1="{pad}" y1="{y(v):.1f}" x2="{width - pad}" y2="{y(v):.1f}" stroke="#eee"/>')
+        out.append(f'<line x1="{pad - 4}" y1="{y(v):.1f}" x2="{pad}" y2="{y(v):.1f}" stroke="#888"/>')
+        out.append(f'<text class="ytick" x="{pad - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{v}</text>')
+    for i, r in enumerate(runs):
+        out.append(f'<text x="{x(i):.1f}" y="{height - pad + 16}" text-anchor="middle" font-size="11">'
+                   f"{html.escape(_clean(r['label'])[:24])}</text>")
+    for k, color in zip(kinds, _COLORS):
+        pts = " ".join(f"{x(i):.1f},{y(r['by_kind'][k]):.1f}" for i, r in enumerate(runs))
+        if pts:
+            out.append(f'<polyline class="kind" data-kind="{k}" fill="none" stroke="{color}" stroke-width="2" points="{pts}"/>')
+            for i, r in enumerate(runs):
+                out.append(f'<circle cx="{x(i):.1f}" cy="{y(r["by_kind"][k]):.1f}" r="3" fill="{color}">'
+                           f"<title>{html.escape(k)}: {r['by_kind'][k]}</title></circle>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+RENDERERS = {"text": render_text, "json": render_json, "html": render_html}

@@ -1,0 +1,226 @@
+"""SARIF 2.1.0 for code-scanning dashboards (GitHub, GitLab, Azure DevOps).
+
+One rule per finding kind; the later access is the primary location, the earlier access
+and the allocation are related locations, and ``partialFingerprints`` come from code
+locations only (``Finding.fingerprint()``), so a bug keeps its identity across runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import PureWindowsPath
+from typing import Optional
+from urllib.parse import quote
+
+from ... import __version__
+from ..findings.model import Frame, Kind
+from ..findings.grouping import Group
+from .sources import SourceCache, paths_shown_as, user_site
+from . import describe as D
+from .base import Report, Reporter, ReportOptions, register
+from .json_report import dump_json
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+FINGERPRINT_KEY = "npusanFingerprint/v1"
+RULES = list(Kind)
+
+
+#: The ``uriBaseId`` of files under the source root (``--source-root``, or the detected one).
+SRCROOT = "SRCROOT"
+
+
+@functools.lru_cache(maxsize=8192)
+def artifact_uri(filename: str) -> str:
+    """A URI reference for a file name (relative names stay relative)."""
+    name = filename.replace("\\", "/")
+    if PureWindowsPath(filename).drive:
+        return "file:///" + quote(name, safe="/:")
+    if name.startswith("/"):
+        return "file://" + quote(name, safe="/")
+    return quote(name, safe="/")
+
+
+def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
+    """``filename`` relative to ``root`` ('/'-separated), or None if it is not under it.
+
+    Relative names are taken as relative to the root already (how stacks name files of the
+    program's own folder, and how a checkout names them).
+    """
+    if not filename or filename.startswith("<"):
+        return None
+    if not (os.path.isabs(filename) or PureWindowsPath(filename).drive):
+        name = filename.replace("\\", "/")
+        return None if name.startswith("../") or "/../" in name else name
+    if root is None:
+        return None
+    base = root.rstrip("/\\")
+    if filename.startswith(base + os.sep) or filename.startswith(base + "/"):
+        return filename[len(base) + 1:].replace("\\", "/")
+    return None
+
+
+def ci_path(filename: str, root: Optional[str]) -> str:
+    """A file as CI reports (SARIF and JUnit) name it: relative to the source root when under
+    it, else as the trace names it (absolute for files outside the root)."""
+    rel = relative_to_root(filename, root)
+    return rel if rel is not None else filename
+
+
+def artifact_location(filename: str, root: Optional[str]) -> dict:
+    """``{"uri", "uriBaseId"}`` relative to the source root when the file is under it (code
+    scanning places such results on the checkout), else an absolute ``file://`` URI."""
+    rel = relative_to_root(filename, root)
+    if rel is not None:
+        return {"uri": quote(rel, safe="/"), "uriBaseId": SRCROOT}
+    return {"uri": artifact_uri(filename)}
+
+
+def root_uri(root: str) -> str:
+    """``file:///abs/root/`` (SARIF wants the trailing slash on a base URI)."""
+    return artifact_uri(os.path.abspath(root)).rstrip("/") + "/"
+
+
+def physical_location(fr: Optional[Frame], root: Optional[str] = None) -> Optional[dict]:
+    if fr is None or not fr.filename:
+        return None
+    loc: dict = {"artifactLocation": artifact_location(fr.filename, root)}
+    if isinstance(fr.lineno, int) and fr.lineno >= 1:
+        loc["region"] = {"startLine": fr.lineno}
+    return loc
+
+
+def location(fr: Optional[Frame], message: str, id_: Optional[int] = None, logical: str = "",
+             root: Optional[str] = None) -> dict:
+    out: dict = {}
+    if id_ is not None:
+        out["id"] = id_
+    phys = physical_location(fr, root)
+    if phys is not None:
+        out["physicalLocation"] = phys
+    elif logical:
+        out["logicalLocations"] = [{"name": logical}]
+    out["message"] = {"text": message}
+    return out
+
+
+def sarif_stack(stack, message: str, root: Optional[str] = None) -> dict:
+    """A SARIF stack: frames innermost first (SARIF's order; the trace stores outermost first)."""
+    frames = []
+    for fr in reversed(stack):
+        frames.append({"location": location(fr, fr.function, root=root)})
+    return {"message": {"text": message}, "frames": frames}
+
+
+def rule(kind: Kind) -> dict:
+    return {
+        "id": kind.value,
+        "name": "".join(w.capitalize() for w in kind.value.split("-")),
+        "shortDescription": {"text": D.KIND_TITLES[kind]},
+        "fullDescription": {"text": D.KIND_HELP[kind]},
+        "help": {"text": D.KIND_HELP[kind]},
+        "defaultConfiguration": {"level": "error"},
+    }
+
+
+def result(report: Report, g: Group, sources: Optional[SourceCache] = None, root: Optional[str] = None) -> dict:
+    f = g.finding
+    header = report.header(f.trace)
+    later_label = "free" if f.kind is Kind.MISSING_RECORD_STREAM else f"{f.access.type} by {f.access.op}"
+    later = f"{later_label} on {D.stream_name(f.access.stream, header)}"
+    earlier = f"{f.previous.type} by {f.previous.op} on {D.stream_name(f.previous.stream, header)}"
+    alloc = f"allocation of the {D.human_size(f.block.size)} block"
+    if f.block.stream is not None:
+        alloc += f" on {D.stream_name(f.block.stream, header)}"
+    fix = D.fix(f, header, sources)
+    text = f"{D.title(f, header)}. {later[0].upper() + later[1:]}; earlier: {earlier}. Fix: " + " ".join(
+        line.strip() for line in fix
+    )
+    note = D.merged_ranges_note(g)
+    if note is not None:
+        text += f" Note: {note}."
+    related = [location(user_site(f.previous.stack), "earlier access: " + earlier, 1, f.previous.op, root)]
+    site = user_site(f.block.stack)
+    if site is not None or f.block.stream is not None:
+        related.append(location(site, alloc, 2, "allocation", root))
+    stacks = [sarif_stack(f.access.stack, "later access: " + later, root)]
+    if f.previous.stack:
+        stacks.append(sarif_stack(f.previous.stack, "earlier access: " + earlier, root))
+    if f.block.stack:
+        stacks.append(sarif_stack(f.block.stack, alloc, root))
+    out = {
+        "ruleId": f.kind.value,
+        "ruleIndex": RULES.index(f.kind),
+        "level": "error",
+        "message": {"text": text},
+        "locations": [location(user_site(f.access.stack), later, logical=f.access.op, root=root)],
+        "relatedLocations": related,
+        "stacks": stacks,
+        "partialFingerprints": {FINGERPRINT_KEY: g.fingerprint},
+        "properties": {
+            "count": g.count,
+            "traces": [report.trace_path(t) for t in g.traces],
+            "laterStream": D.stream_name(f.access.stream, header),
+            "earlierStream": D.stream_name(f.previous.stream, header),
+            "rootCause": report.cause_of(g).number,
+        },
+    }
+    if g.status is not None:  # compared with --history / --baseline
+        out["baselineState"] = "new" if g.status == "new" else "unchanged"
+    return out
+
+
+def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optional[str] = None) -> dict:
+    """The SARIF log; file locations are relative to ``root`` (``uriBaseId`` SRCROOT) when under it,
+    and the messages name files the same way."""
+    with paths_shown_as(lambda filename: ci_path(filename, root)):
+        results = [result(report, g, sources, root) for g in report.groups]
+    run = {
+        "tool": {
+            "driver": {
+                "name": "npusan",
+                "version": __version__,
+                "rules": [rule(k) for k in RULES],
+            }
+        },
+        "invocations": [
+            {
+                # False when a trace (or an argument) could not be analyzed: the run is incomplete.
+                "executionSuccessful": not report.errors,
+                "toolExecutionNotifications": [
+                    {"level": "error", "message": {"text": f"{where}: could not be analyzed: {why}"}}
+                    for where, why in report.errors
+                ] + [
+                    {"level": "warning", "message": {"text": f"{t.path}: {w}"}}
+                    for t in report.traces
+                    for w in t.warnings
+                ],
+            }
+        ],
+        "artifacts": [
+            {"location": {"uri": artifact_uri(str(t.path))}, "roles": ["analysisTarget"]}
+            for t in report.traces
+        ],
+        "results": results,
+        "properties": {
+            "suppressed": len(report.suppressed),
+            "truncatedTraces": [str(t.path) for t in report.traces if t.truncated],
+        },
+    }
+    if root is not None:
+        run["originalUriBaseIds"] = {SRCROOT: {"uri": root_uri(root)}}
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+@register
+class SarifReporter(Reporter):
+    name = "sarif"
+    extension = ".sarif"
+
+    def render(self, report: Report, options: ReportOptions) -> str:
+        doc = sarif_doc(report, options.source_cache(), options.source_root)
+        return dump_json(doc, len(report.groups))
+
+
+__all__ = ["SarifReporter", "sarif_doc", "artifact_uri", "artifact_location", "ci_path", "relative_to_root",
+           "FINGERPRINT_KEY"]
