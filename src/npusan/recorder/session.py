@@ -46,7 +46,7 @@ from ..trace_format.encoder import RecordEncoder
 from ..trace_format.records import KERNEL as _KERNEL
 from . import kernelpack, signals, status
 from .backends import Backend, select_backend
-from .errors import RaceError, format_finding
+from .errors import RaceError
 from .stacks import DEFAULT_DEPTH, StackCapture
 
 #: Live, there is no --full-stacks to pass: the folded frames are in a recorded trace.
@@ -202,12 +202,11 @@ class Recorder:
                     self._put = sink.put  # the dispatch mode's kernels: kernel_now
                     self._drain_spec = self._compiled_drain_spec(sink)
             if self.online is not None:
-                from ..analyzer.replay.native import make_engine
+                from ..analyzer.replay import online
                 from ..trace_format.header import build_header
-                from ..trace_format.symbols import SymbolTable
 
                 hdr = self.writer.header if self.writer else build_header(be.name, self.metadata, header)
-                self.engine = make_engine(SymbolTable(), header=hdr, on_finding=self._on_finding)
+                self.engine = online.make_engine(hdr, self._on_finding)
                 sinks.append(self.engine.feed)
             if self.enc is None:
                 self.enc = RecordEncoder(sinks[0])
@@ -749,22 +748,12 @@ class Recorder:
         return new
 
     def _number_streams(self, findings: list) -> None:
-        """Number the findings' streams as ``npusan analyze`` numbers them: from the stream
-        table (non-default streams per device, in the order the trace first named them), so
-        that "stream #2" is the same stream in every message of this run and in the report
-        of its trace. (A report built from one finding alone would count only the streams
-        that finding names.)"""
-        engine = self.engine
-        if engine is None or not findings:
+        """Number the findings' streams as the report of this run's trace would."""
+        if self.engine is None or not findings:
             return
-        import functools
+        from ..analyzer.replay import online
 
-        from ..analyzer.findings.model import number_streams, stream_numbers
-        from ..trace_format.header import is_default_stream
-
-        is_default = functools.partial(is_default_stream, engine.header)
-        number_streams(findings, stream_numbers(engine.symbols.streams, is_default), is_default,
-                       engine.symbols.stream_labels)
+        online.number_streams(self.engine, findings)
 
     def settle(self) -> list:
         """Online mode: process every queued event and return the findings not reported
@@ -775,9 +764,11 @@ class Recorder:
 
     def _report_findings(self, allow_raise: bool = True) -> None:
         """Raise (mode "raise") or warn about findings the engine reported since last time."""
+        from ..analyzer.replay import online
+
         for f in self._take_new_findings():
-            msg = format_finding(f, self.engine.header if self.engine is not None else None,
-                                 folded_hint=ONLINE_FOLDED_HINT)
+            msg = online.render_finding(f, self.engine.header if self.engine is not None else None,
+                                        folded_hint=ONLINE_FOLDED_HINT)
             if self.online == "raise" and allow_raise:
                 raise RaceError(msg, f)
             try:
