@@ -730,9 +730,6 @@ class Recorder:
     def _on_finding(self, finding) -> None:
         self._findings.append(finding)
 
-    def pending_findings(self) -> bool:
-        return bool(self._findings)
-
     def _take_new_findings(self) -> list:
         """The engine's findings since last time that were not reported yet (also kept in
         ``found``)."""
