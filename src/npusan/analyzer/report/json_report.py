@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from ... import __version__
+from ..._version import __version__
 from ...trace_format.safe_text import clean_tree
 from ..findings.model import AccessInfo, BlockInfo, StreamRef
 from ..findings.grouping import Group
