@@ -9,7 +9,10 @@ STAMP := $(VENV)/.npusan-installed
 
 .PHONY: example test bench docs clean
 
-$(STAMP): pyproject.toml setup.py src/npusan/analyzer/replay/_core.c
+CORE_SRC := $(filter-out %/_tables.h,$(wildcard src/npusan/analyzer/replay/csrc/*.[ch] src/npusan/analyzer/replay/csrc/*.py)) \
+	src/npusan/trace_format/records.py src/npusan/analyzer/replay/core_codes.py
+
+$(STAMP): pyproject.toml setup.py $(CORE_SRC)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH_PIN)" numpy

@@ -1,4 +1,4 @@
-"""The compiled replay core (``_core.c``) behind the interface of the Python engine.
+"""The compiled replay core (``csrc/_core.c``) behind the interface of the Python engine.
 
 :class:`NativeEngine` replays exactly what :class:`~npusan.analyzer.replay.engine.Engine` replays
 (the Python engine is the specification; ``tests/analyzer/replay/test_native_differential.py``
@@ -29,7 +29,7 @@ from ...trace_format import reader as _reader
 from ...trace_format.errors import TraceFormatError
 from ...trace_format.symbols import SymbolTable
 from . import engine as E
-from . import overlap, strided
+from . import core_codes, overlap, strided
 from .engine import Access, Engine, RecordError
 from ..findings.model import Finding, Kind
 
@@ -53,8 +53,20 @@ CHUNK = 1 << 18
 QUEUE_FROM = 8 << 20
 
 _NEED, _SLOW, _BAD, _ERROR = 0, 1, 2, 3
-(_E_STREAM_UNDEFINED, _E_TOO_MANY_STREAMS, _E_EVENT, _E_DEVICE, _E_BID_RANGE, _E_MALFORMED_BLOCK,
- _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED, _E_VIEWS, _E_STACK) = range(1, 12)
+#: The core's error codes as the built core exports them (core_codes.py defines them; the
+#: build writes them into the core); without the core, only so that the names exist.
+ERROR_CODES: dict = dict(_core.ERRORS) if _core is not None else core_codes.codes()
+_E_STREAM_UNDEFINED = ERROR_CODES["STREAM_UNDEFINED"]
+_E_TOO_MANY_STREAMS = ERROR_CODES["TOO_MANY_STREAMS"]
+_E_EVENT = ERROR_CODES["EVENT"]
+_E_DEVICE = ERROR_CODES["DEVICE"]
+_E_BID_RANGE = ERROR_CODES["BID_RANGE"]
+_E_MALFORMED_BLOCK = ERROR_CODES["MALFORMED_BLOCK"]
+_E_BLOCK_UNDEFINED = ERROR_CODES["BLOCK_UNDEFINED"]
+_E_ACCESS_SHAPE = ERROR_CODES["ACCESS_SHAPE"]
+_E_ACCESS_MALFORMED = ERROR_CODES["ACCESS_MALFORMED"]
+_E_VIEWS = ERROR_CODES["VIEWS"]
+_E_STACK = ERROR_CODES["STACK"]
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
