@@ -38,7 +38,7 @@ from .limits import (  # noqa: F401 - MAX_* re-exported: the reader's limits, by
 from .record_source import RecordSource
 from .safe_text import clean
 from .symbols import SymbolTable
-from .unfinished import over_limit
+from .tail import LOOK_AT, Tail, header_problem
 from .unfinished import problem as unfinished_problem
 
 _KNOWN = frozenset(R.MIN_LENGTH)
@@ -162,6 +162,9 @@ class TraceReader:
             max_ext_len=MAX_EXT_LEN,
             read_size=READ_SIZE,
         )
+        #: How the data ends: a cut, a killed writer's zeros, a trace still being written.
+        self.tail = Tail(self._file, self._base, self._origin, source, self._unpacker.read_bytes,
+                         self._zero_record_error)
         self._mark = (0, self.position)
 
     def _decode_header(self) -> tuple[Any, bytes]:
@@ -185,7 +188,7 @@ class TraceReader:
         while True:
             chunk = self._file.read(READ_SIZE)
             if not chunk:
-                problem = self._diagnose_tail(len(R.MAGIC))
+                problem = header_problem(self._file, self._base, len(R.MAGIC))
                 if problem is not None:
                     raise TraceFormatError(f"the trace header is corrupt: {problem}")
                 raise TraceFormatError("the trace ends inside its header: the recording was cut before it began")
@@ -277,7 +280,7 @@ class TraceReader:
                     yield rec
                     continue
                 self.records_read = n
-                if rec == 0 and rec.__class__ is int and self._zero_tail():
+                if rec == 0 and rec.__class__ is int and self.tail.zeros_to_end(self.position - 1):
                     self.records_read = n = n - 1
                     break
                 t = self._check(rec)
@@ -310,8 +313,8 @@ class TraceReader:
         same.
         """
         n = self.records_read
-        if offset is None or not self._rereadable():
-            offset = self._start_of(n + 1)
+        if offset is None or not self.tail.rereadable():
+            offset = self.tail.record_start(self._mark, n + 1)
         if isinstance(e, msgpack.exceptions.BufferFull):
             raise TraceFormatError(
                 f"{self._where(n + 1, offset)} is larger than the {_mib(MAX_RECORD_BYTES)} "
@@ -319,46 +322,37 @@ class TraceReader:
             ) from None
         raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)} ({_reason(e)})") from None
 
-    def _ran_out(self, offset: Optional[int] = None, tail: Optional[bytes] = None) -> None:
+    def _ran_out(self, offset: Optional[int] = None, rest: Optional[bytes] = None) -> None:
         """The data ended without an END record: a cut trace (warn) or a corrupt tail (raise).
 
-        A consumer reading raw bytes passes where the unfinished record starts and its bytes.
+        A consumer reading raw bytes passes where the unfinished record starts and its bytes
+        (``rest``); else the record unpacker's position says (see :class:`.tail.Tail`).
         """
         n = self.records_read
         self._done = True
+        tail = self.tail
         unfinished = b""  # the bytes of the record the data ends inside, where known
-        if tail is None:
-            offset = self._start_of(n + 1)
-            if self._zeros:
-                problem = None
-            elif self._rereadable():
-                unfinished = self._tail_bytes(offset) or b""
-                problem = unfinished_problem(unfinished) if unfinished else None
-            else:  # a pipe, a decompressed stream: the unfinished record's bytes as they were read
-                at, unfinished = self._source.unfinished()
-                problem = unfinished_problem(unfinished[: 1 << 20])
-                if offset is None and at is not None:
-                    offset = self._origin + at
-        elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
-            problem = None  # the space a killed mapped writer reserved (see _zero_tail)
+        if rest is None:
+            offset, unfinished, problem = tail.unfinished_record(tail.record_start(self._mark, n + 1))
+        elif rest and rest.count(0) == len(rest) and tail.zeros_to_end(offset, rest):
+            problem = None  # the space a killed mapped writer reserved
         else:
-            unfinished = tail
-            problem = unfinished_problem(tail[: 1 << 20])
-        zeros = self._source.end_zeros or 0  # held back at the end (see RecordSource)
-        if zeros and unfinished and problem is None and self._completed_by_zeros(unfinished, zeros, offset):
+            unfinished = rest
+            problem = unfinished_problem(rest[:LOOK_AT])
+        zeros = tail.held_zeros
+        if zeros and unfinished and problem is None and self._completed_by_zeros(unfinished, offset):
             return
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
-        if zeros and not self.still_written:
-            self.still_written = self._written_since(self._origin + self._source.out)
+        still_written = tail.grew_over_held_zeros()
         damaged = getattr(self._file, "problem", None)  # corrupt compressed data, not a cut
         if damaged is not None:
             raise TraceFormatError(
                 f"{damaged}, after {self.events} events: the trace is damaged (a crash only cuts a "
                 "compressed trace short; this is corruption)"
             )
-        if self.still_written:
+        if still_written:
             self._warn(
                 f"the trace is still being written (it grew while it was read): analyzed the {self.events} "
                 "events written so far"
@@ -368,7 +362,7 @@ class TraceReader:
         if zeros and unfinished:
             where = f"the record at byte offset {offset}" if offset is not None else "the last record"
             left_out = (f"; {where} runs into the zero bytes that fill the file from byte offset "
-                        f"{self._origin + self._source.out} on (pages its writer's machine may never have "
+                        f"{tail.zeros_from} on (pages its writer's machine may never have "
                         "written to disk) and was left out")
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
@@ -376,30 +370,22 @@ class TraceReader:
             f"analyzed up to the last complete record{left_out}"
         )
 
-    #: The most zero bytes looked through for the end of the record the data ends inside
-    #: (see _completed_by_zeros).
-    ZEROS_LOOKED_AT = 4096
-
-    def _completed_by_zeros(self, unfinished: bytes, zeros: int, offset: Optional[int]) -> bool:
-        """The record the data ends inside, completed by zeros held back at the end (see
-        RecordSource), if they complete it: an END record is read as the end it is (its
-        statistics' last value, a float say, may end in zero bytes), and True is returned;
-        a record no valid trace has raises the error it always did. Any other record may be
-        bytes its writer never wrote, read as zeros: it is left out (False), a cut record."""
-        up = msgpack.Unpacker(**UNPACK_LIMITS)
-        up.feed(unfinished[: MAX_RECORD_BYTES] + bytes(min(zeros, self.ZEROS_LOOKED_AT)))
-        try:
-            rec = up.unpack()
-        except Exception:  # noqa: BLE001 - not completed by them: a cut record
+    def _completed_by_zeros(self, unfinished: bytes, offset: Optional[int]) -> bool:
+        """Is the record the data ends inside an END record once the zeros held back at the
+        end complete it (:meth:`.tail.Tail.completed_by_zeros`)? Then it is read as the end
+        it is, and True is returned; a record no valid trace has raises the error it always
+        did; any other record is left out (False), a cut record."""
+        completed = self.tail.completed_by_zeros(unfinished)
+        if completed is None:
             return False
-        used = up.tell() - len(unfinished)  # (at least one: the record was unfinished without them)
+        rec, size, used = completed
         t = rec[0] if rec.__class__ is list and rec else None
         if t.__class__ is int and t >= 0 and t not in _KNOWN:
             return False  # a record of an unknown type: skipped either way, nothing to say
         n, last, consumed = self.records_read, self._last, self._consumed
         self.records_read, self._last, self._gen = n + 1, rec, None  # where() names it
         if offset is not None:
-            self._consumed = offset + up.tell()
+            self._consumed = offset + size
         t = self._check(rec)
         if t != R.END:
             self.records_read, self._last, self._consumed = n, last, consumed
@@ -408,19 +394,6 @@ class TraceReader:
         self._end(rec, zeros_used=used)
         self.end_record = rec
         return True
-
-    def _written_since(self, offset: int) -> bool:
-        """Is the byte at ``offset``, read as a zero, no longer zero? Then the writer wrote
-        there while the file was read: the trace is still being written."""
-        try:
-            here = self._file.tell()
-            self._file.seek(self._base + offset)
-            try:
-                return self._file.read(1) not in (b"", b"\0")
-            finally:
-                self._file.seek(here)
-        except (OSError, AttributeError, ValueError):
-            return False
 
     # -- direct reading (the replay fast path) ----------------------------------------
     #
@@ -458,7 +431,7 @@ class TraceReader:
         """
         self._dother += 1
         n = self.records_read = self._dbase + kernels + self._dother
-        if rec == 0 and rec.__class__ is int and self._zero_tail():
+        if rec == 0 and rec.__class__ is int and self.tail.zeros_to_end(self.position - 1):
             self._dother -= 1
             self.records_read = n - 1
             self._ran_out()
@@ -520,10 +493,6 @@ class TraceReader:
         return self._current_index() - self._definitions - sum(self._unknown.values())
 
     _definitions = 0
-    _zeros = False  # the data ended in the zero bytes a killed mapped writer leaves
-    #: The data ended where a mapped writer had not written yet, and it wrote there while the
-    #: trace was read: the trace is still being written (read up to there, with a warning).
-    still_written = False
     #: An END record read from the bytes before the zeros held back at the end and those
     #: zeros (see _completed_by_zeros): a consumer that copies records copies it too.
     end_record: Optional[list] = None
@@ -592,7 +561,7 @@ class TraceReader:
                 extra = b""
         self._refuse_untrusted()
         damaged = getattr(self._file, "problem", None)  # what follows the end record's frame is not valid
-        if not extra and (self._source.end_zeros or 0) > zeros_used:
+        if not extra and self.tail.held_zeros > zeros_used:
             extra = b"\0"  # zero bytes after it (held back: see RecordSource)
         if extra or damaged is not None:
             self._warn(f"the trace has data after its end record{f': {damaged}' if damaged else ''}; it was ignored")
@@ -619,131 +588,17 @@ class TraceReader:
         if self.on_warning is not None:
             self.on_warning(message)
 
-    def _start_of(self, k: int) -> Optional[int]:
-        """Byte offset where record ``k`` starts (error paths only: rescans from the mark).
+    def _zero_record_error(self, offset: int) -> str:
+        """The error for a zero byte where record ``records_read`` starts, at ``offset``,
+        that does not start a zero tail (as the record types check words it)."""
+        return f"{self._where(self.records_read, offset)} {_NOT_A_RECORD.format(_typename(0))}"
 
-        The unpacker's own offset is unreliable here, since it has consumed part of the
-        record it failed on. None if the source cannot seek back.
-        """
-        n0, off = self._mark
-        try:
-            self._file.seek(self._base + off)
-            up = msgpack.Unpacker(self._file, max_buffer_size=MAX_RECORD_BYTES, max_str_len=MAX_STR_LEN,
-                                  max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN,
-                                  max_ext_len=MAX_EXT_LEN, read_size=READ_SIZE)
-            for _ in range(k - 1 - n0):
-                up.skip()
-            return off + up.tell()
-        except Exception:  # unseekable, or the data changed under us: no exact offset
-            return None
-
-    def _zero_tail(self) -> bool:
-        """Whether the zero byte just read starts a zero tail (see :meth:`_zero_tail_from`)."""
-        return self._zero_tail_from(self.position - 1)
-
-    #: Bytes read at a time when a zero tail is checked by reading ahead (constant memory).
-    ZERO_TAIL_CHUNK = 1 << 16
-
-    def _zero_tail_from(self, offset: int, ahead: bytes = b"") -> bool:
-        """Whether the data from ``offset`` (where a record would start) to the end of the
-        file is all zero bytes.
-
-        A trace written through a mapping is grown ahead of its records; a process killed
-        before closing it leaves that space as zero bytes after its last record (a zero byte
-        is never the start of a record). Such a tail ends the data like a cut
-        (docs/trace-format.md, section 7).
-
-        ``ahead``: bytes just after the zero that a raw consumer already holds (the rest of
-        its buffer). A seekable file is read from ``offset`` and put back where it was.
-        Data that cannot seek back (a ``.zst``/``.gz`` trace, decompressed as a stream; a
-        pipe) is read ahead in chunks instead, in constant memory: both answers end the
-        reading (the cut, or the error for the zero record), so nothing read ahead is
-        needed again. There a non-zero byte raises the error at once, naming the record
-        as the record types check would (the read-ahead moved the position).
-        """
-        if ahead.count(0) != len(ahead):
-            return False
-        try:
-            here = self._file.tell()
-            self._file.seek(self._base + offset)
-        except (OSError, AttributeError, ValueError):
-            return self._zero_stream(offset)
-        try:
-            while True:
-                chunk = self._file.read(1 << 20)
-                if not chunk:
-                    self._zeros = True
-                    return True
-                if chunk.count(0) != len(chunk):
-                    # A writer fills its mapping in order: bytes after a zero record start can be
-                    # written only once that one is. If it is no longer zero, the trace is being
-                    # written while it is read; what was read so far stands.
-                    if self._written_since(offset):
-                        self._zeros = self.still_written = True
-                        return True
-                    return False
-        except (OSError, ValueError):
-            return False
-        finally:
-            try:
-                self._file.seek(here)
-            except (OSError, ValueError):  # pragma: no cover - it could seek a moment ago
-                pass
-
-    def _zero_stream(self, offset: int) -> bool:
-        """:meth:`_zero_tail_from` for data that cannot seek back: read the rest, chunk by chunk."""
-        where = self._where(self.records_read, offset)
-        self._source.raw = True  # no record boundaries to find in what is read ahead
-        read = self._unpacker.read_bytes
-        size = self.ZERO_TAIL_CHUNK
-        try:
-            while True:
-                chunk = read(size)
-                if not chunk:
-                    self._zeros = True
-                    return True
-                if chunk.count(0) != len(chunk):
-                    break
-        except (OSError, ValueError):
-            pass
-        raise TraceFormatError(f"{where} {_NOT_A_RECORD.format(_typename(0))}")
-
-    def _rereadable(self) -> bool:
-        """Can the input be read again from an offset (a file, not a pipe or a decompressed
-        stream)? Only then can a record's offset be found again (:meth:`_corrupt`)."""
-        try:
-            return bool(self._file.seekable())
-        except (AttributeError, ValueError, OSError):
-            return False
-
-    def _diagnose_tail(self, offset: Optional[int], record: bool = False) -> Optional[str]:
-        """Tell a cut record (``record``; else the header) from a corrupt one in the bytes
-        from ``offset`` on.
-
-        A record cut by a crash is a prefix of a valid record; a length field claiming more
-        than the limits (4 GB, say) makes the tail corrupt, not truncated, and so does a
-        record whose complete elements no valid record has (:func:`_unfinished_record`).
-        Only a bounded prefix of the tail is examined.
-        """
-        tail = self._tail_bytes(offset)
-        if not tail:
-            return None  # unseekable: cannot look back; treat as a cut
-        return unfinished_problem(tail) if record else over_limit(tail)
-
-    def _tail_bytes(self, offset: Optional[int]) -> Optional[bytes]:
-        """Up to 1 MiB of the file from ``offset`` on, up to the zeros held back at the end
-        of the data (see RecordSource); None where the file cannot be read again."""
-        if offset is None:
-            return None
-        limit = 1 << 20
-        source = getattr(self, "_source", None)
-        if source is not None and source.end_zeros:
-            limit = min(limit, self._origin + source.out - offset)
-        try:
-            self._file.seek(self._base + offset)
-            return self._file.read(limit) if limit > 0 else b""
-        except (OSError, AttributeError, ValueError):
-            return None
+    @property
+    def still_written(self) -> bool:
+        """The data ended where a mapped writer had not written yet, and it wrote there while
+        the trace was read: the trace is still being written (read up to there, with a warning)."""
+        tail = getattr(self, "tail", None)
+        return tail is not None and tail.still_written
 
     # -- closing ---------------------------------------------------------------------
 

@@ -438,7 +438,7 @@ class NativeEngine:
                 py += 1
                 pos += length
                 raw_sync(n + 1, start + pos, rec)
-                if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length, buf[pos:]):
+                if rec == 0 and rec.__class__ is int and reader.tail.zeros_to_end(start + pos - length, buf[pos:]):
                     py -= 1  # the zero is no record: the count stops before it
                     raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
                     reader._ran_out(start + pos - length, b"")
