@@ -1,13 +1,29 @@
 """Streaming trace reader: constant memory, any file size, untrusted input.
 
-:class:`TraceReader` checks the magic bytes and the header in its constructor, then
-:meth:`TraceReader.records` streams the records with one :class:`msgpack.Unpacker` whose
-buffer and length limits are bounded, so a corrupt length field cannot make it allocate
-gigabytes. Definitions (strings, frames, stacks, streams, blocks, threads) are absorbed
-into :attr:`TraceReader.symbols` before the first record that uses them is yielded.
-The analyzer's replay skips the generator (``direct_begin``/``direct_absorb``: it reads the
-unpacker itself and hands the reader every record that is not a kernel), with the same
-checks, counts and error messages.
+:class:`TraceReader` checks the magic bytes and the header in its constructor, then reads
+the records with one :class:`msgpack.Unpacker` whose buffer and length limits are bounded
+(:mod:`.limits`; :mod:`.record_source` bounds one record), so a corrupt length field cannot
+make it allocate gigabytes. Definitions (strings, frames, stacks, streams, blocks, threads)
+are absorbed into :attr:`TraceReader.symbols` before the first record that uses them is
+handed on. It reads in one of three modes, with the same checks, counts, warnings and
+error messages in each:
+
+* **records** (:meth:`TraceReader.records`): a generator of the records that are not
+  definitions; what ``npusan info``, export and the Python engine's online use read.
+* **direct** (``direct_begin``/``direct_absorb``/``direct_sync``/``direct_failed``/
+  ``direct_exhausted``): the Python engine iterates the unpacker itself and hands the reader
+  every record that is not a kernel.
+* **raw** (``read_raw``/``raw_sync``/``check_record``/``absorb_definition``/``raw_failed``/
+  ``raw_exhausted``/``raw_end``, with :attr:`TraceReader.tail`): the compiled replay core
+  parses the bytes itself and hands back, as msgpack objects, the records it does not
+  replay. The consumer keeps the reader's count and position current (``raw_sync``) before
+  each call that may warn or raise, so that the messages name the same record and offset;
+  a zero where a record would start is checked with ``tail.zeros_to_end`` (the zeros a
+  killed mapped writer leaves), and the end of the data is handed to ``raw_exhausted``.
+
+How the data ends (a cut, a killed writer's zeros, a trace still being written, a corrupt
+unfinished record) is decided by :mod:`.tail` and :mod:`.unfinished`
+(docs/trace-format.md, section 7); the reader words the warnings and errors.
 
 What the reader guarantees about yielded records: each is a list whose first element equals
 a known record type (an int: a float 17.0 is refused like any non-integer type, as the
@@ -283,10 +299,10 @@ class TraceReader:
                 if rec == 0 and rec.__class__ is int and self.tail.zeros_to_end(self.position - 1):
                     self.records_read = n = n - 1
                     break
-                t = self._check(rec)
+                t = self.check_record(rec)
                 self._mark = (n, self._origin + unpacker.tell())
                 if t in R.DEFINITIONS:
-                    self._define(rec)
+                    self.absorb_definition(rec)
                 elif t == R.END:
                     self._end(rec)
                     self._done = True
@@ -386,7 +402,7 @@ class TraceReader:
         self.records_read, self._last, self._gen = n + 1, rec, None  # where() names it
         if offset is not None:
             self._consumed = offset + size
-        t = self._check(rec)
+        t = self.check_record(rec)
         if t != R.END:
             self.records_read, self._last, self._consumed = n, last, consumed
             return False
@@ -436,10 +452,10 @@ class TraceReader:
             self.records_read = n - 1
             self._ran_out()
             return False
-        t = self._check(rec)
+        t = self.check_record(rec)
         self._mark = (n, self._origin + self._unpacker.tell())
         if t in R.DEFINITIONS:
-            self._define(rec)
+            self.absorb_definition(rec)
             return None
         if t == R.END:
             self._end(rec)
@@ -471,6 +487,13 @@ class TraceReader:
             self._ran_out()
 
     # -- raw reading (the compiled replay core parses the bytes itself) ---------------
+    #
+    # The consumer reads the bytes after the header (``read_raw``), parses and replays the
+    # records it can, and hands the reader the others as msgpack objects: each is checked
+    # (``check_record``), a definition absorbed (``absorb_definition``), END ends the trace
+    # (``raw_end``); bad msgpack raises (``raw_failed``), the end of the data warns or raises
+    # (``raw_exhausted``). ``raw_sync`` first tells the reader the consumer's count and
+    # position, so that every message names the record and offset the other modes name.
 
     def read_raw(self, n: int) -> bytes:
         """Up to ``n`` bytes of the trace following what was read so far (b"" at the end).
@@ -487,6 +510,35 @@ class TraceReader:
         self._last = last
         self._gen = None
 
+    def raw_failed(self, e: BaseException, offset: Optional[int]) -> None:
+        """Raise what ``records()`` raises for the exception msgpack raised on the record
+        that starts at byte ``offset`` (``BufferFull``: a record over :data:`MAX_RECORD_BYTES`).
+        Call :meth:`raw_sync` first, with the records before it."""
+        self._corrupt(e, offset)
+
+    def raw_exhausted(self, offset: int, rest: bytes) -> None:
+        """The data ended before END, inside the record that starts at byte ``offset``
+        (``rest``: its bytes, b"" if none): as ``records()``, warn of a cut (zeros a killed
+        writer left included) or raise for a corrupt tail; an END record that the zeros held
+        back at the end complete is read (:attr:`end_record`). Call :meth:`raw_sync` first."""
+        self._ran_out(offset, rest)
+
+    def raw_end(self, rec: list, after: bytes) -> None:
+        """The END record (checked: :meth:`check_record`); ``after``: the byte that follows
+        it, b"" if none (data after the end record is warned about). The trace is read."""
+        self._end(rec, after)
+        self._done = True
+
+    @property
+    def done(self) -> bool:
+        """The trace was read to its end (END, a cut, an error) or the reader closed."""
+        return self._done
+
+    @property
+    def last_record(self) -> Any:
+        """The record a direct or raw consumer handled last (what :meth:`where` names)."""
+        return self._last
+
     @property
     def events(self) -> int:
         """Non-definition records read so far (kernels included; exact between records)."""
@@ -497,8 +549,13 @@ class TraceReader:
     #: zeros (see _completed_by_zeros): a consumer that copies records copies it too.
     end_record: Optional[list] = None
 
-    def _check(self, rec: Any) -> int:
-        """Validate a record that missed the fast path; return its type (-1: skip it)."""
+    def check_record(self, rec: Any) -> int:
+        """Validate a record that missed the fast path; return its type (-1: skip it).
+
+        Raises :class:`TraceFormatError` for what no record is (not an array, a type that is
+        not a non-negative integer, too few fields, a NOTE's level or text not a string);
+        warns once per unknown type. A raw consumer calls it for every record it hands back.
+        """
         if rec.__class__ is not list or not rec:
             raise TraceFormatError(f"{self.where(rec)} {_NOT_A_RECORD.format(_typename(rec))}")
         t = rec[0]
@@ -530,7 +587,9 @@ class TraceReader:
             )
         return t
 
-    def _define(self, rec: list) -> None:
+    def absorb_definition(self, rec: list) -> None:
+        """Absorb a definition record (one :meth:`check_record` typed as such) into
+        :attr:`symbols`, counted; a malformed one raises, naming it."""
         self._definitions += 1
         t = rec[0]
         self._def_counts[t] = self._def_counts.get(t, 0) + 1
