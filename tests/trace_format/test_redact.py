@@ -366,3 +366,89 @@ def test_fingerprint_of_a_frame_in_another_recorded_root_changes_as_documented(t
     out = tmp_path / "o.npusan"
     assert run("redact", q, "-o", out, "--keep-outside-source", "--source-root", proj).exit_code == 0
     assert [f["fingerprint"] for f in findings(out)] != [f["fingerprint"] for f in findings(q)]
+
+
+def _hand_made_trace(path, header_extra=None, extra=()):
+    """A trace written record by record, so that fields a writer would never write can be planted."""
+    from npusan.trace_format import records as R
+    from tests.trace_format.conftest import handmade
+
+    header = {"format": [1, 1], "writer": "npusan 0.1.0", "backend": "cuda", "torch": "2.13.0+cpu",
+              "device_count": 1, **(header_extra or {})}
+    recs = [
+        [R.STR, 0, "/srv/a/t.py", "RIDE-str"],
+        [R.STR, 1, "f", "RIDE-str2"],
+        [R.FRAME, 0, 0, 3, 1, None, None, "RIDE-frame"],
+        [R.STACK, 0, [0], "RIDE-stack"],
+        [R.STREAM_DEF, 0, 0, 0, "RIDE-sdef"],
+        [R.STREAM_DEF, 1, 0, 0x51, "RIDE-sdef2"],
+        [R.THREAD, 1, "main", "RIDE-thread"],
+        [R.STREAM_CREATED, 1, 0, "RIDE-event"],
+        [R.ALLOC, 0, 0x1000, 64, 0, 0, "RIDE-alloc"],
+        [R.KERNEL, 0, 1, 0, ~0],
+        [R.KERNEL, 1, 1, 0, 0],
+        [R.FREE, 0, 0, "RIDE-free"],
+        *extra,
+    ]
+    path.write_bytes(handmade(header, recs))
+    return path
+
+
+def test_nothing_rides_along_in_fields_past_a_known_layout(tmp_path):
+    from npusan.trace_format import records as R
+
+    p = _hand_made_trace(tmp_path / "t.npusan", extra=[
+        [R.NOTE, "RIDE-level", "text"],
+        [R.END, {"events": 13, "counts": {"kernel": 2, "RIDE-key": 1}, "signal": "SIGTERM", "RIDE": "x"}]])
+    out = tmp_path / "o.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert "unknown fields of known records dropped" in r.stderr
+    assert b"RIDE" not in out.read_bytes()
+    kinds = [(f["kind"], f["count"], f["fingerprint"]) for f in findings(p)]
+    assert kinds and [(f["kind"], f["count"], f["fingerprint"]) for f in findings(out)] == kinds
+
+
+def test_a_trace_ended_by_a_signal_still_reads_so_after_redaction(tmp_path):
+    from npusan.trace_format import records as R
+
+    for end, needle in (({"events": 13, "signal": "SIGTERM"}, "SIGTERM"),
+                        ({"events": 13, "signal": "<script>"}, "a signal"),
+                        ({"events": 13, "stopped": "disk full at /home/alice/x"}, "recording stopped")):
+        p = _hand_made_trace(tmp_path / "t.npusan", extra=[[R.END, end]])
+        out = tmp_path / "o.npusan"
+        r = run("redact", p, "-o", out, "--force")
+        assert r.exit_code == 0, r.output
+        before = run("info", p).output
+        after = run("info", out).output
+        assert "ended cleanly" not in before and "ended cleanly" not in after, after
+        assert needle in after and b"alice" not in out.read_bytes() and b"<script>" not in out.read_bytes()
+
+
+def test_header_strings_keep_only_the_shapes_npusan_writes(tmp_path):
+    _hand_made_trace(tmp_path / "ok.npusan")
+    p = _hand_made_trace(tmp_path / "t.npusan", header_extra={
+        "writer": "npusan 0.1.0 token=s3cr3t", "backend": "cuda; alice", "torch": "2.13 /home/alice"})
+    out = tmp_path / "o.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0 and "header values replaced: writer, backend, torch" in r.stderr, r.output
+    with TraceReader(str(out)) as reader:
+        h = reader.header
+    assert (h["writer"], h["backend"], h["torch"]) == ("another writer", "other", "unknown")
+    ok_out = tmp_path / "ok_o.npusan"
+    assert run("redact", tmp_path / "ok.npusan", "-o", ok_out).exit_code == 0
+    with TraceReader(str(ok_out)) as reader:
+        assert (reader.header["writer"], reader.header["backend"], reader.header["torch"]) == (
+            "npusan 0.1.0", "cuda", "2.13.0+cpu")
+
+
+@pytest.mark.parametrize("suffix, magic", [(".npusan.zst", b"\x28\xb5\x2f\xfd"), (".npusan.gz", b"\x1f\x8b")])
+def test_redact_compresses_when_the_output_name_says_so(tmp_path, suffix, magic):
+    p, _ = project_trace(tmp_path)
+    out = tmp_path / f"o{suffix}"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    plain = tmp_path / "o.npusan"
+    assert run("redact", p, "-o", plain).exit_code == 0
+    assert out.read_bytes().startswith(magic)
+    assert findings(out) == findings(plain) != []

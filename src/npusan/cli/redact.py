@@ -37,6 +37,7 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
 
     See docs/bug-reports.md.
     """
+    from ..trace_format.compression import compressing_into
     from ..trace_format.redact import redact as run_redact
 
     try:  # read twice: a regular file only (stat does not block on a FIFO)
@@ -58,7 +59,7 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
     refuse_like_analyze(trace)
     try:
         with atomic_output(output, "the redacted trace") as f:
-            summary = run_redact(trace, f, source_root=source_root, drop_source=drop_source,
+            summary = run_redact(trace, compressing_into(f, output), source_root=source_root, drop_source=drop_source,
                                  keep_outside_source=keep_outside_source)
     except OSError as e:
         raise TraceFormatError(f"{trace}: cannot read the trace: {e.strerror or e}") from None
@@ -68,6 +69,8 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
     parts = [f"{summary.paths} file names rewritten (source root: {root})"]
     if summary.header_keys:
         parts.append(f"header keys dropped: {', '.join(summary.header_keys)}")
+    if summary.header_values:
+        parts.append(f"header values replaced: {', '.join(summary.header_values)}")
     parts += [f"{n} {what}" for n, what in (
         (summary.threads, "thread names replaced"),
         (summary.source_lines, "recorded source lines dropped"),
@@ -75,6 +78,7 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
         (summary.notes, "note texts dropped"),
         (summary.stream_labels, "stream labels replaced"),
         (summary.unknown_records, "records of unknown types dropped"),
+        (summary.extra_fields, "unknown fields of known records dropped"),
     ) if n]
     click.echo(f"npusan: redacted trace written: {output} ({'; '.join(parts)})", err=True)
     if summary.truncated:

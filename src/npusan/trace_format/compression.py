@@ -51,7 +51,7 @@ class FrameWriter(io.RawIOBase):
     is one frame on disk, independently decodable.
     """
 
-    def __init__(self, path: Any, kind: str) -> None:
+    def __init__(self, path: Any, kind: str, raw: Optional[IO[bytes]] = None) -> None:
         super().__init__()
         self.kind = kind
         self.name = os.fspath(path)
@@ -61,7 +61,8 @@ class FrameWriter(io.RawIOBase):
             self._compress = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=True).compress
         else:
             self._compress = lambda data: gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
-        self._raw = open(path, "wb", buffering=0)
+        self._owns_raw = raw is None  # a file handed in is its owner's to close
+        self._raw = open(path, "wb", buffering=0) if raw is None else raw
 
     def writable(self) -> bool:
         return True
@@ -84,7 +85,8 @@ class FrameWriter(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             try:
-                self._raw.close()
+                if self._owns_raw:
+                    self._raw.close()
             finally:
                 super().close()
 
@@ -95,6 +97,13 @@ def open_for_writing(path: Any) -> IO[bytes]:
     if kind is None:
         return open(path, "wb", buffering=0)
     return FrameWriter(path, kind)
+
+
+def compressing_into(raw: IO[bytes], name: str) -> IO[bytes]:
+    """``raw``, or a :class:`FrameWriter` over it when ``name`` (the file it will become) asks
+    for compression: for a trace written under a temporary name and renamed (``redact``)."""
+    kind = compression_for_name(name)
+    return raw if kind is None else FrameWriter(name, kind, raw=raw)
 
 
 class DecompressingReader(io.RawIOBase):

@@ -126,6 +126,32 @@ MIN_LENGTH: Final = {
     VIEWS: 2,
 }
 
+#: Length of each fixed layout in this format version (KERNEL and VIEWS are open-ended).
+#: Readers ignore fields past it (a later minor version may add some); ``redact`` drops them.
+LAYOUT_LENGTH: Final = {
+    STR: 3,
+    FRAME: 7,
+    STACK: 3,
+    STREAM_DEF: 4,
+    BLOCK_DEF: 4,
+    STREAM_CREATED: 3,
+    EVENT_CREATED: 3,
+    EVENT_DELETED: 3,
+    EVENT_RECORD: 4,
+    EVENT_WAIT: 4,
+    EVENT_SYNC: 3,
+    STREAM_SYNC: 3,
+    DEVICE_SYNC: 3,
+    ALLOC: 6,
+    FREE: 3,
+    RECORD_STREAM: 4,
+    ERASE_STREAM: 4,
+    THREAD: 3,
+    NOTE: 3,
+    END: 2,
+    STREAM_LABEL: 4,
+}
+
 #: Where each event record holds its stack (an int or nil; anything else is corrupt).
 STACK_FIELD: Final = {STREAM_CREATED: 2, EVENT_CREATED: 2, EVENT_DELETED: 2, EVENT_RECORD: 3, EVENT_WAIT: 3,
                       EVENT_SYNC: 2, STREAM_SYNC: 2, DEVICE_SYNC: 2, ALLOC: 5, FREE: 2, RECORD_STREAM: 3,

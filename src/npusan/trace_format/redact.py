@@ -26,6 +26,14 @@ group N``, role ``comm``) are kept, so that reports and suppressions name those 
 before; any other label becomes ``<role> stream`` (a role that is not a plain word becomes
 ``other``).
 
+Nothing else rides along: fields past a known record's layout (which a later format
+version may add, so their content is unknown) are dropped; the END statistics keep the
+event count, the counts of this format's record names, ``signal`` (a signal's name) and
+``stopped`` (its reason replaced by a fixed phrase), so a trace that ended early still
+reads so; a note's level is kept when it is ``info``, ``warning`` or ``error``; the
+header's ``writer``, ``backend`` and ``torch`` strings are kept only in the shapes npusan
+writes them.
+
 The source line text recorded in frames (format 1.1) is dropped for the frames of files
 outside the source root (those renamed to ``/redacted/...``, libraries included): it is
 code, or a comment, from a file that is not the project's, and can hold anything (a token
@@ -64,6 +72,17 @@ _ABSOLUTE = re.compile(r"^(/|[A-Za-z]:[\\/])")
 #: What a note's text becomes: notes are free text (error messages, paths, anything).
 NOTE_PLACEHOLDER = "(note text redacted)"
 _ROOT_MARKERS = (".git", "pyproject.toml")
+#: Levels a NOTE may have; any other becomes "warning".
+NOTE_LEVELS = ("info", "warning", "error")
+#: What the END statistics' ``stopped`` reason (free text) becomes.
+STOP_PLACEHOLDER = "(reason redacted)"
+_SIGNAL = re.compile(r"SIG[A-Z0-9]{1,12}")
+#: Header strings kept only in the shape npusan writes them: (key, shape, replacement).
+_HEADER_TEXT = (
+    ("writer", re.compile(r"npusan \d{1,4}\.\d{1,4}\.\d{1,4}[a-z0-9.+-]{0,24}"), "another writer"),
+    ("backend", re.compile(r"[a-z][a-z0-9_-]{0,15}"), "other"),
+    ("torch", re.compile(r"\d{1,4}\.\d{1,4}(\.\d{1,4})?[a-z0-9.+-]{0,32}"), "unknown"),
+)
 #: Stream labels npusan's recorder writes (no free text in them): kept as they are.
 _OWN_LABEL = re.compile(r"comm stream of process group \d{1,9}")
 _ROLE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
@@ -80,6 +99,8 @@ class RedactionSummary:
     source_lines: int = 0  # recorded source lines dropped (drop_source)
     outside_source_lines: int = 0  # recorded source lines of files outside the root dropped
     unknown_records: int = 0  # records of unknown types dropped
+    extra_fields: int = 0  # fields past a known record's layout dropped
+    header_values: list = field(default_factory=list)  # header strings replaced (writer, backend, torch)
     notes: int = 0  # notes whose text was dropped
     stream_labels: int = 0  # stream labels replaced
     truncated: bool = False
@@ -173,13 +194,46 @@ def _normpath(name: str) -> str:
 def _redact_header(header: dict, summary: RedactionSummary) -> dict:
     out = {k: header[k] for k in KEPT_HEADER_KEYS if k in header}
     summary.header_keys = sorted(k for k in header if k not in out)
+    for key, pattern, otherwise in _HEADER_TEXT:
+        value = out.get(key)
+        if isinstance(value, str) and not pattern.fullmatch(value):
+            out[key] = otherwise
+            summary.header_values.append(key)
     out["redacted"] = True
+    return out
+
+
+def _redact_end(stats: object) -> dict:
+    """The END statistics a report uses, as numbers and fixed words only.
+
+    ``signal`` and ``stopped`` are kept (a trace that ended early must still read so), the
+    signal's name only if it is one, the reason of a stop replaced by a fixed phrase;
+    ``counts`` keeps the record names of this format with integer counts.
+    """
+    stats = stats if isinstance(stats, dict) else {}
+    out: dict = {}
+    if isinstance(stats.get("events"), int):
+        out["events"] = stats["events"]
+    counts = stats.get("counts")
+    if isinstance(counts, dict):
+        names = set(R.RECORD_NAMES.values())
+        out["counts"] = {k: v for k, v in counts.items() if k in names and isinstance(v, int)}
+    sig = stats.get("signal")
+    if isinstance(sig, str) and sig:
+        out["signal"] = sig if _SIGNAL.fullmatch(sig) else "a signal"
+    stopped = stats.get("stopped")
+    if isinstance(stopped, str) and stopped:
+        out["stopped"] = STOP_PLACEHOLDER
     return out
 
 
 def _redact_record(rec: list, renamed: dict, drop_source: bool, outside: frozenset,
                    summary: RedactionSummary) -> list:
     t = rec[0]
+    length = R.LAYOUT_LENGTH.get(t)
+    if length is not None and len(rec) > length:  # fields a later version may add: content unknown
+        summary.extra_fields += len(rec) - length
+        rec = rec[:length]
     if t == R.STR and rec[1] in renamed:
         return [R.STR, rec[1], renamed[rec[1]], *rec[3:]]
     if t == R.THREAD:
@@ -197,12 +251,12 @@ def _redact_record(rec: list, renamed: dict, drop_source: bool, outside: frozens
         if (role, label) != (rec[2], rec[3]):
             summary.stream_labels += 1
         return [R.STREAM_LABEL, rec[1], role, label, *rec[4:]]
-    if t == R.NOTE:  # a note's text can say anything: only its level is kept
+    if t == R.NOTE:  # a note's text can say anything: only its level is kept, if it is one
         summary.notes += 1
-        return [R.NOTE, rec[1], NOTE_PLACEHOLDER, *rec[3:]]
+        level = rec[1] if rec[1] in NOTE_LEVELS else "warning"
+        return [R.NOTE, level, NOTE_PLACEHOLDER]
     if t == R.END:
-        stats = rec[1] if isinstance(rec[1], dict) else {}
-        return [R.END, {k: stats[k] for k in ("events", "counts") if k in stats}]
+        return [R.END, _redact_end(rec[1])]
     return rec
 
 

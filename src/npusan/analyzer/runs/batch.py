@@ -38,6 +38,9 @@ class BatchOptions:
     send_bytes: bool = False
     #: Where local source may be read from (quotes, fingerprints); None: nowhere.
     sources: Optional[SourceSettings] = None
+    #: Seconds the Dask scheduler may take to answer, and a cluster may go without a
+    #: worker or without its scheduler, before the run fails.
+    scheduler_timeout: float = 15.0
 
 
 class SchedulerError(Exception):
@@ -176,35 +179,88 @@ def _on_dask(paths: list, options: BatchOptions) -> list:
     if not isinstance(options.scheduler, str):  # a connected Client of the caller's
         return _analyze_on(options.scheduler, paths, options)
     try:
-        from distributed import Client
+        import distributed  # noqa: F401
     except ImportError:
         raise SchedulerError(
             "--scheduler needs Dask distributed, which is not installed (pip install 'npusan[cluster]')"
         ) from None
     _check_reachable(options.scheduler)
-    try:
-        client = Client(options.scheduler, timeout="15s")
-    except (OSError, TimeoutError, ValueError) as e:
-        raise SchedulerError(f"cannot reach the Dask scheduler at {options.scheduler}: {e}") from None
+    client = _connect(options.scheduler, options.scheduler_timeout)
     with client:
         return _analyze_on(client, paths, options)
 
 
+def _connect(address: str, timeout: float):
+    """A ``distributed.Client`` connected to ``address``, or :class:`SchedulerError` within
+    ``timeout`` seconds.
+
+    Dask's own ``timeout`` does not cover a server that accepts the connection and never
+    answers (the client waits forever), so the client is made in a daemon thread that is
+    given up on after ``timeout``; a reply that is not Dask's protocol fails in whatever way
+    decoding it fails, which is said as such.
+    """
+    import threading
+
+    from distributed import Client
+
+    made: dict = {}
+
+    def connect() -> None:
+        try:
+            made["client"] = Client(address, timeout=f"{timeout}s")
+        except BaseException as e:  # reported below, in the caller's thread
+            made["error"] = e
+
+    thread = threading.Thread(target=connect, name="npusan-dask-connect", daemon=True)
+    thread.start()
+    thread.join(timeout + 1)
+    if thread.is_alive():
+        raise SchedulerError(f"the Dask scheduler at {address} accepted the connection but did not answer "
+                             f"within {timeout:g} s")
+    error = made.get("error")
+    if isinstance(error, (OSError, TimeoutError)):
+        raise SchedulerError(f"cannot reach the Dask scheduler at {address}: {error}")
+    if error is not None:
+        raise SchedulerError(f"the server at {address} did not answer as a Dask scheduler "
+                             f"({type(error).__name__}: {_short(error)})")
+    return made["client"]
+
+
+def _short(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200] or "no message"
+
+
 def _analyze_on(client, paths: list, options: BatchOptions) -> list:
-    """``analyze_paths`` on a Dask ``client``: one task per trace, results in input order."""
+    """``analyze_paths`` on a Dask ``client``: one task per trace, results in input order.
+
+    Failures of the cluster (its scheduler gone, no worker left for ``scheduler_timeout``
+    seconds, a task lost) become one :class:`SchedulerError`; Dask would otherwise wait
+    for a worker forever or raise its own exceptions.
+    """
+    try:
+        return _run_on(client, paths, options)
+    except SchedulerError:
+        raise
+    except Exception as e:  # distributed's CommClosedError, TimeoutError, KilledWorker, ...
+        raise SchedulerError(f"the Dask cluster failed during the analysis ({type(e).__name__}: {_short(e)})") from None
+
+
+def _run_on(client, paths: list, options: BatchOptions) -> list:
     names = [trace_name(p) for p in paths]
+    results: list = [None] * len(paths)
+    watch = _ClusterWatch(client, options.scheduler_timeout)
     if not options.send_bytes:
         # Workers open the traces themselves (shared storage): absolute paths, reported
         # under the names given here. One map call: the tasks go to the scheduler at once.
         n = len(paths)
         futures = client.map(analyze_one, [os.path.abspath(p) for p in paths], range(n),
                              [options.check_leaks] * n, names, pure=False)
-        return client.gather(futures)
-    results: list = [None] * len(paths)
+        pending = dict(zip(futures, range(n)))
+        while pending:
+            _collect(pending, results, watch, everything=True)
+        return results
     window = max(2, 2 * len(client.scheduler_info().get("workers", {})))
-    pending: dict = {}
-    from distributed import wait
-
+    pending = {}
     for i, p in enumerate(paths):
         try:
             with open(p, "rb") as f:
@@ -214,13 +270,69 @@ def _analyze_on(client, paths: list, options: BatchOptions) -> list:
             continue
         pending[client.submit(_analyze_bytes, data, i, options.check_leaks, names[i], pure=False)] = i
         del data
-        if len(pending) >= window:  # bound what the client holds in flight
-            done, _ = wait(list(pending), return_when="FIRST_COMPLETED")
-            for fut in done:
-                results[pending.pop(fut)] = fut.result()
-    for fut, i in pending.items():
-        results[i] = fut.result()
+        while len(pending) >= window:  # bound what the client holds in flight
+            _collect(pending, results, watch, everything=False)
+    while pending:
+        _collect(pending, results, watch, everything=True)
     return results
+
+
+def _collect(pending: dict, results: list, watch: "_ClusterWatch", everything: bool) -> None:
+    """Wait a little for ``pending`` futures (all of them, or the first), move the finished
+    ones' results into ``results``, and let ``watch`` judge the cluster when none finished."""
+    from distributed import wait
+
+    try:
+        done, _ = wait(list(pending), timeout=watch.poll,
+                       return_when="ALL_COMPLETED" if everything else "FIRST_COMPLETED")
+    except TimeoutError:  # raised by wait when the time is up: see which finished meanwhile
+        done = {fut for fut in pending if fut.done()}
+    for fut in done:
+        results[pending.pop(fut)] = fut.result()
+    if done:
+        watch.progress()
+    else:
+        watch.check()
+
+
+class _ClusterWatch:
+    """Tells a slow cluster from a dead one while tasks are pending.
+
+    A trace may take long to analyze, so time alone fails nothing; the run fails when the
+    client has lost its scheduler, or the scheduler has had no worker, for ``timeout``
+    seconds in a row.
+    """
+
+    def __init__(self, client, timeout: float) -> None:
+        import time
+
+        self.client = client
+        self.timeout = timeout
+        self.poll = min(1.0, timeout / 4)
+        self._clock = time.monotonic
+        self._bad_since: Optional[float] = None
+
+    def progress(self) -> None:
+        self._bad_since = None
+
+    def check(self) -> None:
+        problem = self._problem()
+        if problem is None:
+            self._bad_since = None
+            return
+        now = self._clock()
+        if self._bad_since is None:
+            self._bad_since = now
+        elif now - self._bad_since >= self.timeout:
+            raise SchedulerError(f"{problem} for {self.timeout:g} s; the analysis was given up")
+
+    def _problem(self) -> Optional[str]:
+        status = getattr(self.client, "status", "running")
+        if status != "running":
+            return "the Dask client lost its scheduler"
+        if not self.client.scheduler_info().get("workers"):
+            return "the Dask cluster has had no worker"
+        return None
 
 
 def analyze_inputs(
