@@ -112,6 +112,12 @@ def cases() -> dict:
     c["nested_arrays_deep"] = (trace([], end=False) + b"\x91" * 5000 + b"\x00",
                                {v: [2, "corrupt"] for v in ("analyze", "info", "export")})
 
+    # A stack record repeating one frame of 4 KiB names 20,000 times (29 KB): reports and
+    # the timeline show it once with a count, not 20,000 times (once 1.5 GB of JSON).
+    names = dict(op="o" * 4096, file="/f/" + "a" * 4093, func="g" * 4096)
+    c["stack_repeats_one_frame"] = (trace([[R.STACK, 0, [0] * 20000] if r[0] == R.STACK else r
+                                           for r in race(**names)]), ok)
+
     # Framing.
     c["header_not_a_map"] = (R.MAGIC + pack([1, 0]), {v: [2, "not a map"] for v in ("analyze", "info", "export")})
     c["format_2_0"] = (trace([], {"format": [2, 0]}), {v: [2, "newer"] for v in ("analyze", "info", "export")})

@@ -19,6 +19,7 @@ from ...trace_format.safe_text import clean
 from ..findings.model import AccessInfo, Kind
 from ..findings.grouping import Group
 from ..findings.rootcause import RootCause
+from .shown_frames import Omitted, shown
 from .sources import Folded, SourceCache, display_path, fold
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
@@ -201,8 +202,8 @@ def _stack(stack, sources: SourceCache) -> str:
     if not stack:
         return '<div class="stack dim">(no stack recorded)</div>'
     lines = []
-    for item in fold(stack):
-        if isinstance(item, Folded):
+    for item in fold(shown(stack)):
+        if isinstance(item, (Folded, Omitted)):
             lines.append(f'<div class="dim">{e(item)}</div>')
             continue
         lines.append(f"<div>{e(display_path(item.filename))}:{item.lineno} in {e(item.function)}</div>")

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from ... import __version__
 from ..findings.model import Frame, Kind
 from ..findings.grouping import Group
+from .shown_frames import Omitted, shown
 from .sources import SourceCache, paths_shown_as, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
@@ -107,7 +108,10 @@ def location(fr: Optional[Frame], message: str, id_: Optional[int] = None, logic
 def sarif_stack(stack, message: str, root: Optional[str] = None) -> dict:
     """A SARIF stack: frames innermost first (SARIF's order; the trace stores outermost first)."""
     frames = []
-    for fr in reversed(stack):
+    for fr in reversed(shown(stack)):
+        if isinstance(fr, Omitted):  # frames left out: a frame with only a message
+            frames.append({"location": {"message": {"text": str(fr)}}})
+            continue
         frames.append({"location": location(fr, fr.function, root=root)})
     return {"message": {"text": message}, "frames": frames}
 
