@@ -31,15 +31,24 @@ RULES = list(Kind)
 SRCROOT = "SRCROOT"
 
 
+def _quote(name: str, safe: str = "/") -> str:
+    """``name`` percent-encoded for a URI. A file name that is not UTF-8 reaches Python with
+    its bad bytes as lone surrogates: they are encoded as those bytes (``r\\xff`` → ``r%FF``)."""
+    try:
+        return quote(name, safe=safe, errors="surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        return quote(name, safe=safe, errors="replace")
+
+
 @functools.lru_cache(maxsize=8192)
 def artifact_uri(filename: str) -> str:
     """A URI reference for a file name (relative names stay relative)."""
     name = filename.replace("\\", "/")
     if PureWindowsPath(filename).drive:
-        return "file:///" + quote(name, safe="/:")
+        return "file:///" + _quote(name, safe="/:")
     if name.startswith("/"):
-        return "file://" + quote(name, safe="/")
-    return quote(name, safe="/")
+        return "file://" + _quote(name)
+    return _quote(name)
 
 
 def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
@@ -73,7 +82,7 @@ def artifact_location(filename: str, root: Optional[str]) -> dict:
     scanning places such results on the checkout), else an absolute ``file://`` URI."""
     rel = relative_to_root(filename, root)
     if rel is not None:
-        return {"uri": quote(rel, safe="/"), "uriBaseId": SRCROOT}
+        return {"uri": _quote(rel), "uriBaseId": SRCROOT}
     return {"uri": artifact_uri(filename)}
 
 
