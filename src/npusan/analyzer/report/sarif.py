@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import PureWindowsPath
 from typing import Optional
 from urllib.parse import quote
@@ -51,6 +52,11 @@ def artifact_uri(filename: str) -> str:
     return _quote(name)
 
 
+def _climbs(name: str) -> bool:
+    """Whether a '/'-separated relative name leaves its base (a ``..`` component)."""
+    return ".." in name.split("/")
+
+
 def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
     """``filename`` relative to ``root`` ('/'-separated), or None if it is not under it.
 
@@ -61,12 +67,13 @@ def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
         return None
     if not (os.path.isabs(filename) or PureWindowsPath(filename).drive):
         name = filename.replace("\\", "/")
-        return None if name.startswith("../") or "/../" in name else name
+        return None if _climbs(name) else name
     if root is None:
         return None
     base = root.rstrip("/\\")
     if filename.startswith(base + os.sep) or filename.startswith(base + "/"):
-        return filename[len(base) + 1:].replace("\\", "/")
+        rel = filename[len(base) + 1:].replace("\\", "/")
+        return None if _climbs(rel) else rel  # ``<root>/../../etc/passwd`` is not under the root
     return None
 
 
@@ -222,7 +229,31 @@ def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optio
     }
     if root is not None:
         run["originalUriBaseIds"] = {SRCROOT: {"uri": root_uri(root)}}
+    _escape_messages(run)
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+_BRACKET = re.compile(r"(\\*)([\[\]])")
+
+
+def message_text(text: str) -> str:
+    """Plain text as a SARIF message's ``text``: SARIF reads ``[words](target)`` in it as an
+    embedded link (SARIF 2.1.0, 3.11.6), so every bracket is escaped with a backslash (and
+    backslashes just before one doubled): a trace cannot put a link in a CI page."""
+    return _BRACKET.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), text)
+
+
+def _escape_messages(value) -> None:
+    """Escape, in place, the ``text`` of every ``message`` object of a SARIF document."""
+    if isinstance(value, dict):
+        for key, v in value.items():
+            if key == "message" and isinstance(v, dict) and isinstance(v.get("text"), str):
+                v["text"] = message_text(v["text"])
+            else:
+                _escape_messages(v)
+    elif isinstance(value, list):
+        for v in value:
+            _escape_messages(v)
 
 
 @register
