@@ -4,6 +4,7 @@ good ones, --jobs, history across runs, `npusan history`, and a real Dask LocalC
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import sqlite3
 
@@ -315,3 +316,33 @@ def test_history_chart_has_sensible_y_ticks(workdir, scenario, run):
     run("history", "h.db", "--format", "html", "-o", "h.html")
     page = (workdir / "h.html").read_text()
     assert re.findall(r'<text class="ytick"[^>]*>(\d+)</text>', page) == ["0", "1"]
+
+
+def test_an_unreadable_file_or_folder_in_a_directory_is_listed_not_skipped(workdir, scenario, run, monkeypatch):
+    """docs/nightly.md: a file the search cannot read is an unreadable trace, a folder it
+    cannot list an error line; neither is skipped silently. (Permissions are simulated:
+    the tests may run as root, who reads everything.)"""
+    import builtins
+
+    from npusan.trace_format import inputs
+
+    (workdir / "night" / "locked").mkdir(parents=True)
+    scenario("data_race", "night/rank0.bin")
+    (workdir / "night" / "rank1.bin").write_bytes(b"x")
+    real_open, real_scandir = builtins.open, os.scandir
+
+    def no_rank1(path, *a, **k):
+        if str(path).endswith("rank1.bin"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **k)
+
+    def no_locked(path="."):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(inputs, "open", no_rank1, raising=False)
+    monkeypatch.setattr(os, "scandir", no_locked)
+    found = inputs.find_traces(["night"])
+    assert found.paths == ["night/rank0.bin", "night/rank1.bin"]
+    assert found.problems == [("night/locked", "cannot list this folder (Permission denied)")]

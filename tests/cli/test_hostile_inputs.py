@@ -361,3 +361,30 @@ def test_huge_ids_analyze_end_to_end_stays_small(tmp_path, verb):
     mb, rc, r = _peak_rss_mb(verb[0], p, *verb[1:])
     assert rc in (0, 1), r.stderr
     assert mb < 200, mb
+
+
+def repeated_frame_trace(path, repeats: int) -> None:
+    """A race whose stack repeats one frame of 4 KiB names ``repeats`` times (about
+    ``repeats`` bytes of trace; before reports bounded stacks, 20,000 repeats made
+    1.5 GB of JSON report and 5.9 GB of peak memory)."""
+    op, file, func = "o" * 4096, "/f/" + "a" * 4093, "g" * 4096
+    recs = [[R.STR, 0, op], [R.STR, 1, file], [R.STR, 2, func], [R.FRAME, 0, 1, 3, 2],
+            [R.STACK, 0, [0] * repeats], [R.STREAM_DEF, 0, 0, 0], [R.STREAM_DEF, 1, 0, 0x51],
+            [R.STREAM_CREATED, 1, 0], [R.ALLOC, 0, 0x1000, 64, 0, 0],
+            [R.KERNEL, 0, 0, 0, ~0], [R.KERNEL, 1, 0, 0, 0], [R.END, {}]]
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    path.write_bytes(R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+                     + b"".join(pack(r) for r in recs))
+
+
+@pytest.mark.parametrize("fmt", ["text", "json", "sarif", "html", "junit", "export"])
+def test_a_stack_repeating_one_frame_gives_a_bounded_report(tmp_path, fmt):
+    trace = tmp_path / "t.npusan"
+    repeated_frame_trace(trace, 20_000)
+    out = tmp_path / "out"
+    args = ["export", trace] if fmt == "export" else ["analyze", trace, "--format", fmt]
+    r = run(*args, "-o", out)
+    assert r.exit_code == (0 if fmt == "export" else 1), r.stderr
+    assert out.stat().st_size < 200_000
+    if fmt in ("text", "json", "export"):
+        assert "19,999 more times" in out.read_text()

@@ -112,6 +112,20 @@ def cases() -> dict:
     c["nested_arrays_deep"] = (trace([], end=False) + b"\x91" * 5000 + b"\x00",
                                {v: [2, "corrupt"] for v in ("analyze", "info", "export")})
 
+    # A stack record repeating one frame of 4 KiB names 20,000 times (29 KB): reports and
+    # the timeline show it once with a count, not 20,000 times (once 1.5 GB of JSON).
+    names = dict(op="o" * 4096, file="/f/" + "a" * 4093, func="g" * 4096)
+    c["stack_repeats_one_frame"] = (trace([[R.STACK, 0, [0] * 20000] if r[0] == R.STACK else r
+                                           for r in race(**names)]), ok)
+
+    # 512 MiB of zeros after the start of a trace in 16 KB of zstandard: refused once the
+    # data decodes to more than 1,000 times what was read (16 GiB of zeros took 63 s).
+    import zstandard
+
+    z = zstandard.ZstdCompressor(level=19, write_checksum=True).compressobj()
+    bomb = z.compress(trace(race(), end=False)) + b"".join(z.compress(bytes(1 << 24)) for _ in range(32)) + z.flush()
+    c["zstd_bomb_of_zeros"] = (bomb, {v: [2, "refused as a decompression bomb"] for v in ("analyze", "info", "export")})
+
     # Framing.
     c["header_not_a_map"] = (R.MAGIC + pack([1, 0]), {v: [2, "not a map"] for v in ("analyze", "info", "export")})
     c["format_2_0"] = (trace([], {"format": [2, 0]}), {v: [2, "newer"] for v in ("analyze", "info", "export")})

@@ -17,7 +17,7 @@ import click
 from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
 from .completion import PATH, finding_kinds, report_formats
-from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, one_line_errors
+from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, fail, one_line_errors
 from .output import check_writable, dash_is_stdout, write_output
 from .progress import LazyProgress
 
@@ -197,12 +197,19 @@ def analyze(
     for where, why in errors:
         click.echo(f"npusan: error: {clean(str(where))}: {clean(str(why))} (the other traces are reported)", err=True)
 
-    report = pipeline.make_report(result, options, history=history.previous() if history is not None else None)
+    try:
+        previous = history.previous() if history is not None else None
+    except HistoryError as e:
+        raise UsageProblem(str(e)) from None
+    report = pipeline.make_report(result, options, history=previous)
+    not_recorded = None
     if history is not None:
+        # A run that cannot be recorded (a full disk; the label taken by a run that finished
+        # meanwhile) still gets its report: the error comes after it, with exit 2.
         try:
             history.record(report, label=run_label)
-        except HistoryError as e:  # the label was taken by a run that finished meanwhile
-            raise UsageProblem(str(e)) from None
+        except HistoryError as e:
+            not_recorded = str(e)
     if options.suppressions is not None:
         for entry in options.suppressions.unused():
             warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
@@ -219,6 +226,8 @@ def analyze(
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
     )
     write_output(output, get_reporter(fmt).render(report, render_options))
+    if not_recorded is not None:
+        fail(not_recorded)
 
     failing = [g for g in report.groups if fail_kinds is None or g.kind.value in fail_kinds]
     if errors:

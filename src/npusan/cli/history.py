@@ -30,12 +30,16 @@ def history(database: str, fmt: str, output: Optional[str]) -> None:
         raise UsageProblem(f"history {database}: no such file")
     if output is not None:
         check_writable(output)
-    try:
-        db = History.open(database, create=False)
+    import sqlite3
+
+    try:  # read-only: showing a file never writes to it (nor makes any SQLite file a history)
+        db = History.open(database, create=False, read_only=True)
     except HistoryError as e:
         raise UsageProblem(str(e)) from None
     try:
         text = RENDERERS[fmt](db)
+    except sqlite3.Error as e:  # tables of another shape: a database that only looks like one
+        raise UsageProblem(f"history {database}: not an npusan history database ({e})") from None
     finally:
         db.close()
     write_output(output, text)

@@ -148,6 +148,9 @@ class DecompressingReader(io.RawIOBase):
             return b""
         try:
             return self._frames.read(size)
+        except DecompressionBomb as e:
+            self.problem = str(e)
+            return b""
         except self._frames.errors as e:  # (raised once the verified bytes before it are out)
             self.problem = f"the {self.kind} data is corrupt ({e})"
             return b""
@@ -168,6 +171,15 @@ class DecompressingReader(io.RawIOBase):
 #: Decoded bytes of one frame held back until its checksum verifies them (see
 #: DecompressingReader); past this the frame is handed out unverified.
 HOLD_BYTES = 8 << 20
+#: Decoded bytes allowed per compressed byte read, past :data:`BOMB_FLOOR`: recorded traces
+#: compress 5-50 times; 16 GiB of zeros fit in 512 KB of zstandard (32,000 times), which
+#: would cost a minute of decoding for nothing. Work stays bounded per input byte.
+MAX_RATIO = 1000
+BOMB_FLOOR = 256 << 20
+
+
+class DecompressionBomb(Exception):
+    """Compressed data that decodes to more than :data:`MAX_RATIO` times its size."""
 
 
 class _VerifiedFrames:
@@ -203,6 +215,10 @@ class _VerifiedFrames:
         self._error: Optional[BaseException] = None
         self.released_unverified = False  # bytes of the current frame were handed out before its check
         self.cut_short = False  # the input ended inside a frame
+        self.errors += (DecompressionBomb,)
+        self._kind = kind
+        self._read_in = self._decoded = 0  # compressed bytes read, bytes decoded
+        self._seen = 0  # decoded bytes moved out of the current frame's buffer
 
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` verified bytes; raises the decoder's error once those before it are out."""
@@ -222,6 +238,7 @@ class _VerifiedFrames:
     def _step(self) -> None:
         if not self._in:
             self._in = memoryview(self.raw.read(self.READ))
+            self._read_in += len(self._in)
             if not self._in:  # the end: between frames, or a frame cut short (a killed writer)
                 self._eof = True
                 self.cut_short = self._d is not None
@@ -239,12 +256,19 @@ class _VerifiedFrames:
             self._in = self._in[self.ZSTD_IN:]
             if d.eof and d.unused_data:
                 self._in = memoryview(bytes(d.unused_data) + bytes(self._in))
+        self._decoded = self._seen + len(self._frame)
+        if self._decoded > BOMB_FLOOR + MAX_RATIO * self._read_in:
+            raise DecompressionBomb(
+                f"the {self._kind} data decodes to more than {MAX_RATIO:,} times its size "
+                f"({self._decoded:,} bytes from {self._read_in:,}): refused as a decompression bomb")
         if d.eof:  # the frame ended and its checksum matched: its bytes stand
             self._d = None
+            self._seen += len(self._frame)
             self._ready += self._frame
             self._frame.clear()
             self.released_unverified = False
         elif len(self._frame) > HOLD_BYTES:
+            self._seen += len(self._frame)
             self._ready += self._frame
             self._frame.clear()
             self.released_unverified = True

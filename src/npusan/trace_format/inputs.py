@@ -73,8 +73,9 @@ def find_traces(arguments: Iterable[str]) -> Inputs:
         elif arg == "-":
             take(STDIN)
         elif os.path.isdir(arg):
-            found = list(_walk(arg))
-            if not found:
+            known = len(out.problems)
+            found = _walk(arg, out.problems)
+            if not found and len(out.problems) == known:
                 out.problems.append((arg, "no npusan traces in this directory (searched recursively)"))
             for p in found:
                 take(p)
@@ -86,17 +87,23 @@ def find_traces(arguments: Iterable[str]) -> Inputs:
                 out.problems.append((arg, "no file matches this pattern"))
             for m in matches:
                 if os.path.isdir(m):
-                    for p in _walk(m):
+                    for p in _walk(m, out.problems):
                         take(p)
                 elif _is_trace_candidate(m):
                     take(m)
     return out
 
 
-def _walk(top: str) -> list:
-    """The traces under ``top``, sorted by path (as glob matches are)."""
+def _walk(top: str, problems: list) -> list:
+    """The traces under ``top``, sorted by path (as glob matches are). A folder that cannot
+    be listed is added to ``problems``; a file that cannot be read is taken (its content
+    unknown, it may be a rank's trace), so that the reader says why it is unreadable."""
     found = []
-    for root, _dirs, files in os.walk(top):
+
+    def unlistable(e: OSError) -> None:
+        problems.append((e.filename or top, f"cannot list this folder ({e.strerror or e})"))
+
+    for root, _dirs, files in os.walk(top, onerror=unlistable):
         for name in files:
             path = os.path.join(root, name)
             if _is_trace_candidate(path):
@@ -115,8 +122,8 @@ def is_trace_file(path: str) -> bool:
 def _is_trace_candidate(path: str) -> bool:
     """Whether a directory search or a pattern takes ``path`` (see the module docstring)."""
     content = _content(path)
-    if content in ("trace", None):
-        return content == "trace"
+    if content in ("trace", "unreadable", None):
+        return content in ("trace", "unreadable")
     name = os.path.basename(path).lower()
     if name.endswith(TRACE_SUFFIXES):
         return True
@@ -125,11 +132,14 @@ def _is_trace_candidate(path: str) -> bool:
 
 def _content(path: str):
     """``"trace"`` (starts with the magic), ``"other"`` (does not), ``"unknown"`` (the data,
-    plain or decompressed, ends or breaks before the magic's length), or None (not a
-    regular file, or it cannot be opened)."""
+    plain or decompressed, ends or breaks before the magic's length), ``"unreadable"`` (a
+    regular file that cannot be opened or read), or None (not a regular file)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None
+    except (OSError, ValueError):
+        return None
+    try:
         with open(path, "rb") as f:
             head = f.read(len(R.MAGIC))
             kind = sniff(head)
@@ -137,7 +147,9 @@ def _content(path: str):
                 f.seek(0)
                 reader = DecompressingReader(f, kind)
                 head = _read_exactly(reader, len(R.MAGIC))
-    except (OSError, ValueError):
+    except OSError:
+        return "unreadable"
+    except ValueError:
         return None
     if head == R.MAGIC:
         return "trace"

@@ -121,7 +121,23 @@ def test_locations_are_relative_to_the_source_root(tmp_path):
         ("rel/b.py", None, {"uri": "rel/b.py", "uriBaseId": "SRCROOT"}),
         ("../up/b.py", "/src/proj", {"uri": "../up/b.py"}),
         ("/abs/b.py", None, {"uri": "file:///abs/b.py"}),
+        # A name that climbs out of the root is not under it: never a relative URI that climbs.
+        ("/src/proj/../../../../etc/passwd", "/src/proj", {"uri": "file:///src/proj/../../../../etc/passwd"}),
+        ("a/../../b.py", "/src/proj", {"uri": "a/../../b.py"}),
+        ("a/..", "/src/proj", {"uri": "a/.."}),
     ],
 )
 def test_artifact_locations(name, root, loc):
     assert artifact_location(name, root) == loc
+
+
+def test_brackets_in_message_text_cannot_make_links():
+    """SARIF reads ``[text](target)`` in a message's text as a link (3.11.6): a trace's op
+    name must not put one in a CI page, so brackets are escaped with a backslash."""
+    f = make_finding(later_op="[click](https://evil.example/x)", earlier_op="a\\[b]")
+    doc = sarif([f])
+    text = json.dumps(doc)
+    (res,) = doc["runs"][0]["results"]
+    assert "\\[click\\](https://evil.example/x)" in res["message"]["text"]
+    assert "a\\\\\\[b\\]" in res["message"]["text"]  # a backslash before one is doubled
+    assert "[click]" not in text.replace("\\\\[click\\\\]", "")

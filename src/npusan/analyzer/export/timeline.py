@@ -28,6 +28,7 @@ from ..replay.engine import FREE_OP
 from ..findings.model import Finding, StreamRef, stream_numbers
 from ..replay.traces import replay_reader
 from ..report import describe as D
+from ..report.shown_frames import Omitted, shown
 from ..report.sources import SourceCache, SourceSettings, attach_local_sources, display_path
 TICK = 10  # µs per operation slot
 KERNEL_DUR = 8
@@ -112,7 +113,8 @@ def _fitting_radius(centers: list, most: int, total: int, cap: int) -> int:
 
 
 def _frames_text(stack) -> list[str]:
-    return [f"{display_path(fr.filename)}:{fr.lineno} in {fr.function}" for fr in stack]
+    return [str(fr) if isinstance(fr, Omitted) else f"{display_path(fr.filename)}:{fr.lineno} in {fr.function}"
+            for fr in shown(stack)]
 
 
 def _marker_args(f: Finding, role: str, header: dict, cache: SourceCache) -> dict:

@@ -119,8 +119,15 @@ def fingerprint_of(kind: str, sides) -> str:
     """The fingerprint of a finding of ``kind`` from its (later, earlier) accesses."""
     h = hashlib.sha256()
     h.update(kind.encode())
+    # A stack may repeat one frame thousands of times (recursion, or a forged trace whose
+    # stack record repeats a frame of 4 KiB names): each distinct frame is worked out once.
+    known: dict = {}
     for acc in sides:
         h.update(b"\0" + acc.op.encode() + b"\0" + acc.type.encode())
         for fr in acc.stack:
-            h.update(b"\0" + frame_identity(fr).encode("utf-8", "replace"))
+            key = (fr, getattr(fr, "text", None), getattr(fr, "root", None))
+            part = known.get(key)
+            if part is None:
+                part = known[key] = b"\0" + frame_identity(fr).encode("utf-8", "replace")
+            h.update(part)
     return h.hexdigest()[:32]

@@ -1,7 +1,9 @@
 """What ``npusan history DB`` prints: runs, and each fingerprint across them (text, JSON, HTML).
 
 The HTML page is self-contained (inline CSS and SVG, no script, no network) so a CI job can
-publish it as an artifact; every string in it comes from traces and is escaped.
+publish it as an artifact. A history database may come from anyone (attached to a bug
+report, like a trace) and SQLite keeps any value in any column: every value on the page,
+numbers included, is escaped, and a Content-Security-Policy forbids scripts outright.
 """
 
 from __future__ import annotations
@@ -9,13 +11,14 @@ from __future__ import annotations
 import datetime
 import html
 import json
-import re
 
+from ...trace_format.safe_text import clean, clean_tree
 from ..findings.model import Kind
 from ..runs.history import History
 
 HISTORY_VERSION = 1
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+#: No script, no network: only the page's own inline style (the chart is inline SVG).
+CSP = "default-src 'none'; style-src 'unsafe-inline'"
 #: Colors of the chart's lines, one per kind (in Kind order).
 _COLORS = ("#c0392b", "#2471a3", "#b9770e")
 
@@ -24,7 +27,9 @@ def history_doc(history: History) -> dict:
     """The JSON document: ``runs`` and ``fingerprints`` (first/last run, occurrences per run)."""
     runs = history.runs()
     label = {r.id: r.label for r in runs}
-    return {
+    # A findings row may name a run the database no longer has.
+    name = lambda rid: label.get(rid, f"(run {rid}, missing)")  # noqa: E731
+    return clean_tree({
         "history_version": HISTORY_VERSION,
         "database": history.path,
         "runs": [
@@ -33,7 +38,7 @@ def history_doc(history: History) -> dict:
                 "created": _when(r.created),
                 "traces": r.traces,
                 "unreadable": r.errors,
-                "findings": sum(r.by_kind.values()),
+                "findings": sum(n for n in r.by_kind.values() if isinstance(n, int)),
                 "unchecked": r.unchecked,
                 "by_kind": {k.value: r.by_kind.get(k.value, 0) for k in Kind},
             }
@@ -44,21 +49,24 @@ def history_doc(history: History) -> dict:
                 "fingerprint": t.fingerprint,
                 "kind": t.kind,
                 "title": t.title,
-                "first_run": label[min(t.counts)],
-                "last_run": label[max(t.counts)],
-                "occurrences": [{"run": label[rid], "count": n} for rid, n in sorted(t.counts.items())],
+                "first_run": name(min(t.counts)),
+                "last_run": name(max(t.counts)),
+                "occurrences": [{"run": name(rid), "count": n} for rid, n in sorted(t.counts.items())],
             }
             for t in history.tracks()
         ],
-    }
+    })
 
 
-def _when(created: float) -> str:
+def _when(created) -> str:
+    if created is None:
+        return "?"
     return datetime.datetime.fromtimestamp(created, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _clean(text) -> str:
-    return _CONTROL.sub("\ufffd", str(text))
+def _clean(value) -> str:
+    """A value as one safe line (None, a value the database does not hold as its column's type: ``?``)."""
+    return "?" if value is None else clean(value)
 
 
 def render_json(history: History) -> str:
@@ -70,14 +78,14 @@ def render_text(history: History) -> str:
     kinds = [k.value for k in Kind]
     out = [f"history {_clean(doc['database'])}: {len(doc['runs'])} runs, {len(doc['fingerprints'])} distinct findings", ""]
     head = ["run", "created", "traces", "unreadable", *kinds, "unchecked"]
-    rows = [[_clean(r["label"]), r["created"], str(r["traces"]), str(r["unreadable"]),
-             *(str(r["by_kind"][k]) for k in kinds), str(r["unchecked"])] for r in doc["runs"]]
+    rows = [[_clean(r["label"]), r["created"], _clean(r["traces"]), _clean(r["unreadable"]),
+             *(_clean(r["by_kind"][k]) for k in kinds), _clean(r["unchecked"])] for r in doc["runs"]]
     out += _table(head, rows)
     if doc["fingerprints"]:
         out.append("")
         head = ["fingerprint", "kind", "first run", "last run", "runs seen", "title"]
         rows = [[f["fingerprint"][:16], f["kind"], _clean(f["first_run"]), _clean(f["last_run"]),
-                 str(len(f["occurrences"])), _clean(f["title"])] for f in doc["fingerprints"]]
+                 _clean(len(f["occurrences"])), _clean(f["title"])] for f in doc["fingerprints"]]
         out += _table(head, rows)
     return "\n".join(out) + "\n"
 
@@ -94,6 +102,7 @@ def render_html(history: History) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         f"<title>npusan history {e(doc['database'])}</title>",
         "<style>body{font-family:sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}th{background:#f4f4f4}"
@@ -111,13 +120,13 @@ def render_html(history: History) -> str:
     ]
     for r in doc["runs"]:
         parts.append(
-            f"<tr><td>{e(r['label'])}</td><td>{e(r['created'])}</td><td>{r['traces']}</td><td>{r['unreadable']}</td>"
-            + "".join(f"<td>{r['by_kind'][k]}</td>" for k in kinds) + "</tr>"
+            f"<tr><td>{e(r['label'])}</td><td>{e(r['created'])}</td><td>{e(r['traces'])}</td><td>{e(r['unreadable'])}</td>"
+            + "".join(f"<td>{e(r['by_kind'][k])}</td>" for k in kinds) + "</tr>"
         )
     parts.append("</table><h2>Findings</h2><table><tr><th>fingerprint</th><th>kind</th><th>title</th>"
                  "<th>first run</th><th>last run</th><th>occurrences per run</th></tr>")
     for f in doc["fingerprints"]:
-        occ = ", ".join(f"{e(o['run'])}: {o['count']}" for o in f["occurrences"])
+        occ = ", ".join(f"{e(o['run'])}: {e(o['count'])}" for o in f["occurrences"])
         parts.append(
             f"<tr><td><code>{e(f['fingerprint'][:16])}</code></td><td>{e(f['kind'])}</td><td>{e(f['title'])}</td>"
             f"<td>{e(f['first_run'])}</td><td>{e(f['last_run'])}</td><td>{occ}</td></tr>"
@@ -143,7 +152,7 @@ def _chart(doc: dict, kinds: list) -> str:
     """An inline SVG line chart: distinct findings of each kind per run."""
     runs = doc["runs"]
     width, height, pad = 640, 240, 40
-    ticks = y_ticks(max([0] + [r["by_kind"][k] for r in runs for k in kinds]))
+    ticks = y_ticks(max([0] + [r["by_kind"][k] for r in runs for k in kinds if isinstance(r["by_kind"][k], int)]))
     top = ticks[-1]
     n = max(1, len(runs) - 1)
 

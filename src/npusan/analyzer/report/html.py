@@ -9,8 +9,10 @@ comes from a trace is HTML-escaped.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import datetime
+import hashlib
 import html
 from typing import Optional
 
@@ -19,6 +21,7 @@ from ...trace_format.safe_text import clean
 from ..findings.model import AccessInfo, Kind
 from ..findings.grouping import Group
 from ..findings.rootcause import RootCause
+from .shown_frames import Omitted, shown
 from .sources import Folded, SourceCache, display_path, fold
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
@@ -67,6 +70,9 @@ document.addEventListener('DOMContentLoaded', function () {
 });
 """
 
+#: The Content-Security-Policy source that allows exactly :data:`SCRIPT`.
+SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+
 LANE_H = 22
 SLOT_W = 22
 LABEL_W = 190
@@ -83,9 +89,10 @@ class HtmlReporter(Reporter):
         out = [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
-            # No network, ever: scripts and styles only from this page, images only inline.
+            # No network, ever: styles only from this page, images only inline, and no
+            # script but this page's own (by its hash: a script a trace smuggled in never runs).
             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">",
+            f"style-src 'unsafe-inline'; script-src '{SCRIPT_HASH}'; img-src data:\">",
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             "<title>npusan report</title>",
             f"<style>{CSS}</style><script>{SCRIPT}</script></head><body>",
@@ -201,8 +208,8 @@ def _stack(stack, sources: SourceCache) -> str:
     if not stack:
         return '<div class="stack dim">(no stack recorded)</div>'
     lines = []
-    for item in fold(stack):
-        if isinstance(item, Folded):
+    for item in fold(shown(stack)):
+        if isinstance(item, (Folded, Omitted)):
             lines.append(f'<div class="dim">{e(item)}</div>')
             continue
         lines.append(f"<div>{e(display_path(item.filename))}:{item.lineno} in {e(item.function)}</div>")

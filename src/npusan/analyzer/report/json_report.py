@@ -14,6 +14,7 @@ from ...trace_format.safe_text import clean_tree
 from ..findings.model import AccessInfo, BlockInfo, StreamRef
 from ..findings.grouping import Group
 from ..findings.rootcause import RootCause
+from .shown_frames import Omitted, shown
 from .sources import SourceCache
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
@@ -23,7 +24,10 @@ SCHEMA_VERSION = f"{SCHEMA_MAJOR}.8"
 
 
 def frames_json(stack) -> list:
-    return [{"file": fr.filename, "line": fr.lineno, "function": fr.function} for fr in stack]
+    """A stack as report frames; frames left out (a forged or very deep stack) are one
+    entry of the same shape whose function says how many, with ``omitted`` the count."""
+    return [{"file": "", "line": 0, "function": str(fr), "omitted": fr.count} if isinstance(fr, Omitted)
+            else {"file": fr.filename, "line": fr.lineno, "function": fr.function} for fr in shown(stack)]
 
 
 def stream_json(s: Optional[StreamRef], header: dict) -> Optional[dict]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import PureWindowsPath
 from typing import Optional
 from urllib.parse import quote
@@ -16,6 +17,7 @@ from urllib.parse import quote
 from ..._version import __version__
 from ..findings.model import Frame, Kind
 from ..findings.grouping import Group
+from .shown_frames import Omitted, shown
 from .sources import SourceCache, paths_shown_as, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register
@@ -30,15 +32,29 @@ RULES = list(Kind)
 SRCROOT = "SRCROOT"
 
 
+def _quote(name: str, safe: str = "/") -> str:
+    """``name`` percent-encoded for a URI. A file name that is not UTF-8 reaches Python with
+    its bad bytes as lone surrogates: they are encoded as those bytes (``r\\xff`` → ``r%FF``)."""
+    try:
+        return quote(name, safe=safe, errors="surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        return quote(name, safe=safe, errors="replace")
+
+
 @functools.lru_cache(maxsize=8192)
 def artifact_uri(filename: str) -> str:
     """A URI reference for a file name (relative names stay relative)."""
     name = filename.replace("\\", "/")
     if PureWindowsPath(filename).drive:
-        return "file:///" + quote(name, safe="/:")
+        return "file:///" + _quote(name, safe="/:")
     if name.startswith("/"):
-        return "file://" + quote(name, safe="/")
-    return quote(name, safe="/")
+        return "file://" + _quote(name)
+    return _quote(name)
+
+
+def _climbs(name: str) -> bool:
+    """Whether a '/'-separated relative name leaves its base (a ``..`` component)."""
+    return ".." in name.split("/")
 
 
 def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
@@ -51,12 +67,13 @@ def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
         return None
     if not (os.path.isabs(filename) or PureWindowsPath(filename).drive):
         name = filename.replace("\\", "/")
-        return None if name.startswith("../") or "/../" in name else name
+        return None if _climbs(name) else name
     if root is None:
         return None
     base = root.rstrip("/\\")
     if filename.startswith(base + os.sep) or filename.startswith(base + "/"):
-        return filename[len(base) + 1:].replace("\\", "/")
+        rel = filename[len(base) + 1:].replace("\\", "/")
+        return None if _climbs(rel) else rel  # ``<root>/../../etc/passwd`` is not under the root
     return None
 
 
@@ -72,7 +89,7 @@ def artifact_location(filename: str, root: Optional[str]) -> dict:
     scanning places such results on the checkout), else an absolute ``file://`` URI."""
     rel = relative_to_root(filename, root)
     if rel is not None:
-        return {"uri": quote(rel, safe="/"), "uriBaseId": SRCROOT}
+        return {"uri": _quote(rel), "uriBaseId": SRCROOT}
     return {"uri": artifact_uri(filename)}
 
 
@@ -107,7 +124,10 @@ def location(fr: Optional[Frame], message: str, id_: Optional[int] = None, logic
 def sarif_stack(stack, message: str, root: Optional[str] = None) -> dict:
     """A SARIF stack: frames innermost first (SARIF's order; the trace stores outermost first)."""
     frames = []
-    for fr in reversed(stack):
+    for fr in reversed(shown(stack)):
+        if isinstance(fr, Omitted):  # frames left out: a frame with only a message
+            frames.append({"location": {"message": {"text": str(fr)}}})
+            continue
         frames.append({"location": location(fr, fr.function, root=root)})
     return {"message": {"text": message}, "frames": frames}
 
@@ -209,7 +229,31 @@ def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optio
     }
     if root is not None:
         run["originalUriBaseIds"] = {SRCROOT: {"uri": root_uri(root)}}
+    _escape_messages(run)
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+_BRACKET = re.compile(r"(\\*)([\[\]])")
+
+
+def message_text(text: str) -> str:
+    """Plain text as a SARIF message's ``text``: SARIF reads ``[words](target)`` in it as an
+    embedded link (SARIF 2.1.0, 3.11.6), so every bracket is escaped with a backslash (and
+    backslashes just before one doubled): a trace cannot put a link in a CI page."""
+    return _BRACKET.sub(lambda m: m.group(1) * 2 + "\\" + m.group(2), text)
+
+
+def _escape_messages(value) -> None:
+    """Escape, in place, the ``text`` of every ``message`` object of a SARIF document."""
+    if isinstance(value, dict):
+        for key, v in value.items():
+            if key == "message" and isinstance(v, dict) and isinstance(v.get("text"), str):
+                v["text"] = message_text(v["text"])
+            else:
+                _escape_messages(v)
+    elif isinstance(value, list):
+        for v in value:
+            _escape_messages(v)
 
 
 @register

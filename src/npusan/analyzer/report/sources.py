@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, Union
 
 from ...trace_format.sourcelines import find_source_root
 from ..findings.model import Frame, map_frames
+from .shown_frames import Omitted
 
 #: Files larger than this are not read for quoting (a trace names them; it may be hostile).
 MAX_SOURCE_BYTES = 8 << 20
@@ -314,16 +315,17 @@ class Folded:
 LIBRARY_ONLY_SHOWN = 3
 
 
-def fold(stack: Iterable[Frame], full: bool = False) -> list[Union[Frame, Folded]]:
+def fold(stack: Iterable, full: bool = False) -> list:
     """The frames of ``stack`` with runs of library frames folded, unless ``full``.
 
     A stack made only of library frames (a tensor freed by pytest after the test
     returned) keeps its innermost :data:`LIBRARY_ONLY_SHOWN` frames: folding all of it
-    would hide the only locations there are.
+    would hide the only locations there are. Notes of frames a report leaves out
+    (:class:`~.shown_frames.Omitted`) pass through as they are.
     """
     stack = list(stack)
     keep_from = len(stack)
-    if not full and all(internal_category(fr) is not None for fr in stack):
+    if not full and all(isinstance(fr, Omitted) or internal_category(fr) is not None for fr in stack):
         keep_from = len(stack) - LIBRARY_ONLY_SHOWN
     out: list[Union[Frame, Folded]] = []
     run: list[str] = []
@@ -335,6 +337,10 @@ def fold(stack: Iterable[Frame], full: bool = False) -> list[Union[Frame, Folded
             run.clear()
 
     for i, fr in enumerate(stack):
+        if isinstance(fr, Omitted):  # (a note of :func:`~.shown_frames.shown`)
+            flush()
+            out.append(fr)
+            continue
         cat = None if full or i >= keep_from else internal_category(fr)
         if cat is None:
             flush()

@@ -14,6 +14,7 @@ from ...trace_format.safe_text import clean
 from ..findings.model import AccessInfo, Kind
 from ..findings.grouping import Group
 from ..findings.rootcause import RootCause
+from .shown_frames import Omitted, shown
 from .sources import Folded, SourceCache, display_path, fold, user_site
 from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
@@ -137,7 +138,10 @@ class _Writer:
         if not stack:
             self.line(pad, ("(no stack recorded)", "dim"), indent=1)
             return
-        for item in fold(stack, full=self.options.full_stacks):
+        for item in fold(shown(stack), full=self.options.full_stacks):
+            if isinstance(item, Omitted):
+                self.line(pad, (str(item), "dim"), indent=1)
+                continue
             if isinstance(item, Folded):
                 hint = "" if self.options.full_stacks else self.options.folded_hint
                 self.line(pad, (f"{item}{hint}", "dim"), indent=1)

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -94,9 +96,9 @@ class HistoryError(ValueError):
 class Run:
     id: int
     label: str
-    created: float
-    traces: int
-    errors: int
+    created: Optional[float]  # None: the database holds no time a date can show
+    traces: Optional[int]  # None (and errors): the database holds no integer there
+    errors: Optional[int]
     by_kind: dict = field(default_factory=dict)  # kind -> number of distinct findings
     unchecked: int = 0  # findings of the run before, not checked (their traces unreadable)
 
@@ -119,7 +121,9 @@ class History:
         self.db = db
 
     @classmethod
-    def open(cls, path: str, create: bool = True) -> "History":
+    def open(cls, path: str, create: bool = True, read_only: bool = False) -> "History":
+        """The history at ``path``; ``read_only`` (for showing it) opens an existing file
+        without writing a byte to it: a file that is not a history is refused, not made one."""
         if os.path.isdir(path):
             raise HistoryError(f"history {path}: is a directory")
         exists = os.path.exists(path)
@@ -132,9 +136,17 @@ class History:
         elif not os.path.isfile(path):
             raise HistoryError(f"history {path}: not a regular file")
         try:
-            db = sqlite3.connect(path, timeout=30)
-            db.executescript(_SCHEMA)
+            if read_only:
+                if not exists:
+                    raise HistoryError(f"history {path}: no such file")
+                uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+                db = sqlite3.connect(uri, uri=True, timeout=30)
+            else:
+                db = sqlite3.connect(path, timeout=30)
+                db.executescript(_SCHEMA)
             row = db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+            if row is None and read_only:
+                raise HistoryError(f"history {path}: not an npusan history database (no schema version)")
             if row is None:
                 db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
                 db.commit()
@@ -144,6 +156,8 @@ class History:
                 )
         except sqlite3.DatabaseError as e:
             raise HistoryError(f"history {path}: not an npusan history database ({e})") from None
+        except (sqlite3.Error, OSError) as e:  # cannot be opened at all (permissions, a full disk)
+            raise HistoryError(f"history {path}: {e}") from None
         return cls(path, db)
 
     def close(self) -> None:
@@ -157,6 +171,12 @@ class History:
 
     def previous(self) -> Baseline:
         """The last recorded run's findings as a baseline (empty for an empty history)."""
+        try:
+            return self._previous()
+        except sqlite3.Error as e:
+            raise HistoryError(f"history {self.path}: cannot be read ({e})") from None
+
+    def _previous(self) -> Baseline:
         last = self.last_run()
         if last is None:
             return Baseline(f"{self.path} (no earlier run)")
@@ -209,6 +229,14 @@ class History:
             while self.has_label(label):
                 n += 1
                 label = f"{base} #{n}"
+        try:
+            return self._record(report, label, created)
+        except sqlite3.Error as e:  # a full disk, a database locked past the timeout...
+            raise HistoryError(f"history {self.path}: the run was not recorded ({e})") from None
+
+    def _record(self, report, label: str, created: float) -> Run:
+        from ..report import describe as D
+
         groups = list(report.groups) + list(report.known) + list(report.below_min_count)
         errors = len(report.errors)
         with self.db:
@@ -225,7 +253,7 @@ class History:
                 entry = totals.setdefault(g.fingerprint, [f.kind.value, D.title(f, report.header(f.trace)), 0])
                 entry[2] += g.count
                 for x in g.findings:
-                    key = (report.trace_path(x.trace), g.fingerprint)
+                    key = (storable(report.trace_path(x.trace)), g.fingerprint)
                     per_trace[key] = per_trace.get(key, 0) + max(1, x.count)
                     seq = x.first_seq or x.access.seq
                     first[key] = min(first.get(key, seq), seq)
@@ -245,7 +273,7 @@ class History:
             )
             self.db.executemany(
                 "INSERT INTO unchecked VALUES (?, ?, ?, ?, ?)",
-                [(run, k.fingerprint, k.kind, k.title, tr)
+                [(run, k.fingerprint, k.kind, k.title, storable(tr))
                  for k in getattr(report, "unchecked", ()) for tr in report.unchecked_traces.get(k.fingerprint, ())],
             )
             self.db.executemany(
@@ -254,22 +282,26 @@ class History:
             )
             self.db.executemany(
                 "INSERT INTO traces VALUES (?, ?, ?, ?, ?)",
-                [(run, row["trace"], row["rank"], row["kernels"], row["status"]) for row in trace_rows(report)],
+                [(run, storable(row["trace"]), row["rank"], row["kernels"], row["status"])
+                 for row in trace_rows(report)],
             )
         return Run(run, label, created, len(report.traces), errors)
 
     # -- what `npusan history` shows ---------------------------------------------------
 
     def runs(self) -> list[Run]:
+        """The recorded runs, each value of the type its column declares: SQLite keeps any
+        value in any column, and a database handed over with a bug report may hold text in
+        a count, a blob as a label or a time of 1e300 (see :func:`_as_int`...)."""
         out = []
         for rid, label, created, traces, errors in self.db.execute(
             "SELECT id, label, created, traces, errors FROM runs ORDER BY id"
         ):
-            r = Run(rid, label, created, traces, errors)
+            r = Run(rid, _as_text(label), _as_time(created), _as_int(traces), _as_int(errors))
             for kind, n in self.db.execute(
                 "SELECT kind, COUNT(*) FROM findings WHERE run = ? GROUP BY kind", (rid,)
             ):
-                r.by_kind[kind] = n
+                r.by_kind[_as_text(kind)] = n
             r.unchecked = self.db.execute(
                 "SELECT COUNT(DISTINCT fingerprint) FROM unchecked WHERE run = ?", (rid,)
             ).fetchone()[0]
@@ -282,9 +314,46 @@ class History:
         for run, fp, kind, title, count in self.db.execute(
             "SELECT run, fingerprint, kind, title, count FROM findings ORDER BY run, rowid"
         ):
+            if not isinstance(run, int):
+                continue  # (a row of no run: the run column is an INTEGER reference)
+            fp, kind, title, count = _as_text(fp), _as_text(kind), _as_text(title), _as_int(count)
             t = out.get(fp)
             if t is None:
                 t = out[fp] = Track(fp, kind, title)
             t.title = title  # the latest title
             t.counts[run] = count
         return list(out.values())
+
+
+# -- values as read back ----------------------------------------------------------------
+
+#: Times shown: from the epoch to the year 9999 (datetime's range).
+_LATEST = 253402300799.0
+
+
+def _as_text(value) -> str:
+    """A TEXT column's value as text: a blob is decoded (bad bytes replaced), a number written out."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value if isinstance(value, str) else str(value)
+
+
+def _as_int(value) -> Optional[int]:
+    """An INTEGER column's value, or None for a value of another type."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _as_time(value) -> Optional[float]:
+    """A ``created`` time in seconds since the epoch, or None when it is not one a date can show."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= _LATEST:
+        return float(value)
+    return None
+
+
+def storable(text: str) -> str:
+    """``text`` (a trace path) as SQLite can store it: a file name that is not UTF-8 reaches
+    Python with its bad bytes as lone surrogates, which cannot be encoded; they become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
