@@ -461,3 +461,25 @@ def test_a_trace_read_from_standard_input_is_called_stdin(scenario, workdir):
     assert code == 2 and err == "npusan: error: <stdin>: the file is empty: not an npusan trace\n"
     code, _, err = through_stdin("export", "-")
     assert code == 2 and err.startswith("npusan: error: <stdin>: export reads its trace twice")
+
+
+@pytest.mark.parametrize("how", ["same name", "absolute path", "symlink", "hard link", "in a directory argument"])
+def test_the_report_never_replaces_a_trace_it_reads(scenario, run, workdir, how):
+    trace = scenario("data_race")
+    before = (workdir / trace).read_bytes()
+    args = [trace]
+    out = trace
+    if how == "absolute path":
+        out = str(workdir / trace)
+    elif how == "symlink":
+        os.symlink(trace, "link.npusan")
+        out = "link.npusan"
+    elif how == "hard link":
+        os.link(trace, "hard.npusan")
+        out = "hard.npusan"
+    elif how == "in a directory argument":
+        os.makedirs("traces")
+        os.replace(trace, "traces/t.npusan")
+        trace, args, out = "traces/t.npusan", ["traces"], "traces/t.npusan"
+    one_error_line(run("analyze", *args, "-o", out), "it is a trace being read")
+    assert (workdir / trace).read_bytes() == before

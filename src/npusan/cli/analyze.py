@@ -18,7 +18,7 @@ from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
 from .completion import PATH, finding_kinds, report_formats
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, one_line_errors
-from .output import check_writable, dash_is_stdout, write_output
+from .output import check_writable, dash_is_stdout, refuse_overwriting_input, write_output
 from .progress import LazyProgress
 
 FORMATS = ("text", "json", "sarif", "junit", "short", "html")
@@ -157,6 +157,7 @@ def analyze(
     fail_kinds = parse_kinds(fail_on)
     if output is not None:
         check_writable(output)
+        refuse_overwriting_input(output, list(traces))
     check_run_options(jobs, scheduler, send_traces)
     try:  # the suppression and baseline files, --source-root and --map-path
         options = pipeline.AnalysisOptions.from_files(
