@@ -199,11 +199,6 @@ def analyze(
         click.echo(f"npusan: error: {clean(str(where))}: {clean(str(why))} (the other traces are reported)", err=True)
 
     report = pipeline.make_report(result, options, history=history.previous() if history is not None else None)
-    if history is not None:
-        try:
-            history.record(report, label=run_label)
-        except HistoryError as e:  # the label was taken by a run that finished meanwhile
-            raise UsageProblem(str(e)) from None
     if options.suppressions is not None:
         for entry in options.suppressions.unused():
             warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
@@ -220,6 +215,12 @@ def analyze(
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
     )
     write_output(output, get_reporter(fmt).render(report, render_options))
+    # Recorded only once the report is out: an interrupted or failed run leaves no row.
+    if history is not None:
+        try:
+            history.record(report, label=run_label)
+        except HistoryError as e:  # the label was taken by a run that finished meanwhile
+            raise UsageProblem(str(e)) from None
 
     failing = [g for g in report.groups if fail_kinds is None or g.kind.value in fail_kinds]
     if errors:
