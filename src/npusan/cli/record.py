@@ -100,7 +100,31 @@ def check_device(backend: str) -> None:
     fail("--backend npu: torch_npu reports no usable NPU here; record on the simulated device with --backend sim")
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _RecordCommand(click.Command):
+    """``record``'s own options come first; the command starts at its first word, at ``--``,
+    or at ``-m``/``-c`` (a Python command line without the interpreter).
+
+    An unknown option before that is a usage error with click's "did you mean"
+    (``--outptu`` must not run a program called ``--outptu``); everything from the command on
+    is the command's, options included.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list) -> list:
+        takes_value = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+        args = list(args)
+        i = 0
+        while i < len(args):
+            word = args[i]
+            if word == "--" or not word.startswith("-") or word == "-":
+                break
+            if word in ("-m", "-c"):
+                args.insert(i, "--")
+                break
+            i += 2 if word in takes_value else 1
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_RecordCommand, context_settings={"allow_interspersed_args": False})
 @click.option("-o", "--output", default="trace.npusan", show_default=True, metavar="PATH",
               help="Trace path; {pid}, {rank} and {local_rank} are expanded per process.")
 @click.option("--backend", type=click.Choice(["auto", "cuda", "npu", "sim"]), default="auto", show_default=True)
