@@ -84,20 +84,11 @@ def _summary(items: list, *, online: bool, backend: str) -> list:
 def check_device(backend: str) -> None:
     """Fail (exit 2, one line) before running anything when the named device is not here:
     a recording of a program that cannot reach its device holds no device work."""
-    import importlib.util
+    from ..recorder.backends import device_problem
 
-    from ..recorder.backends import backend_class, npu_installed
-
-    if importlib.util.find_spec("torch") is None:
-        return  # this Python cannot tell; the program's own Python may have torch
-    if backend_class(backend).available():
-        return
-    if backend == "cuda":
-        fail("--backend cuda: no usable CUDA device here (torch.cuda.is_available() is False, or this "
-             "torch has no GPU trace hooks); record on the simulated device with --backend sim")
-    if not npu_installed():
-        fail("--backend npu: torch_npu is not installed here; record on the simulated device with --backend sim")
-    fail("--backend npu: torch_npu reports no usable NPU here; record on the simulated device with --backend sim")
+    problem = device_problem(backend)
+    if problem is not None:
+        fail(f"--backend {backend}: {problem}; record on the simulated device with --backend sim")
 
 
 class _RecordCommand(click.Command):
