@@ -47,8 +47,11 @@ from ..trace_format.records import KERNEL as _KERNEL
 from . import kernelpack, signals, status
 from .backends import Backend, select_backend
 from .errors import RaceError, format_finding
+from .online_digest import OnlineDigest
 from .stacks import DEFAULT_DEPTH, StackCapture
 
+#: Online warn mode's messages in this process (see online_digest).
+_DIGEST = OnlineDigest()
 #: Live, there is no --full-stacks to pass: the folded frames are in a recorded trace.
 ONLINE_FOLDED_HINT = " (to see them: record a trace and run `npusan analyze --full-stacks` on it)"
 #: The compiled per-op path of the kill-safe recorder, or None (kernelpack.py).
@@ -299,6 +302,11 @@ class Recorder:
         signals.uninstall()
         if self.online is not None and self._findings:
             self._report_findings(allow_raise=False)
+        if self.online == "warn" and _DIGEST.summary() is not None:
+            try:
+                sys.stderr.write(_DIGEST.summary() + "\n")
+            except Exception:
+                pass
 
     def _unhook(self) -> None:
         """Take the dispatch mode out and detach the runtime hooks (never raises)."""
@@ -781,7 +789,7 @@ class Recorder:
             if self.online == "raise" and allow_raise:
                 raise RaceError(msg, f)
             try:
-                sys.stderr.write(f"npusan: warning: {msg}\n")
+                sys.stderr.write(f"npusan: warning: {_DIGEST.message(msg, ONLINE_FOLDED_HINT)}\n")
             except Exception:
                 pass
 
