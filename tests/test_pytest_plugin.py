@@ -85,6 +85,7 @@ def test_races_fail_their_tests_with_the_report_and_clean_tests_pass(pytester):
     # that --npusan-trace-dir kept (not by giving the option that was given)
     assert "--full-stacks shows them" not in failures
     assert "run `npusan analyze --full-stacks` on the trace named below" in failures
+    assert failures.count("on the trace named below") == 2  # once in each of the two failures
     assert "keep the trace with --npusan-trace-dir" not in failures
     assert "npusan: warning" not in out  # the report is the failure, not warnings besides it
     kept = sorted(p.name for p in traces.iterdir())
@@ -216,3 +217,50 @@ def test_a_recorded_pytest_run_has_no_assert_rewrite_warning(pytester, monkeypat
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=600)
     result.assert_outcomes(passed=1)
     assert "PytestAssertRewriteWarning" not in result.stdout.str()
+
+
+YIELDED = '''import pytest
+import torch
+
+from npusan import sim
+
+
+@pytest.fixture
+def buf():
+    s = sim.Stream()
+    with sim.stream(s):
+        buf = torch.ones(1024)     # allocated on the side stream
+    sim.current_stream().wait_stream(s)
+    yield buf                      # freed when pytest drops the test's fixture values
+
+
+def test_uses_side_buffer(buf):
+    buf.add_(1)                    # used on the default stream, without record_stream
+'''
+
+
+@pytest.mark.timeout(900)
+def test_a_yielded_value_freed_after_teardown_is_still_checked(pytester):
+    pytester.makepyfile(test_yield=YIELDED)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--npusan", timeout=600)
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*missing record_stream*", "ERROR test_yield.py::test_uses_side_buffer*"])
+
+
+def test_a_named_device_that_is_not_here_is_a_usage_error(pytester, monkeypatch):
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--npusan", "--npusan-backend", "cuda",
+                                           timeout=600)
+    if result.ret == pytest.ExitCode.OK:  # (torch is not imported here: asked in the run itself)
+        pytest.skip("this machine has a usable CUDA device")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--npusan-backend cuda: no usable CUDA device here*--npusan-backend sim*"])
+
+
+def test_the_folded_frames_hint_is_said_once_per_failure():
+    from npusan.pytest_plugin import FOLDED_HINT
+    from npusan.recorder.online_digest import hint_once
+
+    text = "\n".join(f"… {n} pytest frames{FOLDED_HINT}" for n in (31, 30, 29))
+    assert hint_once(text, FOLDED_HINT).splitlines() == [f"… 31 pytest frames{FOLDED_HINT}", "… 30 pytest frames",
+                                                         "… 29 pytest frames"]

@@ -53,6 +53,14 @@ def pytest_configure(config: pytest.Config) -> None:
     trace_dir = config.getoption("npusan_trace_dir")
     if trace_dir and not config.getoption("npusan"):
         raise pytest.UsageError("--npusan-trace-dir needs --npusan")
+    if config.getoption("npusan"):
+        from .recorder.backends import device_problem
+
+        backend = config.getoption("npusan_backend")
+        problem = device_problem(backend)
+        if problem is not None:  # every test would pass unchecked
+            raise pytest.UsageError(f"--npusan-backend {backend}: {problem}; "
+                                    "check on the simulated device with --npusan-backend sim")
 
 
 def _trace_name(nodeid: str) -> str:
@@ -99,8 +107,21 @@ def pytest_runtest_teardown(item: pytest.Item):
                 item.warn(pytest.PytestWarning(
                     "npusan stopped checking before this test ended (npusan.disable(), or the recorder "
                     "gave up): what ran after that was not checked"))
+            _release_fixture_values(item)
             state.recorder.settle()
             state.recorder.stop()
+
+
+def _release_fixture_values(item: pytest.Item) -> None:
+    """Drop the test's references to its fixtures' values while recording still runs.
+
+    pytest drops them itself only after the teardown phase (``item.funcargs = None``), when
+    recording has stopped: a tensor a fixture yielded would be freed unchecked (its missing
+    ``record_stream`` never seen). The fixtures are torn down by now; nothing reads them.
+    """
+    funcargs = getattr(item, "funcargs", None)
+    if isinstance(funcargs, dict):
+        funcargs.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -138,13 +159,15 @@ FOLDED_HINT_KEPT = " (to see them: run `npusan analyze --full-stacks` on the tra
 def _failure_text(found: list, state: _TestState, call: pytest.CallInfo) -> str:
     from .analyzer.report.live import format_finding
     from .recorder.errors import RaceError
+    from .recorder.online_digest import hint_once
 
     header = state.recorder.engine.header if state.recorder.engine is not None else None
     n = len(found)
     lines = [f"npusan: {n} stream-synchronization bug{'s' if n != 1 else ''} in this test", ""]
+    hint = FOLDED_HINT if state.trace is None else FOLDED_HINT_KEPT
     for f in found:
-        hint = FOLDED_HINT if state.trace is None else FOLDED_HINT_KEPT
         lines += [format_finding(f, header, folded_hint=hint), ""]
+    lines = hint_once("\n".join(lines), hint).split("\n")
     if call.excinfo is not None and not call.excinfo.errisinstance(RaceError):
         lines.append(f"(the test also failed: {call.excinfo.exconly()})")
     if state.trace is not None:

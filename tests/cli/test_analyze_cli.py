@@ -461,3 +461,72 @@ def test_a_trace_read_from_standard_input_is_called_stdin(scenario, workdir):
     assert code == 2 and err == "npusan: error: <stdin>: the file is empty: not an npusan trace\n"
     code, _, err = through_stdin("export", "-")
     assert code == 2 and err.startswith("npusan: error: <stdin>: export reads its trace twice")
+
+
+@pytest.mark.parametrize("how", ["same name", "absolute path", "symlink", "hard link", "in a directory argument"])
+def test_the_report_never_replaces_a_trace_it_reads(scenario, run, workdir, how):
+    trace = scenario("data_race")
+    before = (workdir / trace).read_bytes()
+    args = [trace]
+    out = trace
+    if how == "absolute path":
+        out = str(workdir / trace)
+    elif how == "symlink":
+        os.symlink(trace, "link.npusan")
+        out = "link.npusan"
+    elif how == "hard link":
+        os.link(trace, "hard.npusan")
+        out = "hard.npusan"
+    elif how == "in a directory argument":
+        os.makedirs("traces")
+        os.replace(trace, "traces/t.npusan")
+        trace, args, out = "traces/t.npusan", ["traces"], "traces/t.npusan"
+    one_error_line(run("analyze", *args, "-o", out), "it is a trace being read")
+    assert (workdir / trace).read_bytes() == before
+
+
+def _runs_in(db) -> list:
+    from npusan.analyzer.runs.history import History
+
+    h = History.open(str(db), create=False)
+    try:
+        return h.runs()
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("where", ["replay", "writing the report"])
+def test_ctrl_c_exits_130_and_leaves_no_report_nor_history_row(scenario, run, workdir, monkeypatch, where):
+    trace = scenario("data_race")
+    run("analyze", trace, "--history", "h.db", "-o", "first.txt")  # the history exists, with one run
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "replay":
+        monkeypatch.setattr("npusan.analyzer.runs.pipeline.replay_inputs", interrupt)
+    else:
+        monkeypatch.setattr("npusan.cli.output.os.fsync", interrupt)
+    before = sorted(os.listdir(workdir))
+    r = run("analyze", trace, "--history", "h.db", "-o", "report.txt")
+    assert r.exit_code == 130, r.output
+    assert "Aborted!" not in r.output and r.stderr.strip().splitlines() == ["npusan: interrupted"]
+    assert sorted(os.listdir(workdir)) == before  # no report.txt, no temporary file beside it
+    assert len(_runs_in(workdir / "h.db")) == 1
+
+
+def test_a_real_sigint_exits_130(scenario, workdir):
+    import subprocess
+    import sys
+
+    trace = scenario("data_race")
+    code = ("import os, signal, sys\n"
+            "import npusan.analyzer.runs.pipeline as p\n"
+            "p.replay_inputs = lambda *a, **k: os.kill(os.getpid(), signal.SIGINT)\n"
+            "from npusan.cli import main\n"
+            "sys.argv = ['npusan', 'analyze', sys.argv[1], '-o', 'report.txt']\n"
+            "main()\n")
+    r = subprocess.run([sys.executable, "-c", code, trace], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "npusan: interrupted" and "Traceback" not in r.stderr
+    assert not (workdir / "report.txt").exists()

@@ -162,3 +162,15 @@ def test_export_help_says_what_source_root_does_for_a_timeline(run):
     assert "--source-root DIR Project folder" in text and "markers' fixes" in text
     assert "SARIF" not in text and "JUnit" not in text
     assert "SARIF" in run("analyze", "--help").stdout  # analyze's own help is unchanged
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_export_never_replaces_its_trace(scenario, run, workdir, force):
+    trace = scenario("data_race")
+    before = (workdir / trace).read_bytes()
+    os.symlink(trace, "link")
+    for out in (trace, "link"):
+        r = run("export", trace, "-o", out, *force)
+        lines = r.stderr.strip().splitlines()
+        assert r.exit_code == 2 and len(lines) == 1 and "it is a trace being read" in lines[0], r.stderr
+    assert (workdir / trace).read_bytes() == before

@@ -47,6 +47,7 @@ class LazyGroup(click.Group):
     # become one line; see errors.OneLineUsageError. A reader of the output that went away
     # (--help, --version or a verb's output piped into head) ends the command quietly, here
     # for every verb: click's own handling would exit 1, which npusan analyze uses for findings.
+    # So would Ctrl-C ("Aborted!"): it exits 130 instead (errors.interrupted).
     def make_context(self, *args, **kwargs) -> click.Context:
         try:
             return super().make_context(*args, **kwargs)
@@ -54,6 +55,8 @@ class LazyGroup(click.Group):
             raise _one_line(e) from None
         except BrokenPipeError:
             _reader_gone()
+        except KeyboardInterrupt:
+            _interrupted()
 
     def invoke(self, ctx: click.Context):
         try:
@@ -65,6 +68,8 @@ class LazyGroup(click.Group):
             raise _one_line(e) from None
         except BrokenPipeError:
             _reader_gone()
+        except KeyboardInterrupt:
+            _interrupted()
 
     def all_commands(self) -> dict:
         """Every command by name, importing the lazy ones (for documentation and tests)."""
@@ -97,6 +102,12 @@ def _one_line(error: click.ClickException) -> click.ClickException:
     from .errors import as_one_line
 
     return as_one_line(error)
+
+
+def _interrupted() -> NoReturn:
+    from .errors import interrupted
+
+    interrupted()
 
 
 def _reader_gone() -> NoReturn:

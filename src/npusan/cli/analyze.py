@@ -18,7 +18,7 @@ from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
 from .completion import PATH, finding_kinds, report_formats
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, fail, one_line_errors
-from .output import check_writable, dash_is_stdout, write_output
+from .output import check_writable, dash_is_stdout, refuse_overwriting_input, write_output
 from .progress import LazyProgress
 
 FORMATS = ("text", "json", "sarif", "junit", "short", "html")
@@ -157,6 +157,7 @@ def analyze(
     fail_kinds = parse_kinds(fail_on)
     if output is not None:
         check_writable(output)
+        refuse_overwriting_input(output, list(traces))
     check_run_options(jobs, scheduler, send_traces)
     try:  # the suppression and baseline files, --source-root and --map-path
         options = pipeline.AnalysisOptions.from_files(
@@ -202,14 +203,6 @@ def analyze(
     except HistoryError as e:
         raise UsageProblem(str(e)) from None
     report = pipeline.make_report(result, options, history=previous)
-    not_recorded = None
-    if history is not None:
-        # A run that cannot be recorded (a full disk; the label taken by a run that finished
-        # meanwhile) still gets its report: the error comes after it, with exit 2.
-        try:
-            history.record(report, label=run_label)
-        except HistoryError as e:
-            not_recorded = str(e)
     if options.suppressions is not None:
         for entry in options.suppressions.unused():
             warn(f"suppression file {options.suppressions.path}: {entry.describe()} matched no finding")
@@ -226,8 +219,14 @@ def analyze(
         width=shutil.get_terminal_size((100, 24)).columns if color else 100,
     )
     write_output(output, get_reporter(fmt).render(report, render_options))
-    if not_recorded is not None:
-        fail(not_recorded)
+    # Recorded only once the report is out: an interrupted run leaves no row, and a run that
+    # cannot be recorded (a full disk; the label taken by a run that finished meanwhile)
+    # still has its report, the error coming after it with exit 2.
+    if history is not None:
+        try:
+            history.record(report, label=run_label)
+        except HistoryError as e:
+            fail(str(e))
 
     failing = [g for g in report.groups if fail_kinds is None or g.kind.value in fail_kinds]
     if errors:

@@ -18,6 +18,9 @@ EXIT_UNUSABLE = 2
 #: The reader of the output went away (``npusan analyze | head``): what the shell reports for
 #: a program killed by SIGPIPE (128 + 13), as for git or cat; 1 would read as findings.
 EXIT_READER_GONE = 141
+#: Interrupted (Ctrl-C): what the shell reports for a program killed by SIGINT (128 + 2), as
+#: ``npusan record`` exits when its command was; 1 would read as findings.
+EXIT_INTERRUPTED = 130
 
 F = TypeVar("F", bound=Callable)
 
@@ -67,6 +70,24 @@ def reader_gone() -> NoReturn:
     except (OSError, ValueError):  # no file descriptor: a captured stdout (click's CliRunner)
         pass
     sys.exit(EXIT_READER_GONE)
+
+
+def interrupted() -> NoReturn:
+    """End a verb stopped by Ctrl-C (a ``KeyboardInterrupt``) with status 130 and one line.
+
+    click's own handling prints "Aborted!" and exits 1, the status of ``npusan analyze``
+    for findings. What the verbs write goes through temporary files (see
+    :mod:`.output`), so nothing half-written is left under the names asked for.
+    """
+    click.echo(f"{chr(10) if _is_terminal(sys.stderr) else ''}npusan: interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def one_line_errors(fn: F) -> F:

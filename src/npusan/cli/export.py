@@ -21,7 +21,7 @@ from ..trace_format.input_files import open_input
 from .analyze import source_options, warn
 from .completion import timeline_formats
 from .errors import UsageProblem, one_line_errors
-from .output import atomic_output, check_writable, dash_is_stdout
+from .output import atomic_output, check_writable, dash_is_stdout, refuse_overwriting_input
 from .progress import LazyProgress
 
 FORMATS = ("chrome",)
@@ -91,6 +91,7 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
         raise UsageProblem("--all exports everything: it does not go with --around-findings or --max-kernels")
     if output is not None:
         check_writable(output, "the timeline")
+        refuse_overwriting_input(output, [trace], "the timeline")
         if os.path.exists(output) and stat.S_ISREG(os.stat(output).st_mode) and not force:
             raise UsageProblem(f"{output} exists; add --force to overwrite it")
     try:  # as npusan analyze reads source: the same fingerprints and fixes as its report

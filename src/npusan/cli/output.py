@@ -36,6 +36,38 @@ def check_writable(path: str, what: str = "the report") -> None:
         raise UsageProblem(f"cannot write {what} to {path}: directory {parent} is not writable")
 
 
+def refuse_overwriting_input(path: str, arguments: "list[str]", what: str = "the report") -> None:
+    """Fail now if ``-o PATH`` is one of the traces the command reads.
+
+    The report would be renamed over the trace it was made from: the recording is lost
+    and nothing says so. ``arguments`` are the command's trace arguments (files,
+    directories, glob patterns); the output is compared with every trace they name, by
+    resolved path and by device and inode (a relative name, a symlink, a hard link).
+    """
+    from ..trace_format.inputs import find_traces
+
+    target = os.path.realpath(path)
+    try:
+        out = os.stat(path)
+        identity = (out.st_dev, out.st_ino) if stat.S_ISREG(out.st_mode) else None
+    except OSError:
+        identity = None
+    for trace in find_traces(arguments).paths:
+        if not isinstance(trace, str):  # standard input
+            continue
+        same = os.path.realpath(trace) == target
+        if not same and identity is not None:
+            try:
+                st = os.stat(trace)
+                same = (st.st_dev, st.st_ino) == identity
+            except OSError:
+                pass
+        if same:
+            shown = path if trace == path else f"{path} (the same file as {trace})"
+            raise UsageProblem(f"cannot write {what} to {shown}: it is a trace being read; "
+                               "give another file to -o")
+
+
 #: Standard output is written in pieces of this many characters (see write_output).
 STDOUT_PIECE = 1 << 16
 

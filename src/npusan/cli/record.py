@@ -84,23 +84,38 @@ def _summary(items: list, *, online: bool, backend: str) -> list:
 def check_device(backend: str) -> None:
     """Fail (exit 2, one line) before running anything when the named device is not here:
     a recording of a program that cannot reach its device holds no device work."""
-    import importlib.util
+    from ..recorder.backends import device_problem
 
-    from ..recorder.backends import backend_class, npu_installed
-
-    if importlib.util.find_spec("torch") is None:
-        return  # this Python cannot tell; the program's own Python may have torch
-    if backend_class(backend).available():
-        return
-    if backend == "cuda":
-        fail("--backend cuda: no usable CUDA device here (torch.cuda.is_available() is False, or this "
-             "torch has no GPU trace hooks); record on the simulated device with --backend sim")
-    if not npu_installed():
-        fail("--backend npu: torch_npu is not installed here; record on the simulated device with --backend sim")
-    fail("--backend npu: torch_npu reports no usable NPU here; record on the simulated device with --backend sim")
+    problem = device_problem(backend)
+    if problem is not None:
+        fail(f"--backend {backend}: {problem}; record on the simulated device with --backend sim")
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _RecordCommand(click.Command):
+    """``record``'s own options come first; the command starts at its first word, at ``--``,
+    or at ``-m``/``-c`` (a Python command line without the interpreter).
+
+    An unknown option before that is a usage error with click's "did you mean"
+    (``--outptu`` must not run a program called ``--outptu``); everything from the command on
+    is the command's, options included.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list) -> list:
+        takes_value = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+        args = list(args)
+        i = 0
+        while i < len(args):
+            word = args[i]
+            if word == "--" or not word.startswith("-") or word == "-":
+                break
+            if word in ("-m", "-c"):
+                args.insert(i, "--")
+                break
+            i += 2 if word in takes_value else 1
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_RecordCommand, context_settings={"allow_interspersed_args": False})
 @click.option("-o", "--output", default="trace.npusan", show_default=True, metavar="PATH",
               help="Trace path; {pid}, {rank} and {local_rank} are expanded per process.")
 @click.option("--backend", type=click.Choice(["auto", "cuda", "npu", "sim"]), default="auto", show_default=True)

@@ -247,13 +247,31 @@ def start_from_env() -> None:
             path = trace_path_for_process(path)
             parent = os.path.dirname(os.path.abspath(path))
             os.makedirs(parent, exist_ok=True)
-        session.Recorder(path, **cfg).start()
+        rec = session.Recorder(path, **cfg).start()
+        if path is not None and not os.environ.get(status.ENV):  # (npusan record says it itself)
+            import atexit
+
+            atexit.register(_say_trace_written, rec, os.getpid())
     except Exception as e:  # never stop the program from starting
         status.report(failed=f"recording not started: {type(e).__name__}: {e}")
         try:
             sys.stderr.write(f"npusan: warning: recording not started: {type(e).__name__}: {e}\n")
         except Exception:
             pass
+
+
+def _say_trace_written(rec, pid: int) -> None:
+    """At exit: stop the recording (the trace is complete) and say where it is, on stderr,
+    as ``npusan record`` does; a recording set up by NPUSAN_TRACE alone said nothing."""
+    if os.getpid() != pid:
+        return
+    try:
+        rec.stop()
+        path = rec.path
+        if isinstance(path, (str, os.PathLike)) and not rec.failed and os.path.isfile(path):
+            sys.stderr.write(f"npusan: trace written: {os.fspath(path)}\n")
+    except Exception:
+        pass
 
 
 #: Modules whose import is watched. Recording starts once torch is imported, but not while

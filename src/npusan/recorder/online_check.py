@@ -9,6 +9,10 @@ import sys
 from typing import Any, Optional
 
 from .errors import RaceError
+from .online_digest import OnlineDigest
+
+#: Online warn mode's messages in this process (see online_digest).
+DIGEST = OnlineDigest()
 
 #: Live, there is no --full-stacks to pass: the folded frames are in a recorded trace.
 ONLINE_FOLDED_HINT = " (to see them: record a trace and run `npusan analyze --full-stacks` on it)"
@@ -65,6 +69,15 @@ class OnlineCheck:
             if self.mode == "raise" and allow_raise:
                 raise RaceError(msg, f)
             try:
-                sys.stderr.write(f"npusan: warning: {msg}\n")
+                sys.stderr.write(f"npusan: warning: {DIGEST.message(msg, ONLINE_FOLDED_HINT)}\n")
+            except Exception:
+                pass
+
+    def summarize(self) -> None:
+        """Warn mode, at the end of a recording: one line counting what was warned about."""
+        summary = DIGEST.summary() if self.mode == "warn" else None
+        if summary is not None:
+            try:
+                sys.stderr.write(summary + "\n")
             except Exception:
                 pass

@@ -230,6 +230,7 @@ class Recorder(EventQueue, RuntimeCallbacks):
         signals.uninstall()
         if self.online is not None and self._findings:
             self._report_findings(allow_raise=False)
+        self.checker.summarize()
 
     def _unhook(self) -> None:
         """Take the dispatch mode out and detach the runtime hooks (never raises)."""

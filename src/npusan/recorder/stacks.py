@@ -34,6 +34,7 @@ _INTERNAL_DIRS = (
     os.path.join(_PKG, "cli") + os.sep,
     os.path.join(_PKG, "auto.py"),
     os.path.join(_PKG, "__init__.py"),
+    os.path.join(_PKG, "pytest_plugin.py"),  # the frees of a test's fixture values it drops
     os.path.abspath(threading.__file__),  # Thread._bootstrap / run plumbing
 )
 

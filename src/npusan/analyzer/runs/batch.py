@@ -127,16 +127,41 @@ def analyze_paths(paths: Sequence["str | os.PathLike[str]"], options: BatchOptio
     from ..replay.native import engine_class
 
     engine_class()  # says here, once, when the compiled core is not available (the workers do not)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_start_method(), initializer=_engine_noted) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_start_method(), initializer=_engine_noted)
+    try:
         futures = [pool.submit(analyze_one, p, i, options.check_leaks) for i, p in enumerate(paths)]
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
+    except BaseException:  # Ctrl-C or a failed trace: stop now, not after every queued trace
+        _stop_workers(pool)
+        raise
+    pool.shutdown()
+    return results
+
+
+def _stop_workers(pool) -> None:
+    """End a pool's workers at once (a worker may be an hour into a trace): cancel what is
+    queued and terminate what runs, instead of ``shutdown(wait=True)`` waiting for it."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
+    if terminate is not None:
+        terminate()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()
 
 
 def _engine_noted() -> None:
     """A worker's start: the parent already said which engine runs (``engine_class``'s note
-    on stderr when the compiled core is not available), so the worker's own note is dropped."""
+    on stderr when the compiled core is not available), so the worker's own note is dropped.
+
+    Ctrl-C reaches the workers too (one process group): they ignore it, and the parent,
+    which handles it, ends them (:func:`_stop_workers`) without a traceback from each."""
     import contextlib
     import io
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     from ..replay.native import engine_class
 

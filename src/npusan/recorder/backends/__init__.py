@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-from typing import Dict, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 from .base import CALLBACK_NAMES, Backend, RecorderCallbacks
 
-__all__ = ["Backend", "RecorderCallbacks", "CALLBACK_NAMES", "BACKENDS", "backend_class", "npu_installed", "select_backend"]
+__all__ = ["Backend", "RecorderCallbacks", "CALLBACK_NAMES", "BACKENDS", "backend_class", "npu_installed", "select_backend",
+           "device_problem"]
 
 #: name -> (module, class) of each adapter.
 BACKENDS: Dict[str, Tuple[str, str]] = {
@@ -41,6 +42,26 @@ def npu_installed() -> bool:
         return importlib.util.find_spec("torch_npu") is not None
     except (ImportError, ValueError):  # a broken torch_npu entry on sys.path
         return False
+
+
+def device_problem(name: str) -> Optional[str]:
+    """Why the device ``name`` (cuda or npu) cannot be recorded here, or None.
+
+    A recording of a program that cannot reach its device holds no device work, and a check
+    on it passes whatever the program does: ``npusan record --backend cuda`` and
+    ``pytest --npusan-backend cuda`` refuse to start instead. None also when this Python has
+    no torch (it cannot tell; the program's own Python may have torch), and for auto and sim.
+    """
+    if name not in ("cuda", "npu") or importlib.util.find_spec("torch") is None:
+        return None
+    if backend_class(name).available():
+        return None
+    if name == "cuda":
+        return ("no usable CUDA device here (torch.cuda.is_available() is False, or this torch has no GPU "
+                "trace hooks)")
+    if not npu_installed():
+        return "torch_npu is not installed here"
+    return "torch_npu reports no usable NPU here"
 
 
 def select_backend(name: str = "auto") -> Backend:
