@@ -1,7 +1,7 @@
 """Writing trace files: :class:`FileSink` (bytes to a file) and :class:`TraceWriter` (the API).
 
-:class:`TraceWriter` is the public contract of DESIGN.md that third-party runtimes use to
-emit traces. npusan's own recorder reuses the same pieces on its fast path: it drives
+:class:`TraceWriter` is the public contract (``docs/trace-format.md``, section 12) that
+third-party runtimes use to emit traces. npusan's own recorder reuses the same pieces on its fast path: it drives
 ``writer.encoder`` (a :class:`~npusan.trace_format.encoder.RecordEncoder`) directly under its
 own lock and lets ``writer.sink`` (a :class:`FileSink`) pack and write the records.
 
@@ -527,7 +527,7 @@ def open_sink(
 
 
 class TraceWriter:
-    """Emit an npusan trace from any runtime: the contract in DESIGN.md.
+    """Emit an npusan trace from any runtime: the contract in ``docs/trace-format.md``.
 
     ``file`` is a path or a binary file object (left open on close). Streams, events and
     pointers are ints; ``device=`` names the device of the stream (streams are identified
