@@ -22,11 +22,14 @@ example: $(STAMP)
 	$(BIN)/npusan record --backend sim -o out/example.npusan -- $(BIN)/python -m npusan.examples.multistream
 	$(BIN)/npusan analyze out/example.npusan; rc=$$?; test $$rc -le 1
 
-## Install what the tests need and run them (GPU tests skip without CUDA), one worker per CPU
+## Install what the tests need, lint (ruff) and type-check the public API (mypy; both set up
+## in pyproject.toml), then run the tests (GPU tests skip without CUDA), one worker per CPU
 ## (pytest-xdist). The HTML report is checked in a real browser: Debian's chromium, installed
 ## here when missing.
 test: $(STAMP)
 	test -x /usr/bin/chromium || (apt-get update && apt-get install -y chromium)
+	$(BIN)/ruff check
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n auto
 
 ## The same without the tests marked slow (each several seconds or more): a quick check.

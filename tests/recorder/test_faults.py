@@ -17,7 +17,6 @@ import pytest
 import torch
 
 import npusan
-from npusan import sim
 from npusan.recorder import session
 from npusan.recorder.activate import child_env
 from npusan.trace_format import records as R

@@ -78,7 +78,7 @@ class FileSink:
             # in .zst or .gz compresses: one complete frame per flush.
             self._file: Any = open_for_writing(file)
             self._owns = True
-            self.name = os.fspath(file)
+            self.name: Optional[str] = os.fspath(file)
         else:
             if not hasattr(file, "write"):
                 raise TypeError(f"expected a path or a binary file object, got {type(file).__name__}")
@@ -100,8 +100,8 @@ class FileSink:
         self.error: Optional[OSError] = None
         self._pid = os.getpid()
 
-    def __call__(self, rec: list) -> None:
-        """Append one record; may flush (and then raise OSError on a failed write)."""
+    def __call__(self, rec: Union[list, dict]) -> None:
+        """Append one record (or the header, a map); may flush (and then raise OSError on a failed write)."""
         buf = self._buf
         buf += self._pack(rec)  # packed whole before touching the buffer: no partial record
         self._count -= 1
@@ -270,7 +270,7 @@ class MappedFileSink(FileSink):
                 raise
             raise _CannotMap(e) from e
 
-    def __call__(self, rec: list) -> None:
+    def __call__(self, rec: Union[list, dict]) -> None:
         if self._recs:  # deferred records come first
             self._pack_deferred()
         buf = self._buf
