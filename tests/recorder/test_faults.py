@@ -7,7 +7,6 @@ import errno
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from npusan.recorder.activate import child_env
 from npusan.trace_format import records as R
 from npusan.trace_format.reader import TraceReader
 
-from .conftest import NPUSAN, analyze, kinds, records, run_record, write_script
+from .conftest import NPUSAN, analyze, free_port, kinds, records, run_record, write_script
 from .fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (fixture)
 
 RACE_THEN_KILL = """
@@ -324,12 +323,6 @@ def test_ctrl_c_inside_an_npu_hook_never_reaches_the_runtime(tmp_path, fake_torc
     assert [r[0] for r in recs if r[0] in (R.ALLOC, R.FREE)] == [R.ALLOC, R.FREE]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "python -m torch.distributed.run"])
 def test_torchrun_rank_template_and_the_launcher(tmp_path, launcher):
@@ -345,7 +338,7 @@ def test_torchrun_rank_template_and_the_launcher(tmp_path, launcher):
         cmd = [sys.executable, "-X", "utf8", "-m", "torch.distributed.run"]
     script = write_script(tmp_path, "import os, torch\nx = torch.ones(4) * int(os.environ['RANK'])\n")
     out = subprocess.run([*NPUSAN, "record", "--backend", "sim", "-o", str(tmp_path / "dir" / "{rank}.npusan"), "--",
-                          *cmd, "--nproc_per_node=2", f"--master_port={_free_port()}", str(script)],
+                          *cmd, "--nproc_per_node=2", f"--master_port={free_port()}", str(script)],
                          capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert sorted(os.listdir(tmp_path / "dir")) == ["0.npusan", "1.npusan"]
