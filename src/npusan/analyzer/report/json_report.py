@@ -1,4 +1,4 @@
-"""The JSON report: DESIGN.md's public contract, versioned (``docs/report-schema.md``).
+"""The JSON report: a public contract, versioned (``docs/report-schema.md``).
 
 Minor versions only add optional fields; a change that removes or redefines a field bumps
 the major version, and baselines from another major version are refused.
