@@ -218,7 +218,6 @@ class History:
         (:class:`HistoryError`); the default label (the date and time) gets ``#2``, ``#3``
         appended when two runs start within one second.
         """
-        from ..report import describe as D
 
         created = time.time()
         if label and self.has_label(label):
