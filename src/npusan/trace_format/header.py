@@ -29,7 +29,8 @@ MAX_VALUE_NODES = 2048  # values kept in the whole header
 MAX_DEVICES = 1024  # default_streams entries
 #: Header keys npusan's own code interprets, and the type each must have to be used.
 _TYPED = {"backend": str, "writer": str, "torch": str, "host": str, "pid": int, "rank": int,
-          "device_count": int, "start_time": (int, float)}
+          "device_count": int, "start_time": (int, float),
+          "host_accesses": str}
 
 
 def build_header(backend: str, metadata: Optional[Mapping] = None, overrides: Optional[Mapping] = None) -> dict:
@@ -55,6 +56,7 @@ def build_header(backend: str, metadata: Optional[Mapping] = None, overrides: Op
         "argv": [str(a) for a in sys.argv],
         "start_time": time.time(),
         "metadata": dict(metadata or {}),
+        "host_accesses": None,  # the recorder says which it watched (records.HOST_WATCH_*)
     }
     if overrides:
         header.update(overrides)

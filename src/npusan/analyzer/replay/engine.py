@@ -98,7 +98,7 @@ LEAK_OP = "end of trace (never freed)"
 
 #: Where each record type keeps its stream index (for "stream index N is not defined").
 STREAM_FIELD = {R.STREAM_CREATED: 1, R.EVENT_RECORD: 2, R.EVENT_WAIT: 2, R.STREAM_SYNC: 1, R.ALLOC: 4,
-                R.RECORD_STREAM: 2, R.ERASE_STREAM: 2, R.KERNEL: 1}
+                R.RECORD_STREAM: 2, R.ERASE_STREAM: 2, R.KERNEL: 1, R.HOST_ACCESS: 1}
 
 _DATA_RACE = Kind.DATA_RACE
 _MISSING = Kind.MISSING_RECORD_STREAM
@@ -239,7 +239,8 @@ class Engine:
         self.check_leaks = check_leaks
         self.on_finding = on_finding
         self.trace_index = trace_index
-        self.seq = 0  # kernels replayed; the last kernel's sequence number
+        self.seq = 0  # kernels and host accesses replayed; the last one's sequence number
+        self.host_accesses = 0  # HOST_ACCESS records replayed (seq counts them too)
         self.events = 0  # non-definition records processed, kernels included
         self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
         self.capped = 0  # blocks whose byte-range segments were merged past MAX_SEGMENTS
@@ -274,6 +275,7 @@ class Engine:
             R.ERASE_STREAM: self.erase_stream,
             R.KERNEL: self.kernel,
             R.VIEWS: self.views_declared,
+            R.HOST_ACCESS: self.host_access,
         }
 
     # ------------------------------------------------------------------ feeding records
@@ -338,7 +340,7 @@ class Engine:
         """
         it = iter(source)
         rec = None
-        kernels = self.seq
+        kernels = self.seq - self.host_accesses  # KERNEL records read (host accesses: absorbed)
         try:
             while True:
                 try:
@@ -557,6 +559,19 @@ class Engine:
                 self.access(b, S, vec, acc)
             else:
                 self.strided_access(b, S, vec, acc, shape)
+
+    def host_access(self, rec: list) -> None:
+        """The host's access of pinned memory (format 1.2): a kernel on the host stream H,
+        whose state is the host's (H merges whatever the host merges), checked like any
+        kernel; then every stream and the host learn H's new sequence number, since every
+        later device operation is issued by the host after it (the trace is in host program
+        order). A later access is thus never reported against an earlier host access."""
+        self.kernel(rec)
+        self.host_accesses += 1
+        H, seq = rec[1], self.seq
+        for vec in self.current.values():
+            vec[H] = seq
+        self.host[H] = seq
 
     def access_target(self, rec: list, a) -> tuple:
         """``(block, is_write, lo, hi)`` of one encoded access (lo is None: whole block)."""

@@ -73,7 +73,8 @@ _E_STACK = ERROR_CODES["STACK"]
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
-_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1)) | {R.VIEWS}
+_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1)) | {R.VIEWS, R.HOST_ACCESS}
+_KERNELS = (R.KERNEL, R.HOST_ACCESS)  # records whose fields from 4 on are accesses
 
 _warned = False
 _warned_choice = False
@@ -172,9 +173,9 @@ def problem(code: int, rec: list, field: int) -> str:
     if code == _E_BID_RANGE:
         return E.bid_out_of_range(v)
     if code == _E_MALFORMED_BLOCK:
-        return E.malformed_block(_bid_of(v) if field >= 4 and rec[0] == R.KERNEL else v)
+        return E.malformed_block(_bid_of(v) if field >= 4 and rec[0] in _KERNELS else v)
     if code == _E_BLOCK_UNDEFINED:
-        return E.block_undefined(_bid_of(v) if field >= 4 and rec[0] == R.KERNEL else v)
+        return E.block_undefined(_bid_of(v) if field >= 4 and rec[0] in _KERNELS else v)
     if code == _E_ACCESS_SHAPE:
         return E.access_shape(v)
     if code == _E_ACCESS_MALFORMED:
@@ -303,7 +304,7 @@ class NativeEngine:
         if code == _E_STREAM_UNDEFINED:
             return self._send_stream(rec[field])
         if code == _E_BLOCK_UNDEFINED:
-            return self._send_block(_bid_of(rec[field]) if rec[0] == R.KERNEL and field >= 4 else rec[field])
+            return self._send_block(_bid_of(rec[field]) if rec[0] in _KERNELS and field >= 4 else rec[field])
         return False
 
     # ------------------------------------------------------------------ online records
