@@ -56,7 +56,6 @@ def build_header(backend: str, metadata: Optional[Mapping] = None, overrides: Op
         "argv": [str(a) for a in sys.argv],
         "start_time": time.time(),
         "metadata": dict(metadata or {}),
-        "host_accesses": None,  # the recorder says which it watched (records.HOST_WATCH_*)
     }
     if overrides:
         header.update(overrides)

@@ -163,8 +163,10 @@ HEADER_KEYS: Final = (
     "argv",  # list of str
     "start_time",  # seconds since the epoch (float)
     "metadata",  # free-form map from the writer's caller
-    "host_accesses",  # (1.2) which host accesses of pinned memory were watched (HOST_WATCH_*)
 )
+#: (1.2) Written by the recorder, not by every writer: which host accesses of pinned
+#: memory were watched (HOST_WATCH_*).
+HOST_ACCESSES_KEY: Final = "host_accesses"
 
 #: Values of the ``host_accesses`` header key (format 1.2): the host's accesses of pinned
 #: memory were recorded from torch ops only (writes through numpy views or raw pointers

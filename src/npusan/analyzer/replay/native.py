@@ -118,11 +118,11 @@ def engine_class() -> type:
 
 
 #: The newest trace format version whose every record the compiled core replays (strided
-#: views, the VIEWS records of format 1.1, included); a trace declaring a newer minor
+#: views, the VIEWS records of format 1.1, and the host accesses of 1.2 included); a trace declaring a newer minor
 #: version is replayed by the Python engine (same findings, slower); the trace's summary
 #: says so (:func:`newer_than_core`). FRAME's 1.1 source text and root are definitions, which the reader defines for
 #: both engines (the core hands every definition to Python), so they need no core support.
-NATIVE_FORMAT = (1, 1)
+NATIVE_FORMAT = (1, 2)
 
 def make_engine(symbols: SymbolTable, *, file: bool = False, **kwargs):
     """An engine for one trace: ``engine_class()``, unless the trace's format is newer
