@@ -800,8 +800,8 @@ def test_trailing_fields_of_a_newer_minor_version_are_ignored(ops, extra):
 def test_traces_of_a_newer_minor_version_replay_through_the_python_engine(capsys):
     from npusan.trace_format.symbols import SymbolTable
 
-    assert native.NATIVE_FORMAT == (1, 1)
-    for fmt in ([1, 0], [1, 1]):  # strided views (1.1) included
+    assert native.NATIVE_FORMAT == (1, 2)
+    for fmt in ([1, 0], [1, 1], [1, 2]):  # strided views (1.1) and host accesses (1.2) included
         assert isinstance(native.make_engine(SymbolTable(), header={"format": fmt}), native.NativeEngine)
         assert isinstance(native.make_engine(SymbolTable(), file=True, header={"format": fmt}), native.NativeEngine)
         assert native.newer_than_core({"format": fmt}) is None
