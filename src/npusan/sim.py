@@ -53,7 +53,9 @@ __all__ = [
     "record_stream",
     "host_tensor",
     "is_host",
+    "is_pinned",
     "to_device",
+    "to_host",
     "comm_stream",
     "trace",
     "DEFAULT_HANDLE",
@@ -271,20 +273,30 @@ def record_stream(t: torch.Tensor, s: Stream) -> None:
 
 #: Storage base pointer -> end, of the storages marked as host memory (see host_tensor).
 _host: Dict[int, int] = {}
+#: The bases of those that are pinned (host_tensor(t, pinned=True)).
+_pinned: set = set()
 _host_lock = threading.Lock()
 #: Called with (base, end) when a storage becomes host memory (the simulated backend
 #: forgets the block); set by the recorder's adapter while it records.
 _on_host: Optional[Callable[[int, int], None]] = None
 
 
-def host_tensor(t: torch.Tensor) -> torch.Tensor:
+def host_tensor(t: torch.Tensor, pinned: bool = True) -> torch.Tensor:
     """Mark ``t``'s memory as host memory (the simulated ``t.pin_memory()``); returns ``t``.
 
-    Host memory is not device memory: no stream "touches" it, so reading a host batch on
-    a copy stream is not a race, just as a pinned batch copied to the GPU is not. Views
-    of ``t`` are host memory too. Tensors computed from host tensors are ordinary
-    (device) tensors again, like the result of a host-to-device copy; mark them if they
-    stand for host data.
+    Host memory is not device memory: no kernel writes it, so reading a host batch on a
+    copy stream is not a race with another stream, just as a pinned batch copied to the
+    GPU is not. Views of ``t`` are host memory too. Tensors computed from host tensors are
+    ordinary (device) tensors again, like the result of a host-to-device copy; mark them
+    if they stand for host data.
+
+    Pinned memory (the default) is what a ``non_blocking`` copy reads or writes after the
+    host moved on: an op that mixes it with device memory (:func:`to_device`,
+    :func:`to_host`, ``dev.copy_(pinned)``) accesses it on the current stream, and ops
+    that touch only host memory are the host's own accesses, ordered after that stream's
+    work only by a synchronization (docs/semantics.md, "The host"). ``pinned=False``
+    marks pageable host memory: copies from or to it finish before the host goes on, and
+    nothing about it is recorded.
     """
     st = t.untyped_storage()
     base = st.data_ptr()
@@ -292,6 +304,10 @@ def host_tensor(t: torch.Tensor) -> torch.Tensor:
         end = base + max(st.nbytes(), 1)
         with _host_lock:
             _host[base] = end
+            if pinned:
+                _pinned.add(base)
+            else:
+                _pinned.discard(base)
         weakref.finalize(st, _forget_host, base, end)
         cb = _on_host
         if cb is not None:
@@ -303,6 +319,21 @@ def _forget_host(base: int, end: int) -> None:
     with _host_lock:
         if _host.get(base) == end:
             del _host[base]
+            _pinned.discard(base)
+
+
+def is_pinned(t: torch.Tensor) -> bool:
+    """Whether ``t`` lies in memory marked by :func:`host_tensor` as pinned."""
+    if not _pinned:
+        return False
+    try:
+        p = t.data_ptr()
+    except RuntimeError:
+        return False
+    for base, end in list(_host.items()):
+        if base <= p < end:
+            return base in _pinned
+    return False
 
 
 def is_host(t: torch.Tensor) -> bool:
@@ -320,9 +351,19 @@ def is_host(t: torch.Tensor) -> bool:
 
 
 def to_device(t: torch.Tensor, non_blocking: bool = True) -> torch.Tensor:
-    """The simulated ``t.cuda(non_blocking=True)``: a copy into new device memory, made on
-    the current stream (reading a host tensor, which is not recorded)."""
-    return t.clone(memory_format=torch.contiguous_format)
+    """The simulated ``t.cuda(non_blocking=...)``: a copy into new device memory on the
+    current stream (``aten::_to_copy``). From pinned memory it reads that memory on the
+    stream; with ``non_blocking=False`` the host waits for it (a stream synchronization)."""
+    return t.to(copy=True, non_blocking=non_blocking, memory_format=torch.contiguous_format)
+
+
+def to_host(t: torch.Tensor, out: Optional[torch.Tensor] = None, non_blocking: bool = True) -> torch.Tensor:
+    """The simulated ``out.copy_(t, non_blocking=...)`` from device memory into pinned host
+    memory (a new pinned tensor when ``out`` is None), on the current stream. Reading
+    ``out`` on the host needs a synchronization first unless ``non_blocking=False``."""
+    if out is None:
+        out = host_tensor(torch.empty_like(t, memory_format=torch.contiguous_format))
+    return out.copy_(t, non_blocking=non_blocking)
 
 
 # -- communication streams ---------------------------------------------------------

@@ -29,7 +29,7 @@ def test_label_read_back_and_named_in_reports(tmp_path):
     _comm_race(path)
     with TraceReader(str(path)) as r:
         list(r.records())
-        assert r.header["format"] == [1, 1]
+        assert r.header["format"] == [1, R.FORMAT_MINOR]
         (sidx,) = [s for s, (_, h) in r.symbols.streams.items() if h == 0xC0]
         assert r.symbols.stream_labels == {sidx: ("comm", "comm stream of process group 0")}
     (f,) = analyze_traces([str(path)]).findings

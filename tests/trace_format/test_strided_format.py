@@ -42,7 +42,7 @@ def events(data: bytes) -> list:
 def test_a_strided_write_is_its_hull_plus_a_views_entry_just_before_the_kernel():
     data = write((1, [], [Strided(BASE + 128, (64, 32), (64, 1), 4)]))
     header, recs, _ = raw_records(data)
-    assert header["format"] == [1, 1]
+    assert header["format"] == [1, R.FORMAT_MINOR]
     i = next(i for i, r in enumerate(recs) if r[0] == R.KERNEL)
     assert recs[i - 1] == [R.VIEWS, [-1, 128, 16256, 128, 64, 256]]
     assert recs[i][4:] == [[-1, 128, 16256]]

@@ -68,6 +68,8 @@ class RecordingMode(TorchDispatchMode):
                     be = rec.backend
                     if be.host_read_modeled and args and be.is_device_tensor(args[0]):
                         be.host_read()
+                    elif be.host_watch is not None and args and isinstance(args[0], Tensor):
+                        rec.host_op(info.name, [(args[0], False)], ())  # t.item() of pinned memory
             elif info.record_stream:
                 # NPU reports record_stream from its allocator hook (every path, not only
                 # the aten op): recording the op as well would log each call twice.
@@ -77,6 +79,8 @@ class RecordingMode(TorchDispatchMode):
             else:
                 be = rec.backend
                 is_dev = be.is_device_tensor
+                hw = be.host_watch
+                oth = [] if hw is not None else None  # the op's other tensors: maybe pinned memory
                 acc = []
                 nargs = len(args)
                 for idx, nm, write, is_list in info.slots:
@@ -90,10 +94,16 @@ class RecordingMode(TorchDispatchMode):
                         continue
                     if is_list:
                         for x in a:
-                            if isinstance(x, Tensor) and is_dev(x):
-                                acc.append((x, write))
-                    elif isinstance(a, Tensor) and is_dev(a):
-                        acc.append((a, write))
+                            if isinstance(x, Tensor):
+                                if is_dev(x):
+                                    acc.append((x, write))
+                                elif oth is not None:
+                                    oth.append((x, write))
+                    elif isinstance(a, Tensor):
+                        if is_dev(a):
+                            acc.append((a, write))
+                        elif oth is not None:
+                            oth.append((a, write))
                 rets = info.returns
                 new = ()
                 if rets and out is not None:
@@ -122,6 +132,8 @@ class RecordingMode(TorchDispatchMode):
                             pin.key = None
                     for x in new:
                         acc.append((x, True))
+                if oth:  # pinned memory: a copy's on the stream, or the host's own access
+                    oth = rec.host_op(info.name, oth, acc, args, kwargs)
                 if acc:
                     spans = []
                     for t, w in acc:
@@ -160,6 +172,8 @@ class RecordingMode(TorchDispatchMode):
                         q.append((rec._kernel_fn, (info.name, device, be.current_stream(device), spans, key)))
                         if len(q) >= rec._kmax:
                             rec._drain_now()
+                    if oth and be.host_read_modeled:  # a blocking copy: the host waits for it
+                        be.host_read()
         except Exception as e:  # never into user code
             rec._fail(e)
         if rec._findings:

@@ -24,7 +24,7 @@ import heapq
 import threading
 from typing import Optional
 
-from ..trace_format.records import KERNEL as _KERNEL
+from ..trace_format.records import HOST_ACCESS as _HOST_ACCESS, HOST_DEVICE as _HOST_DEVICE, KERNEL as _KERNEL
 from . import kernelpack
 
 #: The compiled per-op path of the kill-safe recorder, or None (kernelpack.py).
@@ -300,6 +300,13 @@ class EventQueue:
         if views:
             enc.views(views, rec)
         enc._emit(rec)
+
+    def _host_access(self, name: str, spans: list, key) -> None:
+        """Encode a queued host access of pinned memory (format 1.2): the kernel record's
+        encoding (:meth:`_kernel_record`), on the host stream, as a HOST_ACCESS record."""
+        rec = self._kernel_record(name, _HOST_DEVICE, 0, spans, key)
+        rec[0] = _HOST_ACCESS
+        self.enc._emit(rec)
 
     def _emit(self, meth: str, args: tuple, key) -> None:
         getattr(self.enc, meth)(*args, stack=self._stack(key))

@@ -33,7 +33,8 @@ import threading
 from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
-from . import process_hooks, signals, sinks, status
+from ..trace_format.records import HOST_WATCH_TORCH
+from . import host_memory, process_hooks, signals, sinks, status
 from .backends import Backend, select_backend
 from .callbacks import RuntimeCallbacks
 from .errors import RaceError  # noqa: F401 (npusan.recorder.session.RaceError, as before)
@@ -127,7 +128,8 @@ class Recorder(EventQueue, RuntimeCallbacks):
             if outer is not None and outer.active:
                 return self._join(outer)
             be = self.backend
-            header = {"device_count": be.device_count(), "default_streams": dict(be.default_streams())}
+            header = {"device_count": be.device_count(), "default_streams": dict(be.default_streams()),
+                      "host_accesses": HOST_WATCH_TORCH}
             if self.path is not None:
                 try:
                     self.writer = sinks.open_trace(self.path, be.name, self.metadata, header,
@@ -318,6 +320,29 @@ class Recorder(EventQueue, RuntimeCallbacks):
             return
         if ptr and self.active:
             self._post(self._emit, ("record_stream", (ptr, handle, device), key))
+
+    def host_op(self, name: str, others: list, acc, args: tuple = (), kwargs: Optional[dict] = None) -> bool:
+        """Pinned memory among an op's non-device tensors (``others``, see :mod:`.host_memory`).
+
+        A device op (``acc`` holds its device tensors): its pinned tensors join ``acc``,
+        accessed on the stream; returns whether it is a copy the host waits for (the caller
+        then reports the synchronization where the backend models it). Otherwise the
+        watched ones are the host's access, queued as a HOST_ACCESS record; returns False.
+        """
+        hw = self.backend.host_watch
+        if acc:
+            pinned = hw.copied(others)
+            acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
+            return bool(pinned) and host_memory.blocking_copy(name, args, kwargs)
+        mine = hw.host_side(others)
+        if mine and self.active:
+            sp = host_memory.spans(mine)
+            if sp:
+                key = self.stacks.key(1) if self.stacks.depth else None
+                self._post(self._host_access, (name, sp, key))
+                if self._kmax == 1:  # durable or online: in the trace before the op returns
+                    self._drain_now()
+        return False
 
     # ------------------------------------------------------------------ online mode
 

@@ -98,6 +98,8 @@ class RecordEncoder:
         if sidx is None:
             sidx = self._streams[key] = len(self._streams)
             self.sink([R.STREAM_DEF, sidx, device, handle])
+            if device == R.HOST_DEVICE:  # (1.2) the host's own accesses: reports call it "the host"
+                self.sink([R.STREAM_LABEL, sidx, R.ROLE_HOST, "host"])
         return sidx
 
     def stream_label(self, handle: int, role: str, label: str, device: int = 0, stack: Optional[int] = None) -> None:
@@ -396,6 +398,30 @@ class RecordEncoder:
                     rec.append(acc)
         if views:
             self.views(views, rec)
+        self._emit(rec)
+
+    def host_access(
+        self,
+        op: str,
+        reads: Iterable[PointerAccess] = (),
+        writes: Iterable[PointerAccess] = (),
+        stack: Optional[int] = None,
+    ) -> None:
+        """The host's access of pinned memory (format 1.2), on the host stream: a HOST_ACCESS
+        record with a kernel's layout. A strided view is written as its hull (no VIEWS
+        record precedes a host access: a 1.1 reader, which skips the host access, would
+        apply it to the next kernel)."""
+        rec = [R.HOST_ACCESS, self.stream(0, R.HOST_DEVICE), self.string(op), stack]
+        for group, write in ((reads, False), (writes, True)):
+            for p in group:
+                if not isinstance(p, (int, Strided)):
+                    ptr, nbytes = p
+                    if nbytes:
+                        self._ranges(ptr, nbytes, write, rec)
+                    continue
+                acc = self._access(p, write, [])
+                if acc is not None:
+                    rec.append(acc)
         self._emit(rec)
 
     def kernel_blocks(self, sidx: int, op_sid: int, accesses: list, stack: Optional[int] = None) -> None:

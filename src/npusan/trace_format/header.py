@@ -29,7 +29,8 @@ MAX_VALUE_NODES = 2048  # values kept in the whole header
 MAX_DEVICES = 1024  # default_streams entries
 #: Header keys npusan's own code interprets, and the type each must have to be used.
 _TYPED = {"backend": str, "writer": str, "torch": str, "host": str, "pid": int, "rank": int,
-          "device_count": int, "start_time": (int, float)}
+          "device_count": int, "start_time": (int, float),
+          "host_accesses": str}
 
 
 def build_header(backend: str, metadata: Optional[Mapping] = None, overrides: Optional[Mapping] = None) -> dict:

@@ -1,4 +1,4 @@
-"""The record vocabulary of trace format v1 (version 1.1), in code.
+"""The record vocabulary of trace format v1 (version 1.2), in code.
 
 ``docs/trace-format.md`` is the normative description; this module is its single source
 of truth inside the package. A trace is the 8-byte :data:`MAGIC`, one msgpack map (the
@@ -31,6 +31,9 @@ Layouts (``stack`` is a stack id or nil; ``sidx`` a stream index; ``bid`` a bloc
     [STREAM_LABEL, sidx, role, label]     what a stream is for (1.1): role "comm", label text
     [NOTE, level, text]                   a message from the writer (e.g. recording stopped)
     [END, stats_map]                      clean end of the trace
+    [HOST_ACCESS, sidx, op_sid, stack, access, ...]   (1.2) accesses of pinned host memory
+                                          by the host, on the host stream sidx (a
+                                          STREAM_DEF of device HOST_DEVICE)
     [VIEWS, entry, ...]                   (1.1) the exact bytes of strided accesses of the
                                           next KERNEL: entry = [a, offset, nbytes, run,
                                           n1, s1, ...], or [a, offset, nbytes] for a view
@@ -46,7 +49,7 @@ from typing import Final
 
 MAGIC: Final = b"NPUSANv\x01"
 FORMAT_MAJOR: Final = 1
-FORMAT_MINOR: Final = 1
+FORMAT_MINOR: Final = 2
 
 STR: Final = 0
 FRAME: Final = 1
@@ -71,6 +74,10 @@ NOTE: Final = 19
 END: Final = 20
 STREAM_LABEL: Final = 22
 VIEWS: Final = 21  # format 1.1
+HOST_ACCESS: Final = 23  # format 1.2
+
+#: The device of the host stream (format 1.2): the pseudo-stream of the host's own accesses.
+HOST_DEVICE: Final = -1
 
 #: Human-readable names, used by ``npusan info`` and error messages.
 RECORD_NAMES: Final = {
@@ -97,6 +104,7 @@ RECORD_NAMES: Final = {
     END: "end",
     STREAM_LABEL: "stream-label",
     VIEWS: "views",
+    HOST_ACCESS: "host-access",
 }
 
 #: Minimum array length of each known record type (the reader rejects shorter ones).
@@ -124,6 +132,7 @@ MIN_LENGTH: Final = {
     END: 2,
     STREAM_LABEL: 4,
     VIEWS: 2,
+    HOST_ACCESS: 4,
 }
 
 #: Length of each fixed layout in this format version (KERNEL and VIEWS are open-ended).
@@ -155,13 +164,15 @@ LAYOUT_LENGTH: Final = {
 #: Where each event record holds its stack (an int or nil; anything else is corrupt).
 STACK_FIELD: Final = {STREAM_CREATED: 2, EVENT_CREATED: 2, EVENT_DELETED: 2, EVENT_RECORD: 3, EVENT_WAIT: 3,
                       EVENT_SYNC: 2, STREAM_SYNC: 2, DEVICE_SYNC: 2, ALLOC: 5, FREE: 2, RECORD_STREAM: 3,
-                      ERASE_STREAM: 3, KERNEL: 3}
+                      ERASE_STREAM: 3, KERNEL: 3, HOST_ACCESS: 3}
 
 #: Record types that only define interned names; the reader absorbs them into its symbol table.
 DEFINITIONS: Final = frozenset({STR, FRAME, STACK, STREAM_DEF, BLOCK_DEF, THREAD, STREAM_LABEL})
 
 #: The role of a STREAM_LABEL naming a process group's communication stream.
 ROLE_COMM: Final = "comm"
+#: The role of the STREAM_LABEL of the host stream (format 1.2).
+ROLE_HOST: Final = "host"
 
 #: Header keys (all present in files written by npusan; readers must tolerate missing ones
 #: except ``format``).
@@ -179,6 +190,15 @@ HEADER_KEYS: Final = (
     "start_time",  # seconds since the epoch (float)
     "metadata",  # free-form map from the writer's caller
 )
+#: (1.2) Written by the recorder, not by every writer: which host accesses of pinned
+#: memory were watched (HOST_WATCH_*).
+HOST_ACCESSES_KEY: Final = "host_accesses"
+
+#: Values of the ``host_accesses`` header key (format 1.2): the host's accesses of pinned
+#: memory were recorded from torch ops only (writes through numpy views or raw pointers
+#: were not seen), or from torch ops and from page faults on protected pages as well.
+HOST_WATCH_TORCH: Final = "torch ops"
+HOST_WATCH_FAULTS: Final = "torch ops and page faults"
 
 
 def encode_access(bid: int, write: bool, offset: int | None = None, nbytes: int | None = None):

@@ -717,6 +717,26 @@ class TraceWriter:
             self._check()
             self.encoder.stream_label(_int(stream), str(role), str(label), _int(device))
 
+    def host_access(
+        self,
+        op: str,
+        reads: Iterable = (),
+        writes: Iterable = (),
+        *,
+        thread: Any = None,
+        stack: StackArg = None,
+    ) -> None:
+        """The host reads or writes pinned host memory (format 1.2): ``reads``/``writes`` as
+        for :meth:`kernel` (a strided view is written as its hull). The host is ordered after
+        a stream's work only by a synchronization (event, stream or device synchronize);
+        every operation written after this one is ordered after it."""
+        r = [_access(p) for p in reads]
+        w = [_access(p) for p in writes]
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.host_access(str(op), r, w, self._stack(stack))
+
     def kernel(
         self,
         stream: int,

@@ -173,7 +173,7 @@ def test_analyze_traces_matches_the_generator_path(tmp_path):
     data = write_program(ops)
     header, recs = split(data)
     recs.pop()  # the END record: written back below without it
-    recs.insert(50, [23, "future"])
+    recs.insert(50, [24, "future"])
     path = tmp_path / "t.npusan"
     path.write_bytes(join(header, recs))  # no END: truncated
     ref, found = replay_path(path.read_bytes(), "records")

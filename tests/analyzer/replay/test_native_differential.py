@@ -4,7 +4,8 @@ Every trace is replayed over every path of differential.py: as ``npusan analyze`
 it, through the Python engine (reading the msgpack unpacker) and through the compiled core
 (parsing the file's bytes itself), and through the Python engine fed records one by one. Findings (kinds, streams, ops, stacks, accesses, blocks, counts, occurrences,
 addresses), counters and the reader's verdict (truncated, warnings, END statistics), or
-the one-line error, must be identical. Programs use every record type, whole-block and
+the one-line error, must be identical. Programs use every record type (the host's accesses
+of format 1.2 among them), whole-block and
 ranged accesses, frees and re-allocations, memory from before recording, record_stream and
 erase_stream; malformed records, truncation and corrupted bytes are mixed in.
 """
@@ -61,6 +62,10 @@ _op = st.one_of(
     st.tuples(st.just("free"), st.integers(0, 5), st.integers(0, 3), st.integers(0, 2), st.booleans()),
     st.tuples(st.just("record_stream"), st.integers(0, 5), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("created"), st.integers(0, 3)),
+    # the host's accesses (format 1.2): whole blocks and byte ranges, a write or a read
+    st.tuples(st.just("host"), st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=0, max_size=3)),
+    st.tuples(st.just("host-ranged"), st.lists(
+        st.tuples(st.integers(0, 5), st.booleans(), st.integers(0, SIZE), st.integers(0, 96)), min_size=1, max_size=3)),
 )
 
 
@@ -93,6 +98,12 @@ def write_program(ops) -> bytes:
                 writes = [(live[b] + off, n) for b, wr, off, n in item[2] if wr]
                 w.kernel(HANDLES[s], "aten::slice", reads=reads, writes=writes, device=dev(s),
                          stack=[("p.py", 20, "views")])
+            elif kind == "host":
+                w.host_access("numpy", reads=[live[b] for b, wr in item[1] if not wr],
+                              writes=[live[b] for b, wr in item[1] if wr], stack=[("p.py", 50, "host")])
+            elif kind == "host-ranged":
+                w.host_access("aten::copy_", reads=[(live[b] + off, n) for b, wr, off, n in item[1] if not wr],
+                              writes=[(live[b] + off, n) for b, wr, off, n in item[1] if wr])
             elif kind == "record":
                 w.event_recorded(item[1], HANDLES[item[2]], device=dev(item[2]))
             elif kind == "wait":
@@ -777,10 +788,11 @@ def test_huge_ids_allocate_nothing_dense():
                                                       st.dictionaries(st.text(max_size=3), st.integers(0, 9), max_size=2),
                                                       st.lists(st.integers(0, 9), max_size=3)), min_size=1, max_size=3))
 def test_trailing_fields_of_a_newer_minor_version_are_ignored(ops, extra):
-    # Format 1.x may add trailing fields to any record but KERNEL (whose trailing fields are
-    # accesses): both engines ignore them, and find exactly what they find without them.
+    # Format 1.x may add trailing fields to any record but KERNEL and HOST_ACCESS (whose
+    # trailing fields are accesses): both engines ignore them, and find exactly what they
+    # find without them.
     header, recs = split(write_program(ops))
-    padded = [r + extra if r[0] != R.KERNEL and r[0] != R.END else r for r in recs]
+    padded = [r + extra if r[0] not in (R.KERNEL, R.HOST_ACCESS, R.END) else r for r in recs]
     plain = check(join(header, recs))
     assert check(join(header, padded))[1:3] == plain[1:3]
 
@@ -788,8 +800,8 @@ def test_trailing_fields_of_a_newer_minor_version_are_ignored(ops, extra):
 def test_traces_of_a_newer_minor_version_replay_through_the_python_engine(capsys):
     from npusan.trace_format.symbols import SymbolTable
 
-    assert native.NATIVE_FORMAT == (1, 1)
-    for fmt in ([1, 0], [1, 1]):  # strided views (1.1) included
+    assert native.NATIVE_FORMAT == (1, 2)
+    for fmt in ([1, 0], [1, 1], [1, 2]):  # strided views (1.1) and host accesses (1.2) included
         assert isinstance(native.make_engine(SymbolTable(), header={"format": fmt}), native.NativeEngine)
         assert isinstance(native.make_engine(SymbolTable(), file=True, header={"format": fmt}), native.NativeEngine)
         assert native.newer_than_core({"format": fmt}) is None

@@ -235,7 +235,8 @@ class Engine:
         self.check_leaks = check_leaks
         self.on_finding = on_finding
         self.trace_index = trace_index
-        self.seq = 0  # kernels replayed; the last kernel's sequence number
+        self.seq = 0  # kernels and host accesses replayed; the last one's sequence number
+        self.host_accesses = 0  # HOST_ACCESS records replayed (seq counts them too)
         self.events = 0  # non-definition records processed, kernels included
         self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
         self.capped = 0  # blocks whose byte-range segments were merged past MAX_SEGMENTS
@@ -270,6 +271,7 @@ class Engine:
             R.ERASE_STREAM: self.erase_stream,
             R.KERNEL: self.kernel,
             R.VIEWS: self.views_declared,
+            R.HOST_ACCESS: self.host_access,
         }
 
     # ------------------------------------------------------------------ feeding records
@@ -334,7 +336,7 @@ class Engine:
         """
         it = iter(source)
         rec = None
-        kernels = self.seq
+        kernels = self.seq - self.host_accesses  # KERNEL records read (host accesses: absorbed)
         try:
             while True:
                 try:
@@ -553,6 +555,19 @@ class Engine:
                 self.access(b, S, vec, acc)
             else:
                 self.strided_access(b, S, vec, acc, shape)
+
+    def host_access(self, rec: list) -> None:
+        """The host's access of pinned memory (format 1.2): a kernel on the host stream H,
+        whose state is the host's (H merges whatever the host merges), checked like any
+        kernel; then every stream and the host learn H's new sequence number, since every
+        later device operation is issued by the host after it (the trace is in host program
+        order). A later access is thus never reported against an earlier host access."""
+        self.kernel(rec)
+        self.host_accesses += 1
+        H, seq = rec[1], self.seq
+        for vec in self.current.values():
+            vec[H] = seq
+        self.host[H] = seq
 
     def access_target(self, rec: list, a) -> tuple:
         """``(block, is_write, lo, hi)`` of one encoded access (lo is None: whole block)."""

@@ -73,7 +73,8 @@ _E_STACK = ERROR_CODES["STACK"]
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
-_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1)) | {R.VIEWS}
+_EVENT_TYPES = frozenset(range(R.STREAM_CREATED, R.KERNEL + 1)) | {R.VIEWS, R.HOST_ACCESS}
+_KERNELS = (R.KERNEL, R.HOST_ACCESS)  # records whose fields from 4 on are accesses
 
 _warned = False
 _warned_choice = False
@@ -117,11 +118,11 @@ def engine_class() -> type:
 
 
 #: The newest trace format version whose every record the compiled core replays (strided
-#: views, the VIEWS records of format 1.1, included); a trace declaring a newer minor
+#: views, the VIEWS records of format 1.1, and the host accesses of 1.2 included); a trace declaring a newer minor
 #: version is replayed by the Python engine (same findings, slower); the trace's summary
 #: says so (:func:`newer_than_core`). FRAME's 1.1 source text and root are definitions, which the reader defines for
 #: both engines (the core hands every definition to Python), so they need no core support.
-NATIVE_FORMAT = (1, 1)
+NATIVE_FORMAT = (1, 2)
 
 def make_engine(symbols: SymbolTable, *, file: bool = False, **kwargs):
     """An engine for one trace: ``engine_class()``, unless the trace's format is newer
@@ -172,9 +173,9 @@ def problem(code: int, rec: list, field: int) -> str:
     if code == _E_BID_RANGE:
         return E.bid_out_of_range(v)
     if code == _E_MALFORMED_BLOCK:
-        return E.malformed_block(_bid_of(v) if field >= 4 and rec[0] == R.KERNEL else v)
+        return E.malformed_block(_bid_of(v) if field >= 4 and rec[0] in _KERNELS else v)
     if code == _E_BLOCK_UNDEFINED:
-        return E.block_undefined(_bid_of(v) if field >= 4 and rec[0] == R.KERNEL else v)
+        return E.block_undefined(_bid_of(v) if field >= 4 and rec[0] in _KERNELS else v)
     if code == _E_ACCESS_SHAPE:
         return E.access_shape(v)
     if code == _E_ACCESS_MALFORMED:
@@ -303,7 +304,7 @@ class NativeEngine:
         if code == _E_STREAM_UNDEFINED:
             return self._send_stream(rec[field])
         if code == _E_BLOCK_UNDEFINED:
-            return self._send_block(_bid_of(rec[field]) if rec[0] == R.KERNEL and field >= 4 else rec[field])
+            return self._send_block(_bid_of(rec[field]) if rec[0] in _KERNELS and field >= 4 else rec[field])
         return False
 
     # ------------------------------------------------------------------ online records

@@ -13,6 +13,7 @@ import re
 import weakref
 from typing import Optional, Sequence
 
+from ...trace_format.records import HOST_DEVICE
 from ..findings.model import AccessInfo, Finding, Frame, Kind, StreamRef
 from .pynames import OTHER, Scope, ScopeIndex, ends_here
 from .sources import SourceCache, display_path, internal_category, user_site
@@ -87,6 +88,8 @@ def stream_name(s: Optional[StreamRef], header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0), created at train.py:41"."""
     if s is None:
         return "an unknown stream"
+    if is_host(s):
+        return "the host"
     if s.label is not None:  # "the comm stream of process group 0 (cuda:0)"
         return _the(s) + stream_label(s, header)
     name = stream_label(s, header)
@@ -98,6 +101,8 @@ def stream_name(s: Optional[StreamRef], header: dict) -> str:
 
 def stream_label(s: StreamRef, header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0)": the name without the site."""
+    if is_host(s):
+        return "host"
     dev = device_label(header, s.device)
     if s.label is not None:
         return f"{s.label} ({dev})" if _names_a_stream(s.label) else f'stream "{s.label}" ({dev})'
@@ -150,12 +155,19 @@ def _the(s: StreamRef) -> str:
 def stream_short(s: Optional[StreamRef], header: dict) -> str:
     if s is None:
         return "an unknown stream"
+    if is_host(s):
+        return "the host"
     return _the(s) + stream_label(s, header)
 
 
 #: The kernel name suffix of a collective torch waited for at once (the recorder's
 #: ``collectives.SYNC_SUFFIX``; the analyzer does not import the recorder).
 _SYNC_SUFFIX = " (async_op=False)"
+
+
+def is_host(s: Optional[StreamRef]) -> bool:
+    """The host's own accesses of pinned memory (format 1.2: the stream of device -1)."""
+    return s is not None and s.device == HOST_DEVICE
 
 
 def is_comm(s: Optional[StreamRef]) -> bool:
@@ -559,6 +571,18 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
             f"where {work} is what {earlier.op}(..., async_op=True) at line {_line(at_earlier)} returned "
             "(a functional collective: wait_tensor(result), or use the result, which waits)",
         ]
+    if f.kind is Kind.DATA_RACE and is_host(later.stream):
+        # The host waits only by synchronizing: an event recorded after the stream's access.
+        names = Names(header, sources, at_later)
+        mod, event = names.module(), names.event()
+        return [
+            f"make the host wait for the {earlier.type} at {frame_label(at_earlier)} (on "
+            f"{stream_short(earlier.stream, header)}) before its {later.type} at {frame_label(at_later)}; "
+            f"after line {_line(at_earlier)} add `{event} = {mod}.current_stream().record_event()`, "
+            f"and right before line {_line(at_later)} add",
+            f"    {event}.synchronize()",
+            f"(or synchronize that stream there: `<stream>.synchronize()`, or the device)",
+        ]
     if f.kind is Kind.DATA_RACE:
         here = wait_site(f, header, sources)
         mod = here.module()
@@ -626,7 +650,7 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
     be, so the allocating stream is named explicitly. A process group's stream is waited
     through its Work: that fix is the finding's own.
     """
-    if is_comm(f.previous.stream):
+    if is_comm(f.previous.stream) or is_host(f.access.stream):
         return fix(f, header, sources)
     if f.access.seq:
         here = wait_site(f, header, sources)

@@ -163,6 +163,8 @@ class _Writer:
             # memory out again, which is what makes the unsynchronized use dangerous.
             what, where = D.freed_words(a)
             parts = [(what, "bold magenta"), where, D.stream_name(a.stream, header)]
+        elif D.is_host(a.stream):  # "host write by aten::copy_"
+            parts = [(f"host {verb}", "bold magenta" if verb != "read" else "bold blue"), " by ", (a.op, "bold")]
         else:
             parts = [(verb, "bold magenta" if verb != "read" else "bold blue"), " by ", (a.op, "bold")]
             parts += [" on ", D.stream_name(a.stream, header)]

@@ -121,6 +121,11 @@ class Backend(ABC):
     #: through the runtime's own trace hooks.
     host_read_modeled: ClassVar[bool] = False
 
+    #: Pinned host memory that streams copy from or to (:class:`~..host_memory.HostWatch`),
+    #: or None while the backend knows of none: the dispatch mode then skips the host's
+    #: accesses altogether.
+    host_watch: Any = None
+
     @classmethod
     @abstractmethod
     def available(cls) -> bool:

@@ -95,6 +95,7 @@ class SimBackend(Backend):
         if self._sim._on_host == self._host_marked:
             self._sim._on_host = None
         self._rec = None
+        self.host_watch = None
         self._live.clear()
         self._refs.clear()
         if self._registered:
@@ -146,10 +147,10 @@ class SimBackend(Backend):
             original = getattr(current, "_npusan_sim", current)  # a stale patch: unwrap it
             # torch.Tensor's own method (__repr__), or one it inherits (tolist)
             saved[name] = (original, getattr(torch.Tensor.__bases__[0], name, None) is not original)
-            setattr(torch.Tensor, name, self._host_reader(original))
+            setattr(torch.Tensor, name, self._host_reader(original, name))
         self._patched = saved
 
-    def _host_reader(self, original):
+    def _host_reader(self, original, name: str):
         import torch
 
         backend = self
@@ -157,8 +158,11 @@ class SimBackend(Backend):
         def reader(t, *args, **kwargs):
             out = original(t, *args, **kwargs)
             try:
-                if backend._rec is not None and isinstance(t, torch.Tensor) and backend.is_device_tensor(t):
-                    backend.host_read()
+                if backend._rec is not None and isinstance(t, torch.Tensor):
+                    if backend.is_device_tensor(t):
+                        backend.host_read()
+                    elif backend.host_watch is not None:  # the host reads pinned memory
+                        backend._rec.host_op(f"Tensor.{name}", [(t, False)], ())
             except Exception:  # never into user code
                 pass
             return out
@@ -191,6 +195,10 @@ class SimBackend(Backend):
         already reported for it leaves the device."""
         is_host = self._sim.is_host
         self.is_device_tensor = lambda t: t.is_cpu and not is_host(t)  # type: ignore[method-assign]
+        if self.host_watch is None:
+            from ..host_memory import HostWatch
+
+            self.host_watch = HostWatch(self._sim.is_pinned)
         ref = self._live.pop(base, None)
         if ref is not None:
             self._refs.pop(id(ref), None)

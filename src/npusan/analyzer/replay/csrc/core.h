@@ -38,10 +38,11 @@ enum { K_DATA_RACE = 0, K_MISSING = 1, K_REUSE = 2 };
 #define OP_LEAK (-3)
 
 #include "_tables.h"
-/* The rules assume the event records are the types T_STREAM_CREATED .. T_KERNEL, each with a
+/* The rules assume the event records are the types T_STREAM_CREATED .. T_KERNEL and
+ * T_HOST_ACCESS (format 1.2), each with a
  * stack field: a stack id or nil; any other type (a map, a string ...) makes the record
  * malformed (E_STACK), as in engine.STACK_FIELD (docs/trace-format.md section 5.2). */
-_Static_assert(sizeof STACK_FIELD / sizeof *STACK_FIELD == T_KERNEL + 1, "STACK_FIELD ends at T_KERNEL");
+_Static_assert(sizeof STACK_FIELD / sizeof *STACK_FIELD == T_HOST_ACCESS + 1, "STACK_FIELD ends at T_HOST_ACCESS");
 _Static_assert(T_STREAM_CREATED < T_KERNEL && T_VIEWS < N_RECORD_TYPES, "record type layout");
 
 #include "map.h"

@@ -252,6 +252,18 @@ __attribute__((noinline)) static uint32_t kernel_grid(Core *c, const uint8_t **p
     }
 }
 
+/* Python's Engine.host_access: a kernel on the host stream H (its state merges whatever the
+ * host's does, so it is the host's), then every stream and the host learn H's sequence
+ * number: each later device operation is issued after it in host program order. */
+static int host_access(Core *c, const field_t *f, uint32_t nacc) {
+    if (kernel(c, f, nacc)) return -1;
+    int32_t H;
+    if (stream(c, &f[1], 1, &H)) return -1; /* (found: kernel made it) */
+    for (uint32_t s = 0; s < c->nslots; s++) c->cur[s][H] = c->seq;
+    c->host[H] = c->seq;
+    return 0;
+}
+
 static int check_block(Core *c, const field_t *f) {
     if (f[1].t != F_INT || f[1].v < 0 || f[1].v >= (i128)c->L.max_id) return fail(c, E_BID_RANGE, 1);
     if (f[2].t != F_INT || f[2].v < 0 || !(f[3].t == F_NIL || (f[3].t == F_INT && f[3].v >= 0)))
@@ -263,10 +275,12 @@ static int apply(Core *c, int t, const field_t *f, uint32_t nacc) {
     int32_t S;
     uint64_t e;
     c->events++;
-    if (t <= T_KERNEL && f[STACK_FIELD[t]].t == F_OTHER) return fail(c, E_STACK, STACK_FIELD[t]);
+    if ((t <= T_KERNEL || t == T_HOST_ACCESS) && f[STACK_FIELD[t]].t == F_OTHER) return fail(c, E_STACK, STACK_FIELD[t]);
     switch (t) {
     case T_KERNEL:
         return kernel(c, f, nacc);
+    case T_HOST_ACCESS:
+        return host_access(c, f, nacc);
     case T_STREAM_CREATED: {
         uint64_t v;
         if (f[1].t == F_INT && f[1].v >= 0 && f[1].v < (i128)c->L.max_id && map_get(&c->slot_of, (uint64_t)f[1].v, &v))
@@ -408,7 +422,8 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
                 obj_t ot;
                 r = read_obj(L, &p, end, &ot);
                 if (r == MP_OK) {
-                    if (ot.t == O_INT && ((ot.v >= T_STREAM_CREATED && ot.v <= T_KERNEL) || (ot.v == T_VIEWS && c->views_on)) &&
+                    if (ot.t == O_INT && ((ot.v >= T_STREAM_CREATED && ot.v <= T_KERNEL) || ot.v == T_HOST_ACCESS ||
+                                          (ot.v == T_VIEWS && c->views_on)) &&
                         o.n >= (uint64_t)MIN_LENGTH[(int)ot.v])
                         t = (int)ot.v;
                     else if ((r = skip_rest(L, &p, end, &ot, 2)) == MP_OK)
@@ -451,6 +466,9 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
                 continue;
             }
             quick = nacc <= c->tcap && read_kernel_quick(c, &p, end, f, nacc);
+        }
+        if (t == T_KERNEL || t == T_HOST_ACCESS) { /* (a host access: always the general path) */
+            nacc = (uint32_t)(o.n - 4);
             for (int i = 1; i < 4 && !r && !quick; i++) r = read_field(L, &p, end, &f[i], 1);
             for (uint32_t i = 0; i < nacc && !r && !quick; i++) {
                 /* grown as accesses arrive, never to a length field's claim */
