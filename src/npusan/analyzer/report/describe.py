@@ -581,7 +581,7 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
             f"after line {_line(at_earlier)} add `{event} = {mod}.current_stream().record_event()`, "
             f"and right before line {_line(at_later)} add",
             f"    {event}.synchronize()",
-            f"(or synchronize that stream there: `<stream>.synchronize()`, or the device)",
+            "(or synchronize that stream there: `<stream>.synchronize()`, or the device)",
         ]
     if f.kind is Kind.DATA_RACE:
         here = wait_site(f, header, sources)
