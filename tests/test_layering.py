@@ -1,4 +1,6 @@
-"""The package's layers import one way: recorder -> trace_format -> analyzer -> cli.
+"""The package's layers: data flows recorder -> trace_format -> analyzer -> cli, and imports
+keep to it: the trace format imports neither the recorder nor the analyzer; the recorder and
+the analyzer both build on the trace format and stay apart.
 
 Checked statically, every import statement of every module, those inside functions too (a
 lazy import is still a dependency): the recorder reaches the analyzer only through

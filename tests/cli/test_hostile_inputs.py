@@ -17,6 +17,8 @@ import time
 
 import msgpack
 import pytest
+
+from npusan.analyzer.report import FORMATS
 from click.testing import CliRunner
 
 from npusan.cli import cli
@@ -61,7 +63,7 @@ def hostile_race(path) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("fmt", ["text", "json", "sarif", "junit", "short", "html"])
+@pytest.mark.parametrize("fmt", [f.name for f in FORMATS])
 def test_analyze_sanitizes_every_trace_string_in_every_format(tmp_path, fmt):
     p = hostile_race(tmp_path / f"evil{ESCAPES['osc52']}.npusan")
     r = run("analyze", p, "--format", fmt)

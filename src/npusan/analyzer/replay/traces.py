@@ -4,8 +4,8 @@ Each trace is read with :class:`~npusan.trace_format.reader.TraceReader` and rep
 its own engine (streams, events and blocks are per process, so traces never share state):
 the compiled core (:mod:`npusan.analyzer.replay.native`), which parses the file's bytes itself,
 or, when it is not built, the Python engine (:mod:`npusan.analyzer.replay.engine`), which reads
-the msgpack unpacker directly. Findings are not grouped across traces here; that
-is the reporters' job (:mod:`npusan.analyzer.findings.grouping`).
+the msgpack unpacker directly. Findings are not grouped across traces here; that is
+done after replay, before reporting (:mod:`npusan.analyzer.findings.grouping`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,9 @@ class Format(NamedTuple):
 
 
 #: The built-in report formats, in the order the command line lists them: the one list the
-#: CLI's ``--format`` check, help and completion, and :func:`get_reporter` read.
+#: CLI's ``--format`` check, help and completion, :func:`get_reporter` and
+#: :func:`format_names` (the Python API) read. A new format is a module that registers its
+#: :class:`~.base.Reporter` and one entry here.
 FORMATS = (
     Format("text", "text"),
     Format("json", "json_report"),
@@ -37,10 +39,6 @@ FORMATS = (
 
 #: Built-in format -> the module that registers its reporter.
 _MODULES = {f.name: f.module for f in FORMATS}
-
-#: The order :func:`format_names` imports the modules in, which is the order their formats
-#: register (and are listed) in; kept so that the list reads as it always has.
-_REGISTRATION_ORDER = ("json_report", "junit", "sarif", "text", "html")
 
 #: What this package re-exports from :mod:`.base`, imported on first use.
 _FROM_BASE = ("Report", "ReportOptions", "Reporter", "build_report")
@@ -63,12 +61,13 @@ def get_reporter(name: str) -> Reporter:
 
 
 def format_names() -> list[str]:
-    """Every registered format, the built-in ones first."""
-    for module in _REGISTRATION_ORDER:
+    """Every registered format: the built-in ones in :data:`FORMATS` order, then any other."""
+    for module in dict.fromkeys(_MODULES.values()):
         importlib.import_module(f".{module}", __name__)
     from . import base
 
-    return base.format_names()
+    builtin = list(_MODULES)
+    return builtin + [name for name in base.format_names() if name not in _MODULES]
 
 
 def __getattr__(name: str) -> Any:

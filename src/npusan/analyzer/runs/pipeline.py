@@ -1,4 +1,4 @@
-"""One analysis from trace inputs to a :class:`~.reporters.base.Report`.
+"""One analysis from trace inputs to a :class:`~npusan.analyzer.report.base.Report`.
 
 ``npusan analyze`` and the Python API (:func:`npusan.analyze`) both run these steps:
 :func:`replay_inputs` replays every trace (serially, in local processes or on a cluster)
@@ -82,7 +82,7 @@ def replay_inputs(
 
     ``jobs``, ``scheduler`` and ``send_bytes`` say where (see
     :class:`~.batch.BatchOptions`); ``progress`` is called as in
-    :func:`~.replay.analyze_traces` (serial runs only). Nothing is raised for unusable
+    :func:`~npusan.analyzer.replay.traces.analyze_traces` (serial runs only). Nothing is raised for unusable
     input: it is listed in the result's ``errors``. Raises
     :class:`~.batch.SchedulerError` for a cluster that cannot be used.
     """
@@ -94,7 +94,7 @@ def replay_inputs(
 
 
 def make_report(result: AnalysisResult, options: AnalysisOptions, *, history: Optional[Baseline] = None) -> Report:
-    """The report of ``result`` as ``options`` ask (``history``: see :func:`~.reporters.base.build_report`)."""
+    """The report of ``result`` as ``options`` ask (``history``: see :func:`~npusan.analyzer.report.base.build_report`)."""
     return build_report(
         result,
         group=options.group,

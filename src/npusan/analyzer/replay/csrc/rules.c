@@ -1,4 +1,6 @@
-/* The compiled replay core, rules.c: the data-race rules over a block's state: whole-block and byte-range accesses, the segment index, split / coalesce / merge.
+/* The compiled replay core, rules.c: the data-race rules over a block's state: whole-block accesses, the check of one
+ * access against an earlier one (check_earlier, engine.py's check_race), the segments of a block in range mode and
+ * their index, split / coalesce / merge (range_access itself is in grid.c, beside the grid form it may take).
  *
  * Part of a unity build: _core.c includes this after overlap.c; it is not compiled on its own. */
 
