@@ -395,6 +395,25 @@ def comm_stream_by_handle(handle: int) -> Stream:
     raise KeyError(handle)
 
 
+# -- the stream pool --------------------------------------------------------------
+
+#: CUDA's pool hands out 32 streams per device and priority, round robin (``kStreamsPerPool``).
+POOL_SIZE = 32
+_pool: list = []
+_pool_next = itertools.count()
+
+
+def pool_stream(device=None) -> Stream:
+    """A stream of the device's pool, as ``c10::cuda::getStreamFromPool`` hands them out
+    (round robin over :data:`POOL_SIZE` streams made at first use): where a torch Future runs
+    its ``then`` and ``add_done_callback`` callbacks."""
+    with _comm_lock:
+        i = next(_pool_next) % POOL_SIZE
+        while len(_pool) <= i:
+            _pool.append(Stream())
+        return _pool[i]
+
+
 def device_count() -> int:
     return 1
 

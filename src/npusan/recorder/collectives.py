@@ -52,6 +52,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torch import Tensor
 
+from .futures import Futures
+
 #: The writes of a functional collective that go to the tensor the op returns.
 OUT = "<out>"
 
@@ -172,6 +174,7 @@ class Pending:
     device: int
     end: Any  # the end event (a sim.Event), or None where the runtime's hooks carry it
     keep: List[Tensor] = field(default_factory=list)  # stashed tensors (sim, no record_stream)
+    values: List[Any] = field(default_factory=list)  # weak references to the outputs (its future's value)
 
 
 #: Frames of code that launches collectives from C++ and waits for them there (the DDP
@@ -203,7 +206,7 @@ class Collectives:
         self.rec = rec
         self.model = CommModel.for_torch(torch.__version__)
         self._works: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
-        self._futures: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
+        self.futures = Futures(rec)  # the simulated device's torch Futures
         self._tensors: Dict[int, Pending] = {}  # storage ptr of a functional output -> pending
         self._labelled: set = set()
         self._lock = threading.Lock()
@@ -306,7 +309,7 @@ class Collectives:
             self._record_streams(reads + writes, comm, device, key)
         else:
             keep = reads + writes
-        pending = Pending(device, be.comm_end(comm, device), keep)
+        pending = Pending(device, be.comm_end(comm, device), keep, [weakref.ref(t) for t in writes])
         if _waited_in_cpp():
             be.comm_wait(pending.end, device)
             return
@@ -386,19 +389,22 @@ class Collectives:
         self._finish(pending)
 
     def future_made(self, work: Any, fut: Any) -> None:
-        """``work.get_future()``: waiting for the future waits for the work (what
-        ``all_reduce_coalesced(async_op=True)`` and communication hooks return)."""
+        """``work.get_future()``: a future completed at launch on the communication stream
+        (what ``all_reduce_coalesced(async_op=True)`` and communication hooks return)."""
         with self._lock:
             pending = self._works.get(work)
-            if pending is not None:
-                self._futures[fut] = pending
+        if pending is not None:
+            self.futures.of_work(fut, pending)
 
     def future_waited(self, fut: Any) -> None:
-        with self._lock:
-            pending = self._futures.pop(fut, None)
-            if pending is not None:
-                self._works = weakref.WeakKeyDictionary({w: p for w, p in self._works.items() if p is not pending})
-        self._finish(pending)
+        """``fut.wait()``: the current stream waits for the future (:mod:`.futures`)."""
+        if not self.rec.active:
+            return
+        done = self.futures.waited(fut)
+        if done:  # a later work.wait() of the same collectives has nothing left to do
+            with self._lock:
+                self._works = weakref.WeakKeyDictionary(
+                    {w: p for w, p in self._works.items() if not any(p is d for d in done)})
 
     def tensor_waited(self, t: Any, result: Any = None) -> None:
         """``wait_tensor(t)``: as ``work.wait()`` for the functional collective that made t."""
@@ -511,8 +517,9 @@ def _wrap(owner: Any, name: str, notify: Any, *, after: bool = False) -> None:
 
 
 def install() -> None:
-    """Wrap ``Work.wait``, ``Work.get_future`` and ``Future.wait`` once per process (the
-    wrappers do nothing while nothing records).
+    """Wrap ``Work.wait``, ``Work.get_future``, the ``Future`` methods that synchronize
+    (:mod:`.futures`) and DDP's hook registration once per process (the wrappers do nothing
+    while nothing records).
 
     The waits are told before the real wait: what a backend does inside it (gloo copies
     the results of some collectives into their outputs) comes after the wait, as on a device.
@@ -528,7 +535,126 @@ def install() -> None:
         return
     _wrap(Work, "wait", Collectives.work_waited)
     _wrap(Work, "get_future", Collectives.future_made, after=True)
-    _wrap(torch._C.Future, "wait", Collectives.future_waited)  # torch.futures.Future.wait calls it
+    fut = torch._C.Future  # torch.futures.Future's methods call these
+    wait = Futures.host_wait = fut.wait
+    _wrap(fut, "wait", Collectives.future_waited)
+    _wrap_callbacks(fut, "then", with_child=True)
+    _wrap_callbacks(fut, "add_done_callback", with_child=False)
+    _wrap_set_result(fut)
+    _wrap_value(fut, wait)
+    _wrap_comm_hooks()
+
+
+def _modeled() -> Optional[Collectives]:
+    """The recording's collectives where Futures are played by npusan (the simulated device)."""
+    c = _current()
+    return c if c is not None and c.rec.backend.comm_modeled else None
+
+
+def _wrap_callbacks(cls: Any, name: str, *, with_child: bool) -> None:
+    """``Future.then(cb)`` / ``add_done_callback(cb)``: ``cb`` runs on a pool stream that
+    waited for the future; the child of ``then`` is completed there after ``cb``."""
+    orig = getattr(cls, name)
+
+    def wrapper(self, callback, *args, **kwargs):
+        c = _modeled()
+        run = child = None
+        if c is not None:
+            try:
+                run, child = c.futures.callback(self, callback, with_child)
+            except Exception as e:
+                c.rec._fail(e)
+        if run is None:
+            return orig(self, callback, *args, **kwargs)
+        if not self.done():
+            # ProcessGroupNCCL's futures are complete at launch, so their callbacks run
+            # at once, on the calling thread; gloo's complete later on its own threads
+            # (where a callback that waits for a collective can starve them). Play NCCL.
+            try:
+                Futures.host_wait(self)
+            except Exception:
+                pass  # the callback sees the error
+        out = orig(self, run, *args, **kwargs)
+        if with_child and out is not None:
+            try:
+                c.futures.adopt(out, child)
+            except Exception as e:
+                c.rec._fail(e)
+        return out
+
+    wrapper.__doc__ = orig.__doc__
+    wrapper.__name__ = name
+    setattr(cls, name, wrapper)
+
+
+def _wrap_value(cls: Any, wait: Any) -> None:
+    """``Future.value()`` synchronizes nothing; but ProcessGroupNCCL completes a Work's
+    future at launch, where gloo completes it later on its own thread: on the simulated
+    device the host waits for a modeled collective's future first (as ``value()`` of an
+    incomplete future is an error, not a wait)."""
+    orig = cls.value
+
+    def value(self, *args, **kwargs):
+        c = _modeled()
+        if c is not None and not self.done() and c.futures.state(self) is not None:
+            try:
+                wait(self)
+            except Exception:
+                pass  # value() raises it
+        return orig(self, *args, **kwargs)
+
+    value.__doc__ = orig.__doc__
+    setattr(cls, "value", value)
+
+
+def _wrap_set_result(cls: Any) -> None:
+    """``Future.set_result(value)``: events recorded on the current stream."""
+    orig = cls.set_result
+
+    def set_result(self, result, *args, **kwargs):
+        c = _modeled()
+        if c is not None:
+            try:
+                c.futures.result_set(self, result)
+            except Exception as e:
+                c.rec._fail(e)
+        return orig(self, result, *args, **kwargs)
+
+    set_result.__doc__ = orig.__doc__
+    setattr(cls, "set_result", set_result)
+
+
+def _wrap_comm_hooks() -> None:
+    """``torch.distributed._register_comm_hook`` (what ``DistributedDataParallel.
+    register_comm_hook`` calls): the reducer waits in C++ for the future each hook call
+    returns, which the simulated device has to play (:meth:`.futures.Futures.reducer_waits`)."""
+    import functools
+
+    import torch.distributed as dist
+
+    orig = getattr(dist, "_register_comm_hook", None)
+    if orig is None:
+        return
+
+    def hooked(hook: Any) -> Any:
+        @functools.wraps(hook)
+        def run(state, bucket):
+            fut = hook(state, bucket)
+            c = _modeled()
+            if c is not None:
+                try:
+                    c.futures.reducer_waits(fut)
+                except Exception as e:
+                    c.rec._fail(e)
+            return fut
+
+        return run
+
+    def register(reducer, state, hook, *args, **kwargs):
+        return orig(reducer, state, hooked(hook), *args, **kwargs)
+
+    register.__doc__ = orig.__doc__
+    dist._register_comm_hook = register
 
 
 def patch_functional() -> None:

@@ -223,6 +223,21 @@ class SimBackend(Backend):
     def comm_wait(self, end: Any, device: int) -> None:
         end.wait(self._sim.current_stream())
 
+    def pool_stream(self, device: int) -> Any:
+        """A stream of the device's pool: where a torch Future runs its callbacks."""
+        return self._sim.pool_stream()
+
+    def using_stream(self, stream: Any) -> Any:
+        """A context manager making ``stream`` (from :meth:`pool_stream`) current."""
+        return self._sim.stream(stream)
+
+    def record_current(self, device: int) -> Any:
+        """An event recorded on the current stream (what a CUDA Future's ``markCompleted``
+        records, to be waited by :meth:`comm_wait`)."""
+        ev = self._sim.Event()
+        ev.record(self._sim.current_stream())
+        return ev
+
     # -- the simulated allocator ------------------------------------------------------
 
     def observe_output(self, t: Any) -> None:
