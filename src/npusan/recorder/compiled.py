@@ -30,13 +30,14 @@ import sys
 import threading
 from typing import Any, Optional
 
+from ..trace_format.records import COARSE_NOTE_PREFIX
 from . import session
 from .explicit import note_once, record_accesses
 
 #: The module holding ``CompiledFxGraph``.
 MODULE = "torch._inductor.output_code"
 #: The NOTE a trace gets at its first compiled region (the report recognizes the prefix).
-COARSE_NOTE = ("coarse: compiled code (torch.compile) recorded as one access per compiled region: "
+COARSE_NOTE = (COARSE_NOTE_PREFIX + "compiled code (torch.compile) recorded as one access per compiled region: "
                "the inputs it reads, the outputs and inputs it writes; kernels and buffers inside a "
                "region are not seen")
 

@@ -59,6 +59,7 @@ from typing import Callable, Iterable, NamedTuple, Optional
 
 from ...trace_format import records as R
 from ...trace_format.errors import TraceFormatError
+from ...trace_format.safe_text import clean
 from ...trace_format.strided import Shape
 from ...trace_format.symbols import MAX_TABLE, SymbolTable, _a
 from . import strided
@@ -222,6 +223,19 @@ class _Occurrences:
             self.occurrences.append((acc.seq, earlier.seq, addr, acc.offset, acc.nbytes, earlier.offset, earlier.nbytes))
 
 
+#: Distinct NOTE texts an engine keeps (a trace may hold any number of notes).
+MAX_NOTES = 16
+
+
+def keep_note(notes: list, rec: list) -> None:
+    """Add a NOTE record's ``(level, text)`` to ``notes`` (cleaned; distinct ones, at most
+    :data:`MAX_NOTES`). Notes change no replay; the report says what some of them mean."""
+    if len(notes) < MAX_NOTES:
+        note = (clean(rec[1], 64), clean(rec[2]))
+        if note not in notes:
+            notes.append(note)
+
+
 class Engine:
     """Replays the records of one trace; see the module docstring and docs/semantics.md."""
 
@@ -241,6 +255,9 @@ class Engine:
         self.trace_index = trace_index
         self.seq = 0  # kernels replayed; the last kernel's sequence number
         self.events = 0  # non-definition records processed, kernels included
+        #: ``(level, text)`` of the trace's distinct NOTE records (at most MAX_NOTES): what the
+        #: writer said about the recording, for the report (keep_note).
+        self.notes: list = []
         self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
         self.capped = 0  # blocks whose byte-range segments were merged past MAX_SEGMENTS
         self.hulled = 0  # blocks with a strided access merged over its hull (past strided.MAX_VIEWS)
@@ -307,6 +324,7 @@ class Engine:
             self.apply(rec)
         elif t == R.NOTE:
             self.events += 1
+            keep_note(self.notes, rec)
         # END and record types of a newer minor version: nothing to replay
 
     def run(self, records: Iterable) -> None:
@@ -358,6 +376,7 @@ class Engine:
                     self.apply(rec)
                 elif rec is not None:
                     self.events += 1  # a NOTE
+                    keep_note(self.notes, rec)
         finally:
             self.direct_tail = (rec, kernels)
 
