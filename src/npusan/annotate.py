@@ -24,7 +24,7 @@ import sys
 from typing import Any, Callable, Optional, Sequence
 
 
-class kernel:  # noqa: N801 - used as a function and as a decorator
+class kernel:  # lower case: used as a function and as a decorator
     """Record one kernel ``name`` that reads ``reads`` and writes ``writes`` on ``stream``
     (a stream of the recording backend: a ``torch.cuda.Stream``, ``torch.npu.Stream`` or
     ``npusan.sim.Stream``; None: the current stream of the tensors' device).

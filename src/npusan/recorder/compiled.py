@@ -25,7 +25,6 @@ inert (one attribute check) when nothing records.
 from __future__ import annotations
 
 import importlib.abc
-import importlib.machinery
 import sys
 import threading
 from typing import Any, Optional
