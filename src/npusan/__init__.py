@@ -12,6 +12,10 @@ Recording from code::
     ...
     npusan.disable()
 
+Declaring a kernel the dispatcher does not see (an extension's own launch)::
+
+    npusan.kernel("my_op", reads=[x], writes=[out])   # or @npusan.kernel("my_op", reads=["x"], ...)
+
 Analyzing from code (``docs/api.md``)::
 
     report = npusan.analyze("trace.npusan")     # what `npusan analyze` reports, as objects
@@ -30,7 +34,7 @@ from ._version import __version__
 from .recorder.errors import RaceError
 
 __all__ = ["__version__", "record", "enable", "disable", "RaceError", "analyze", "load", "Report", "Finding",
-           "Kind"]
+           "Kind", "kernel"]
 
 
 def record(
@@ -123,4 +127,8 @@ def __getattr__(name: str) -> Any:
         from . import api
 
         return getattr(api, name)
+    if name == "kernel":  # declaring work that bypasses the dispatcher (npusan.annotate)
+        from .annotate import kernel
+
+        return kernel
     raise AttributeError(f"module 'npusan' has no attribute {name!r}")

@@ -38,6 +38,13 @@ class RecordingMode(TorchDispatchMode):
     byte range of :func:`~.access.span` (kept equivalent; the tests check both).
     """
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """True: ``torch.compile`` compiles as without npusan (Dynamo falls back to eager
+        under a mode that says False) and the mode is off while it compiles; the compiled
+        regions are recorded by :mod:`.compiled`."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = session._current
         if rec is None or not rec.active:

@@ -159,6 +159,9 @@ class Recorder(EventQueue, RuntimeCallbacks):
 
             self.dispatch = ModeInstaller(self)
             self.dispatch.start()
+            from . import compiled
+
+            compiled.install()
             process_hooks.install()
         except Exception as e:  # a broken runtime hook must not stop the program
             self._fail(e)

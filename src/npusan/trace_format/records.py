@@ -71,6 +71,10 @@ ERASE_STREAM: Final = 16
 KERNEL: Final = 17
 THREAD: Final = 18
 NOTE: Final = 19
+#: How a NOTE's text starts when it says part of the program was recorded coarsely (e.g.
+#: a compiled region as one access); the report says so once (a convention between
+#: npusan's recorder and its report, not a format rule: the text stays free).
+COARSE_NOTE_PREFIX: Final = "coarse: "
 END: Final = 20
 STREAM_LABEL: Final = 22
 VIEWS: Final = 21  # format 1.1

@@ -59,6 +59,7 @@ class Outcome(NamedTuple):
     gave_up: Any = None
     records_read: Any = None
     position: Any = None
+    notes: Any = None
 
     @property
     def message(self) -> str:
@@ -136,7 +137,7 @@ def replay_path(data: bytes, path: str, check_leaks: bool = True, source=None) -
     return Outcome("ok", [_finding(f) for f in found], eng.seq, eng.events, eng.dropped, reader.truncated,
                    reader.ended_cleanly, reader.end_stats, list(reader.warnings), reader.events,
                    reader.definition_counts, reader.unknown_types, eng.capped, eng.overlap_budget.gave_up,
-                   reader.records_read, reader.position), found
+                   reader.records_read, reader.position, list(eng.notes)), found
 
 
 def outcome(data: bytes, path: str = "file", check_leaks: bool = True, source=None) -> Outcome:

@@ -1097,3 +1097,21 @@ def test_same_verdict_on_kernel_fields_of_every_encoding(access, fields):
     end = recs.pop()
     rec = [R.KERNEL, *fields, [0, 16, 8], access, [~0, 0, 4]]
     assert check(join(header, recs + [rec, end]))[0] in ("ok", "error")
+
+
+def test_notes_kept_alike_by_both_engines():
+    """NOTE records: both engines keep their distinct (level, text), cleaned, at most
+    MAX_NOTES, whichever path reads them (the report's run notes read them)."""
+    buf = io.BytesIO()
+    with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.note("info", "coarse: compiled code")
+        w.memory_allocated(BASE, 0, size=SIZE)
+        w.kernel(0, "aten::k", reads=[BASE])
+        w.note("info", "coarse: compiled code")  # a repeat: kept once
+        w.note("warning", "a\x1b[31m red\nline")  # cleaned
+        for i in range(engine_mod.MAX_NOTES + 4):
+            w.note("info", f"n{i}")
+    got = check(buf.getvalue())
+    assert got.notes[0] == ("info", "coarse: compiled code")
+    assert len(got.notes) == engine_mod.MAX_NOTES
+    assert "\x1b" not in got.notes[1][1] and "\n" not in got.notes[1][1]

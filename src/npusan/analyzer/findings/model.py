@@ -231,6 +231,9 @@ class TraceSummary:
     #: Why the trace could not be analyzed (unreadable, corrupt); None when it was.
     error: Optional[str] = None
     end_reason: Optional[str] = None  # an END record that says the recording stopped early
+    #: ``(level, text)`` of the trace's distinct NOTE records (what the writer said about
+    #: the recording: e.g. that compiled code was recorded coarsely).
+    notes: list = field(default_factory=list)
 
 
 @dataclass

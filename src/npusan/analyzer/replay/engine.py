@@ -59,6 +59,7 @@ from typing import Callable, Iterable, NamedTuple, Optional
 
 from ...trace_format import records as R
 from ...trace_format.errors import TraceFormatError
+from ...trace_format.safe_text import clean
 from ...trace_format.strided import Shape
 from ...trace_format.symbols import MAX_TABLE, SymbolTable, _a
 from . import strided
@@ -218,6 +219,19 @@ class _Occurrences:
             self.occurrences.append((acc.seq, earlier.seq, addr, acc.offset, acc.nbytes, earlier.offset, earlier.nbytes))
 
 
+#: Distinct NOTE texts an engine keeps (a trace may hold any number of notes).
+MAX_NOTES = 16
+
+
+def keep_note(notes: list, rec: list) -> None:
+    """Add a NOTE record's ``(level, text)`` to ``notes`` (cleaned; distinct ones, at most
+    :data:`MAX_NOTES`). Notes change no replay; the report says what some of them mean."""
+    if len(notes) < MAX_NOTES:
+        note = (clean(rec[1], 64), clean(rec[2]))
+        if note not in notes:
+            notes.append(note)
+
+
 class Engine:
     """Replays the records of one trace; see the module docstring and docs/semantics.md."""
 
@@ -238,6 +252,9 @@ class Engine:
         self.seq = 0  # kernels and host accesses replayed; the last one's sequence number
         self.host_accesses = 0  # HOST_ACCESS records replayed (seq counts them too)
         self.events = 0  # non-definition records processed, kernels included
+        #: ``(level, text)`` of the trace's distinct NOTE records (at most MAX_NOTES): what the
+        #: writer said about the recording, for the report (keep_note).
+        self.notes: list = []
         self.dropped = 0  # occurrences of distinct findings beyond MAX_FINDINGS
         self.capped = 0  # blocks whose byte-range segments were merged past MAX_SEGMENTS
         self.hulled = 0  # blocks with a strided access merged over its hull (past strided.MAX_VIEWS)
@@ -305,6 +322,7 @@ class Engine:
             self.apply(rec)
         elif t == R.NOTE:
             self.events += 1
+            keep_note(self.notes, rec)
         # END and record types of a newer minor version: nothing to replay
 
     def run(self, records: Iterable) -> None:
@@ -356,6 +374,7 @@ class Engine:
                     self.apply(rec)
                 elif rec is not None:
                     self.events += 1  # a NOTE
+                    keep_note(self.notes, rec)
         finally:
             self.direct_tail = (rec, kernels)
 

@@ -244,6 +244,7 @@ class NativeEngine:
         self._sent_streams: dict = {}  # sidx -> the symbols entry given to the core
         self._sent_blocks: dict = {}  # bid -> the symbols entry given to the core
         self._notes = 0  # NOTE records (counted as events, replayed by nobody)
+        self.notes: list = []  # their distinct (level, text), as the spec engine keeps them
 
     # ------------------------------------------------------------------ counters
 
@@ -340,6 +341,7 @@ class NativeEngine:
             self._defined(rec)
         elif t == R.NOTE:
             self._notes += 1
+            E.keep_note(self.notes, rec)
 
     def run(self, records) -> None:
         for rec in records:
@@ -468,6 +470,7 @@ class NativeEngine:
                     return
                 elif t == R.NOTE:
                     self._notes += 1
+                    E.keep_note(self.notes, rec)
                 elif t == R.VIEWS:  # pragma: no cover - the core replays every VIEWS record the reader passes
                     raise RecordError(E.describe(rec, self.seq, "a views record the compiled core did not replay"))
                 # else: a record of an unknown type, skipped (the reader warned once)

@@ -102,6 +102,7 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
             truncated=reader.truncated,
             warnings=warnings,
             end_reason=reader.end_reason,
+            notes=list(getattr(engine, "notes", ())),
         )
     return found, summary
 

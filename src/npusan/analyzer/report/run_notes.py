@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ...trace_format.records import COARSE_NOTE_PREFIX
 from .base import Report, ReportOptions
 from .describe import count
 
@@ -60,9 +61,29 @@ def run_notes(report: Report, options: ReportOptions) -> list[RunNote]:
             items=[_item("-", k) for k in report.gone], caveat=caveat))
     if report.compared_with is not None and report.compared_with is not report.baseline:
         notes.append(_comparison(report))
+    coarse = _coarse_note(report)
+    if coarse is not None:
+        notes.append(coarse)
     for where, why in report.errors:
         notes.append(RunNote(f"{where}: {why}", label="unreadable"))
     return notes
+
+
+def _coarse_note(report: Report) -> Optional[RunNote]:
+    """Once per report: the traces whose recorder saw part of the program only coarsely
+    (their NOTE records say so), so that no finding -- or none -- reads as more than it is."""
+    texts: list = []
+    traces = 0
+    for t in report.traces:
+        mine = [text[len(COARSE_NOTE_PREFIX):] for _, text in getattr(t, "notes", ())
+                if text.startswith(COARSE_NOTE_PREFIX)]
+        if mine:
+            traces += 1
+            texts.extend(x for x in mine if x not in texts)
+    if not texts:
+        return None
+    where = "" if len(report.traces) == 1 else f" (in {count(traces, 'trace')})"
+    return RunNote(f"recorded coarsely{where}: " + "; ".join(texts))
 
 
 def _comparison(report: Report) -> RunNote:
