@@ -17,7 +17,7 @@ from npusan.trace_format.reader import TraceReader
 pytestmark = pytest.mark.slow  # Inductor compiles C++ (seconds per new graph)
 
 dynamo = pytest.importorskip("torch._dynamo")
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import counters  # noqa: E402 (after the importorskip)
 
 
 @pytest.fixture(autouse=True)

@@ -604,7 +604,7 @@ def _wrap_value(cls: Any, wait: Any) -> None:
         return orig(self, *args, **kwargs)
 
     value.__doc__ = orig.__doc__
-    setattr(cls, "value", value)
+    cls.value = value
 
 
 def _wrap_set_result(cls: Any) -> None:
@@ -621,7 +621,7 @@ def _wrap_set_result(cls: Any) -> None:
         return orig(self, result, *args, **kwargs)
 
     set_result.__doc__ = orig.__doc__
-    setattr(cls, "set_result", set_result)
+    cls.set_result = set_result
 
 
 def _wrap_comm_hooks() -> None:
