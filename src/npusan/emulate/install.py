@@ -1,0 +1,67 @@
+"""Turning the emulator on: ``npusan.emulate.install("cuda")`` before the program runs.
+
+Order matters: the emulation mode must sit *below* the recorder's dispatch mode (the
+recorder sees each op with emulated CUDA tensors, then the emulator runs it), so the
+emulator is installed before recording starts (``NPUSAN_EMULATE`` is read by the
+activation code, ``emulate=`` by :func:`npusan.record`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+_installed: Optional[str] = None
+_mode: Any = None
+
+
+def installed() -> Optional[str]:
+    return _installed
+
+
+def install(kind: str = "cuda") -> None:
+    """Emulate a CUDA device in this process (idempotent)."""
+    global _installed, _mode
+    if _installed is not None:
+        return
+    if kind != "cuda":
+        raise ValueError(f"npusan --emulate {kind}: only 'cuda' is emulated")
+    import importlib
+
+    import torch
+
+    from . import cuda, guard
+    from .tensor import EmulationMode, EmuTensor
+
+    if torch.cuda.is_available() and not hasattr(torch.cuda, "_npusan_emulated"):
+        raise RuntimeError("npusan --emulate cuda: this machine has a CUDA device; record it without --emulate")
+    guard.install()
+    cuda._trace = importlib.import_module("torch.cuda._gpu_trace")
+    for name, fn in cuda.api().items():
+        setattr(torch.cuda, name, fn)
+    torch.cuda._npusan_emulated = True
+    # The CUDA backend reads the current device and stream through these accessors.
+    torch._C._cuda_getDevice = lambda: 0
+    torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
+    _patch_tensor_methods(torch, EmuTensor)
+    _mode = EmulationMode()
+    _mode.__enter__()
+    _installed = kind
+
+
+def _patch_tensor_methods(torch: Any, EmuTensor: type) -> None:
+    """``Tensor.cuda()``, ``is_cuda`` of host tensors and backward, at the Python level."""
+    orig_backward = torch.Tensor.backward
+
+    def cuda_(self, device=None, non_blocking=False, **kw):
+        if isinstance(self, EmuTensor):
+            return self
+        return self.to("cuda", non_blocking=non_blocking)
+
+    def backward(self, *a, **k):
+        if isinstance(self, EmuTensor):
+            raise RuntimeError("npusan --emulate cuda: autograd backward on emulated CUDA tensors is not emulated "
+                               "(torch's autograd engine needs a real CUDA accelerator)")
+        return orig_backward(self, *a, **k)
+
+    torch.Tensor.cuda = cuda_
+    torch.Tensor.backward = backward
