@@ -261,8 +261,10 @@ def api() -> Dict[str, Any]:
         "max_memory_reserved": lambda device=None: a.peak_reserved,
         "reset_peak_memory_stats": lambda device=None: None,
         "empty_cache": lambda: a.empty_cache(),
-        "manual_seed": lambda seed: torch.manual_seed(seed),
-        "manual_seed_all": lambda seed: torch.manual_seed(seed),
+        # Emulated tensors draw from the CPU generator (torch.manual_seed seeds it and
+        # calls these): a seed of the CUDA generator alone is not emulated.
+        "manual_seed": lambda seed: None,
+        "manual_seed_all": lambda seed: None,
         "graph": unsupported("torch.cuda.graph"),
         "CUDAGraph": unsupported("torch.cuda.CUDAGraph"),
         "make_graphed_callables": unsupported("torch.cuda.make_graphed_callables"),

@@ -31,14 +31,12 @@ for i in range(4):
         nxt = load(i + 1)
     y = x @ w
     if variant == "reuse":
+        # x (allocated on the side stream, used on the main stream, no record_stream) is
+        # freed; the allocator hands its block to the next side-stream allocation at once.
+        del x
         with torch.cuda.stream(side):
-            z = x * 2  # a use on the side stream, then x is freed without record_stream
-        del x, nxt
-        torch.cuda.current_stream()  # noqa
-        fresh = torch.empty(16, 64, device="cuda", )
-        with torch.cuda.stream(side):
-            again = torch.zeros(16, 64, device="cuda")  # reuses x's block on the side stream
-        again.fill_(1.0)
+            again = torch.empty(16, 64, device="cuda")
+            again.fill_(1.0)
         break
     del x
     y.sum().item()

@@ -1,0 +1,76 @@
+"""Real programs run unchanged under ``npusan record --emulate cuda``, then analyzed."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "prefetch.py")
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + ROOT
+    env.pop("NPUSAN_TRACE", None)
+    return env
+
+
+def _record(tmp_path, *args):
+    out = tmp_path / "t.npusan"
+    p = subprocess.run([sys.executable, "-m", "npusan", "record", "--emulate", "cuda", "-o", str(out), "--", *args],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    return p, out
+
+
+def _kinds(trace):
+    p = subprocess.run([sys.executable, "-m", "npusan", "analyze", "--format", "json", str(trace)],
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    return p.returncode, sorted({f["kind"] for f in json.loads(p.stdout)["findings"]})
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [
+    ("clean", 0, []),
+    ("no-record", 1, ["missing-record-stream"]),
+    ("no-wait", 1, ["data-race"]),
+])
+def test_prefetcher(tmp_path, variant, rc, kinds):
+    p, trace = _record(tmp_path, PROG, variant)
+    assert p.returncode == 0, p.stderr
+    assert _kinds(trace) == (rc, kinds)
+
+
+def test_missing_record_stream_block_reused_is_a_reuse_race_every_run(tmp_path):
+    p, trace = _record(tmp_path, PROG, "reuse")
+    assert p.returncode == 0, p.stderr
+    rc, kinds = _kinds(trace)
+    assert rc == 1 and "reuse-race" in kinds and "missing-record-stream" in kinds
+
+
+def test_unsupported_api_stops_with_one_line(tmp_path):
+    prog = tmp_path / "graph.py"
+    prog.write_text("import torch\ng = torch.cuda.CUDAGraph()\n")
+    p, _ = _record(tmp_path, str(prog))
+    assert p.returncode == 1
+    assert "npusan --emulate cuda: torch.cuda.CUDAGraph is not emulated" in p.stderr
+
+
+def test_device_is_visible_and_values_match_cpu(tmp_path):
+    prog = tmp_path / "dev.py"
+    prog.write_text(
+        "import torch\n"
+        "assert torch.cuda.is_available() and torch.cuda.device_count() == 1\n"
+        "torch.manual_seed(0); a = torch.randn(8, 8); b = torch.randn(8, 8)\n"
+        "x, y = a.cuda(), b.to('cuda')\n"
+        "assert str((x @ y).device) == 'cuda:0'\n"
+        "assert torch.equal((x @ y).cpu(), a @ b)\n"
+        "h = torch.ones(3).pin_memory(); assert h.is_pinned() and h.device.type == 'cpu'\n"
+        "assert torch.cuda.memory_allocated() > 0\n"
+        "print(torch.cuda.get_device_properties(0).name)\n")
+    p, trace = _record(tmp_path, str(prog))
+    assert p.returncode == 0, p.stderr
+    assert _kinds(trace) == (0, [])
