@@ -74,3 +74,22 @@ def test_device_is_visible_and_values_match_cpu(tmp_path):
     p, trace = _record(tmp_path, str(prog))
     assert p.returncode == 0, p.stderr
     assert _kinds(trace) == (0, [])
+
+
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "train.py")
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [
+    ("plain", 0, []),
+    ("prefetch", 0, []),
+    ("prefetch-no-record", 1, ["missing-record-stream"]),
+    ("side-forward", 0, []),
+])
+def test_adamw_training_loop(tmp_path, variant, rc, kinds):
+    """loss.backward(), optimizer.step(), zero_grad on emulated tensors: the loss falls,
+    AdamW's step counters stay host tensors (step() never synchronizes), a side-stream
+    node's backward runs on that stream (the program asserts all three)."""
+    p, trace = _record(tmp_path, TRAIN, variant)
+    assert p.returncode == 0, p.stderr
+    assert "losses" in p.stdout
+    assert _kinds(trace) == (rc, kinds)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -23,6 +23,8 @@ from .allocator import CachingAllocator
 
 DEVICE = torch.device("cuda", 0)
 _trace = None  # torch.cuda._gpu_trace, bound at install
+#: Called with (old, new) when a thread's current stream changes (see :mod:`.backward`).
+on_switch: Optional[Callable[["Stream", "Stream"], None]] = None
 
 
 def _fire(name: str, *args: Any) -> None:
@@ -56,6 +58,13 @@ class _State:
         if s is None:
             s = self.tls.stream = DEFAULT
         return s
+
+    def switch(self, stream: "Stream") -> None:
+        """Make ``stream`` current in this thread (the backward model notes the switch)."""
+        old = self.current()
+        self.tls.stream = stream
+        if on_switch is not None and stream != old:
+            on_switch(old, stream)
 
     def current_handle(self, device: int = 0) -> int:
         s = getattr(self.tls, "stream", None)
@@ -203,12 +212,12 @@ class StreamContext:
     def __enter__(self) -> Optional[Stream]:
         if self.stream is not None:
             self._prev = STATE.current()
-            STATE.tls.stream = self.stream
+            STATE.switch(self.stream)
         return self.stream
 
     def __exit__(self, *exc: Any) -> None:
-        if self.stream is not None:
-            STATE.tls.stream = self._prev
+        if self.stream is not None and self._prev is not None:
+            STATE.switch(self._prev)
 
 
 def synchronize(device: Any = None) -> None:
@@ -217,7 +226,7 @@ def synchronize(device: Any = None) -> None:
 
 
 def set_stream(stream: Stream) -> None:
-    STATE.tls.stream = stream
+    STATE.switch(stream)
 
 
 class _Props:

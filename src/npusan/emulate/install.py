@@ -29,12 +29,11 @@ def install(kind: str = "cuda") -> None:
 
     import torch
 
-    from . import cuda, guard
-    from .tensor import EmulationMode, EmuTensor
+    from . import backward, cuda, tensor
+    from .mode import EmulationMode
 
     if torch.cuda.is_available() and not hasattr(torch.cuda, "_npusan_emulated"):
         raise RuntimeError("npusan --emulate cuda: this machine has a CUDA device; record it without --emulate")
-    guard.install()
     cuda._trace = importlib.import_module("torch.cuda._gpu_trace")
     for name, fn in cuda.api().items():
         setattr(torch.cuda, name, fn)
@@ -42,26 +41,8 @@ def install(kind: str = "cuda") -> None:
     # The CUDA backend reads the current device and stream through these accessors.
     torch._C._cuda_getDevice = lambda: 0
     torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
-    _patch_tensor_methods(torch, EmuTensor)
+    tensor.patch()
+    backward.install()
     _mode = EmulationMode()
     _mode.__enter__()
     _installed = kind
-
-
-def _patch_tensor_methods(torch: Any, EmuTensor: type) -> None:
-    """``Tensor.cuda()``, ``is_cuda`` of host tensors and backward, at the Python level."""
-    orig_backward = torch.Tensor.backward
-
-    def cuda_(self, device=None, non_blocking=False, **kw):
-        if isinstance(self, EmuTensor):
-            return self
-        return self.to("cuda", non_blocking=non_blocking)
-
-    def backward(self, *a, **k):
-        if isinstance(self, EmuTensor):
-            raise RuntimeError("npusan --emulate cuda: autograd backward on emulated CUDA tensors is not emulated "
-                               "(torch's autograd engine needs a real CUDA accelerator)")
-        return orig_backward(self, *a, **k)
-
-    torch.Tensor.cuda = cuda_
-    torch.Tensor.backward = backward

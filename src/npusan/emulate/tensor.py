@@ -1,12 +1,25 @@
-"""Emulated CUDA tensors: CPU tensors that report ``device='cuda:0'`` and a virtual address.
+"""Which CPU storages are emulated device memory, and the tensor methods that say so.
 
-An :class:`EmuTensor` is a ``_make_wrapper_subclass`` tensor holding a CPU tensor
-(``elem``); every op runs on the ``elem`` s in :class:`EmulationMode` (or the subclass's own
-``__torch_dispatch__`` in threads without the mode) and the results are wrapped again.
-Each CPU storage owns one block of the emulated caching allocator (:class:`Storage`),
-shared by every view of it; the block is freed when the last wrapper dies, as CUDA frees a
-block when its storage's refcount drops. ``untyped_storage()`` answers with the block's
-virtual address, so the recorder reads emulated tensors exactly as it reads real ones.
+Every emulated CUDA tensor is a *real CPU tensor* at the C++ level: autograd, optimizers,
+``_foreach`` kernels and every C++ path run on it natively (a tensor that C++ believed to
+be on ``cuda`` would need a CUDA accelerator that a CPU-only torch cannot provide).
+Device-ness is a property of the *storage*: this registry maps a storage (its
+``StorageImpl`` address, ``_cdata``) to the emulated caching-allocator block backing it,
+so views, ``.grad`` tensors and tensors made inside C++ (gradients, optimizer state) are
+device tensors exactly when their storage was registered. :mod:`.mode` registers the
+outputs of ops on device tensors and of factories with ``device="cuda"``.
+
+The Python face of a device tensor is patched onto ``torch.Tensor`` (so a ``Parameter``
+moved by ``Module.to`` answers too): ``device``, ``is_cuda``, ``get_device()`` and
+``data_ptr()`` answer as CUDA with the virtual address, and ``UntypedStorage.data_ptr()``
+/ ``.device`` do the same for the storage -- which is where npusan's recorder reads
+addresses, so it records emulated tensors as it records real ones. ``to``/``cuda``/``cpu``
+are patched because C++ sees every tensor on the CPU: moving a device tensor "to the CPU"
+must copy it to a host tensor, moving it "to cuda" must not copy.
+
+A block is freed when its storage dies (a ``weakref.finalize`` on the storage object,
+which torch keeps alive as long as the ``StorageImpl`` is), as CUDA frees a block when
+its storage's refcount drops.
 """
 
 from __future__ import annotations
@@ -15,219 +28,143 @@ import weakref
 from typing import Any, Dict, Optional
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cuda as _cuda
 
-aten = torch.ops.aten
+#: ``StorageImpl`` address -> virtual address of its block (0 for an empty storage).
+_dev: Dict[int, int] = {}
+_CUDA = torch.device("cuda", 0)
+_CPU = torch.device("cpu")
 
 
-class Storage:
-    """One allocator block backing one CPU storage (all its views share it)."""
-
-    __slots__ = ("ptr", "nbytes", "cpu_ptr", "__weakref__")
-
-    def __init__(self, nbytes: int, cpu_ptr: int) -> None:
-        self.nbytes = nbytes
-        self.cpu_ptr = cpu_ptr
-        self.ptr = _cuda.STATE.alloc(nbytes) if nbytes else 0
-
-    def data_ptr(self) -> int:
-        return self.ptr
-
-    def size(self) -> int:
-        return self.nbytes
-
-    def __del__(self) -> None:
+def _release(cdata: int) -> None:
+    # The storage object lives exactly as long as its StorageImpl, so ``cdata`` cannot
+    # have been reused by another storage before this runs.
+    ptr = _dev.pop(cdata, None)
+    if ptr:
         try:
-            _by_cpu.pop(self.cpu_ptr, None)
-            if self.ptr:
-                _cuda.STATE.free(self.ptr)
+            _cuda.STATE.free(ptr)
         except Exception:  # interpreter shutdown
             pass
 
 
-#: CPU storage address -> its live Storage (a view's output finds its base's block).
-_by_cpu: "weakref.WeakValueDictionary[int, Storage]" = weakref.WeakValueDictionary()
+def register(t: torch.Tensor) -> None:
+    """Make ``t``'s storage device memory (a block of the emulated allocator)."""
+    st = t.untyped_storage()
+    cd = st._cdata
+    if cd in _dev:
+        return
+    n = st.nbytes()
+    ptr = _cuda.STATE.alloc(n) if n else 0
+    _dev[cd] = ptr
+    weakref.finalize(st, _release, cd).atexit = False
 
 
-class _StorageView:
-    """What ``untyped_storage()`` returns for an emulated tensor: the recorder reads
-    ``data_ptr()`` and ``nbytes()``."""
-
-    __slots__ = ("_s",)
-
-    def __init__(self, s: Storage) -> None:
-        self._s = s
-
-    def data_ptr(self) -> int:
-        return self._s.ptr
-
-    def nbytes(self) -> int:
-        return self._s.nbytes
-
-    def size(self) -> int:
-        return self._s.nbytes
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cuda", 0)
+def is_device(t: Any) -> bool:
+    return t.untyped_storage()._cdata in _dev
 
 
-class EmuTensor(torch.Tensor):
-    elem: torch.Tensor
-    _st: Storage
-
-    @staticmethod
-    def __new__(cls, elem: torch.Tensor, st: Optional[Storage] = None) -> "EmuTensor":
-        r = torch.Tensor._make_wrapper_subclass(
-            cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(),
-            dtype=elem.dtype, layout=elem.layout, device=_cuda.DEVICE, requires_grad=elem.requires_grad)
-        r.elem = elem
-        if st is None:
-            ust = elem.untyped_storage()
-            cp = ust.data_ptr()
-            st = _by_cpu.get(cp) if cp else None
-            if st is None:
-                st = Storage(ust.nbytes(), cp)
-                if cp:
-                    _by_cpu[cp] = st
-        r._st = st
-        return r
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    def untyped_storage(self) -> Any:  # type: ignore[override]
-        return _StorageView(self._st)
-
-    def data_ptr(self) -> int:  # type: ignore[override]
-        return self._st.ptr + self.storage_offset() * self.element_size()
-
-    def __repr__(self, *, tensor_contents=None) -> str:  # type: ignore[override]
-        return repr(self.elem).replace("tensor(", "tensor(", 1)[:-1] + ", device='cuda:0')"
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return run_op(func, args, kwargs or {})
+def storage_address(st: Any) -> Optional[int]:
+    """The virtual address of a device storage; None for host memory."""
+    return _dev.get(st._cdata)
 
 
-def _is_cuda_device(d: Any) -> bool:
-    if d is None:
-        return False
-    if isinstance(d, torch.device):
-        return d.type == "cuda"
-    if isinstance(d, str):
-        return d.startswith("cuda")
-    return False
+def resized(st: Any, old_ptr: int) -> None:
+    """A device storage was resized in place (``untyped_storage().resize_(n)``, how FSDP
+    frees and re-materializes parameters): its old block is freed and, if it still has
+    bytes, a new one allocated for the new size."""
+    cd = st._cdata
+    if old_ptr:
+        _cuda.STATE.free(old_ptr)
+    n = st.nbytes()
+    ptr = _cuda.STATE.alloc(n) if n else 0
+    _dev[cd] = ptr  # its finalizer frees whatever block it holds when it dies
 
 
-def _unwrap(x: Any) -> Any:
-    if isinstance(x, EmuTensor):
-        return x.elem
-    if isinstance(x, (list, tuple)):
-        return type(x)(_unwrap(y) for y in x)
-    return x
+def patch() -> None:
+    """The Python face of device tensors and storages (see the module docstring)."""
+    T = torch.Tensor
+    S = torch.UntypedStorage
+    base_device = torch._C.TensorBase.device
+    base_is_cuda = torch._C.TensorBase.is_cuda
+    base_get_device = torch._C.TensorBase.get_device
+    base_data_ptr = torch._C.TensorBase.data_ptr
+    base_to = torch._C.TensorBase.to
+    st_data_ptr = torch._C.StorageBase.data_ptr
+    st_device = torch._C.StorageBase.device
+    st_resize = torch._C.StorageBase.resize_
+    parse_to = torch._C._nn._parse_to
+    aten_to_copy = torch.ops.aten._to_copy.default
+    dev = _dev
 
+    def device(self: torch.Tensor) -> torch.device:
+        if self.untyped_storage()._cdata in dev:
+            return _CUDA
+        return base_device.__get__(self)
 
-def _has_emu(args: Any) -> bool:
-    for a in args:
-        if isinstance(a, EmuTensor):
-            return True
-        if isinstance(a, (list, tuple)) and a and any(isinstance(y, EmuTensor) for y in a):
-            return True
-    return False
+    def is_cuda(self: torch.Tensor) -> bool:
+        return self.untyped_storage()._cdata in dev
 
+    def get_device(self: torch.Tensor) -> int:
+        if self.untyped_storage()._cdata in dev:
+            return 0
+        return base_get_device(self)
 
-def _wrap(out: Any, ins: Dict[int, EmuTensor]) -> Any:
-    if isinstance(out, torch.Tensor) and not isinstance(out, EmuTensor):
-        same = ins.get(id(out))
-        return same if same is not None else EmuTensor(out)
-    if isinstance(out, (list, tuple)):
-        return type(out)(_wrap(y, ins) for y in out)
-    return out
+    def data_ptr(self: torch.Tensor) -> int:
+        p = dev.get(self.untyped_storage()._cdata)
+        if p is None:
+            return base_data_ptr(self)
+        return p + self.storage_offset() * self.element_size() if p else 0
 
+    def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        d, dtype, nb, fmt = parse_to(*args, **kwargs)
+        if d is None:
+            return base_to(self, *args, **kwargs)  # dtype only: C++ decides, the mode follows
+        fmt = fmt if fmt is not None else torch.preserve_format
+        if self.untyped_storage()._cdata not in dev:
+            if d.type != "cuda":
+                return base_to(self, *args, **kwargs)
+            # Host to device: straight to the copy op (C++'s ``to`` would look for a CUDA
+            # runtime to check pinned memory); the mode makes its output device memory.
+            return aten_to_copy(self, dtype=dtype or self.dtype, device=_CUDA, non_blocking=nb,
+                                memory_format=fmt)
+        copy = bool(kwargs.get("copy", False))
+        if d.type == "cuda":  # already there: a copy only if dtype/format/copy ask for one
+            return base_to(self, dtype or self.dtype, non_blocking=nb, copy=copy, memory_format=fmt)
+        # To the host: C++ would alias (it is a CPU tensor); an explicit device makes the
+        # copy that the emulation mode sees as a device-to-host copy.
+        return base_to(self, d, dtype or self.dtype, non_blocking=nb, copy=True, memory_format=fmt)
 
-_HOST_READS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
+    def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
+             memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
+        return to(self, _CUDA, non_blocking=non_blocking, memory_format=memory_format)
 
+    def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
+        return to(self, _CPU, memory_format=memory_format)
 
-def run_op(func: Any, args: tuple, kwargs: dict) -> Any:
-    """Run one op of emulated tensors on their CPU payloads."""
-    if func is aten.record_stream.default:
-        t, s = args
-        _cuda.STATE.record_stream(t._st.ptr, int(s.stream_id))
-        return None
-    if func in _HOST_READS:  # a blocking device-to-host copy
-        _cuda.STATE.host_reads_current_stream()
-        return func(*_unwrap(args), **kwargs)
-    if func is aten._to_copy.default:
-        dev = kwargs.get("device")
-        src = args[0]
-        if dev is not None and not _is_cuda_device(dev):  # to the host
-            if isinstance(src, EmuTensor) and not kwargs.get("non_blocking"):
-                _cuda.STATE.host_reads_current_stream()
-            kw = dict(kwargs)
-            kw.pop("non_blocking", None)
-            return func(_unwrap(src), **kw)
-        kw = dict(kwargs)
-        kw["device"] = torch.device("cpu")
-        if not isinstance(src, EmuTensor) and not kw.pop("non_blocking", False):
-            _cuda.STATE.host_reads_current_stream()  # a blocking host-to-device copy
-        kw.pop("non_blocking", None)
-        kw.pop("pin_memory", None)
-        return EmuTensor(func(_unwrap(src), **kw))
-    if func is aten.copy_.default:
-        dst, src = args[0], args[1]
-        nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
-        if isinstance(dst, EmuTensor) != isinstance(src, EmuTensor) and not nb:
-            _cuda.STATE.host_reads_current_stream()
-        dst.elem.copy_(_unwrap(src)) if isinstance(dst, EmuTensor) else dst.copy_(_unwrap(src))
-        return dst
-    ins = {}
-    for a in args:
-        if isinstance(a, EmuTensor):
-            ins[id(a.elem)] = a
-    kw = kwargs
-    if "device" in kwargs:
-        kw = dict(kwargs)
-        kw["device"] = torch.device("cpu")
-    out = func(*_unwrap(args), **_unwrap_kw(kw))
-    return _wrap(out, ins)
+    def st_ptr(self: Any) -> int:
+        p = dev.get(self._cdata)
+        return st_data_ptr(self) if p is None else p
 
+    def st_dev(self: Any) -> torch.device:
+        return _CUDA if self._cdata in dev else st_device.__get__(self)
 
-def _unwrap_kw(kw: dict) -> dict:
-    if not kw:
-        return kw
-    return {k: _unwrap(v) for k, v in kw.items()}
+    def st_resize_(self: Any, size: int) -> Any:
+        old = dev.get(self._cdata)
+        if old is None:
+            return st_resize(self, size)
+        out = st_resize(self, size)
+        resized(self, old)
+        return out
 
-
-_PIN = {aten._pin_memory.default}
-
-
-class EmulationMode(TorchDispatchMode):
-    """Below the recorder's mode: factories with ``device='cuda'`` make emulated tensors,
-    ops on emulated tensors run on their payloads, pinned host memory is a host tensor."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if _has_emu(args) or _has_emu(kwargs.values()):
-            return run_op(func, args, kwargs)
-        dev = kwargs.get("device")
-        if dev is not None and _is_cuda_device(dev):
-            kw = dict(kwargs)
-            kw["device"] = torch.device("cpu")
-            kw.pop("pin_memory", None)
-            return EmuTensor(func(*args, **kw))
-        if func in _PIN:
-            return _pinned(args[0].clone())  # pinned host memory is host memory
-        if func is aten.is_pinned.default:
-            return bool(getattr(args[0], "_npusan_pinned", False))
-        if kwargs.get("pin_memory"):
-            kw = dict(kwargs)
-            kw["pin_memory"] = False
-            return _pinned(func(*args, **kw))
-        return func(*args, **kwargs)
-
-
-def _pinned(t: torch.Tensor) -> torch.Tensor:
-    t._npusan_pinned = True  # type: ignore[attr-defined]
-    return t
+    T.device = property(device)  # type: ignore[assignment]
+    T.is_cuda = property(is_cuda)  # type: ignore[assignment]
+    T.get_device = get_device  # type: ignore[assignment]
+    T.data_ptr = data_ptr  # type: ignore[assignment]
+    T.to = to  # type: ignore[assignment]
+    T.cuda = cuda  # type: ignore[assignment]
+    T.cpu = cpu  # type: ignore[assignment]
+    S.data_ptr = st_ptr  # type: ignore[assignment]
+    S.device = property(st_dev)  # type: ignore[assignment]
+    S.resize_ = st_resize_  # type: ignore[assignment]
+    del base_is_cuda

@@ -1,0 +1,122 @@
+"""The emulator's dispatch mode: which op outputs are device memory, and host/device copies.
+
+It sits *below* the recorder's mode (the recorder sees each op first and reads the
+registry the emulator filled for its outputs). Every op runs as the CPU op it is; the mode
+only decides, per output, whether it is device memory:
+
+* a factory with ``device="cuda"`` (or ``_to_copy(device="cuda")``, the copy behind
+  ``.to("cuda")``) makes device tensors -- the kernel runs with ``device="cpu"``;
+* ``_to_copy`` with an explicit CPU device makes host tensors (``.cpu()``,
+  ``.to("cpu")``, see :func:`.tensor.patch`);
+* any other op with a device tensor among its inputs makes device tensors (an output
+  sharing an input's storage -- a view, an in-place or ``out=`` op -- keeps that storage's
+  kind, so ``host.copy_(dev)`` stays a host tensor).
+
+A blocking copy between host and device (``.item()``, ``.cpu()``, ``copy_`` across,
+``.to("cuda")`` of a host tensor without ``non_blocking``) synchronizes the current
+stream, as CUDA does. Pinned host memory is ordinary host memory that says it is pinned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import cuda as _cuda
+from .tensor import _dev, register
+
+aten = torch.ops.aten
+Tensor = torch.Tensor
+_CPU = torch.device("cpu")
+
+_HOST_READS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
+_PIN = {aten._pin_memory.default}
+
+
+def _is_cuda(d: Any) -> bool:
+    if isinstance(d, torch.device):
+        return d.type == "cuda"
+    if isinstance(d, str):
+        return d.startswith("cuda")
+    return False
+
+
+def _inputs(args: Any, kwargs: dict) -> list:
+    """Storage keys of the tensor inputs (lists included)."""
+    keys = []
+    for a in (args, kwargs.values()):
+        for x in a:
+            if isinstance(x, Tensor):
+                keys.append(x.untyped_storage()._cdata)
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    if isinstance(y, Tensor):
+                        keys.append(y.untyped_storage()._cdata)
+    return keys
+
+
+def _register_new(out: Any, ins: list) -> None:
+    if isinstance(out, Tensor):
+        if out.untyped_storage()._cdata not in ins:
+            register(out)
+    elif isinstance(out, (list, tuple)):
+        for y in out:
+            _register_new(y, ins)
+
+
+def _pinned(t: torch.Tensor) -> torch.Tensor:
+    t._npusan_pinned = True  # type: ignore[attr-defined]
+    return t
+
+
+class EmulationMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        ins = _inputs(args, kwargs)
+        dev_in = any(k in _dev for k in ins)
+        d = kwargs.get("device")
+        if d is not None:
+            if _is_cuda(d):  # a factory or a host-to-device copy
+                kw = dict(kwargs)
+                kw["device"] = _CPU
+                kw.pop("pin_memory", None)
+                nb = kw.get("non_blocking", False)
+                if func is aten._to_copy.default and not dev_in and not nb:
+                    _cuda.STATE.host_reads_current_stream()  # a blocking host-to-device copy
+                out = func(*args, **kw)
+                _register_new(out, ins)
+                return out
+            if func is aten._to_copy.default and dev_in:  # device to host
+                if not kwargs.get("non_blocking"):
+                    _cuda.STATE.host_reads_current_stream()
+                return func(*args, **kwargs)
+        if dev_in:
+            if func is aten.record_stream.default:
+                t, s = args
+                _cuda.STATE.record_stream(_dev[t.untyped_storage()._cdata], int(s.stream_id))
+                return None
+            if func in _HOST_READS:  # a blocking device-to-host read
+                _cuda.STATE.host_reads_current_stream()
+                return func(*args, **kwargs)
+            if func is aten.copy_.default:
+                dst, src = args[0], args[1]
+                nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+                if not nb and ((ins[0] in _dev) != (ins[1] in _dev)):
+                    _cuda.STATE.host_reads_current_stream()
+                return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            _register_new(out, ins)
+            return out
+        if func in _PIN:
+            return _pinned(args[0].clone())  # pinned host memory is host memory
+        if func is aten.is_pinned.default:
+            return bool(getattr(args[0], "_npusan_pinned", False))
+        if kwargs.get("pin_memory"):
+            kw = dict(kwargs)
+            kw["pin_memory"] = False
+            return _pinned(func(*args, **kw))
+        if func is aten.record_stream.default:
+            return None  # a host tensor: CUDA rejects it, nothing to model
+        return func(*args, **kwargs)
