@@ -93,3 +93,50 @@ def test_adamw_training_loop(tmp_path, variant, rc, kinds):
     assert p.returncode == 0, p.stderr
     assert "losses" in p.stdout
     assert _kinds(trace) == (rc, kinds)
+
+
+PROGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs")
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [("clean", 0, []), ("racy", 1, ["data-race"])])
+def test_device_tensors_made_in_worker_threads(tmp_path, variant, rc, kinds):
+    p, trace = _record(tmp_path, os.path.join(PROGS, "threads.py"), variant)
+    assert p.returncode == 0, p.stderr
+    assert _kinds(trace) == (rc, kinds)
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [
+    ("clean", 0, []),
+    ("no-record", 1, ["missing-record-stream", "reuse-race"]),
+])
+def test_storage_resize_frees_and_reallocates(tmp_path, variant, rc, kinds):
+    """FSDP frees a parameter with ``untyped_storage().resize_(0)`` and brings it back with
+    ``resize_(n)``: the block is freed and a new one allocated (the program checks the
+    allocator's counters); without record_stream the new block reuses the old at once."""
+    p, trace = _record(tmp_path, os.path.join(PROGS, "resize.py"), variant)
+    assert p.returncode == 0, p.stderr
+    assert _kinds(trace) == (rc, kinds)
+
+
+def test_literals_checkpoints_and_torch_utilities(tmp_path):
+    """torch.tensor(device="cuda"), a checkpoint saved from and loaded to cuda, deepcopy,
+    autograd.grad and clip_grad_norm_ on emulated tensors."""
+    prog = tmp_path / "ckpt.py"
+    prog.write_text(
+        "import copy, io, torch\n"
+        "t = torch.tensor([1.0, 2.0], device='cuda', requires_grad=True)\n"
+        "assert t.is_cuda and t.requires_grad and torch.as_tensor(t, device='cuda') is t\n"
+        "m = torch.nn.Linear(3, 3).cuda()\n"
+        "b = io.BytesIO(); torch.save(m.state_dict(), b); b.seek(0)\n"
+        "sd = torch.load(b); assert sd['weight'].is_cuda\n"
+        "b.seek(0); assert torch.load(b, map_location='cpu')['weight'].device.type == 'cpu'\n"
+        "m2 = copy.deepcopy(m); m2.load_state_dict(sd); assert m2.weight.is_cuda\n"
+        "assert torch.equal(m2.weight.cpu(), m.weight.cpu())\n"
+        "g, = torch.autograd.grad((t * t).sum(), t); assert g.is_cuda and g.tolist() == [2.0, 4.0]\n"
+        "(m(torch.ones(2, 3, device='cuda')).sum()).backward()\n"
+        "assert torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0).is_cuda\n"
+        "print('ok')\n")
+    p, trace = _record(tmp_path, str(prog))
+    assert p.returncode == 0, p.stderr
+    assert "ok" in p.stdout
+    assert _kinds(trace) == (0, [])

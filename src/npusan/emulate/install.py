@@ -1,8 +1,8 @@
 """Turning the emulator on: ``npusan.emulate.install("cuda")`` before the program runs.
 
 Order matters: the emulation mode must sit *below* the recorder's dispatch mode (the
-recorder sees each op with emulated CUDA tensors, then the emulator runs it), so the
-emulator is installed before recording starts (``NPUSAN_EMULATE`` is read by the
+recorder sees each op, then the emulator runs it and registers its device outputs,
+which the recorder then reads), so the emulator is installed before recording starts (``NPUSAN_EMULATE`` is read by the
 activation code, ``emulate=`` by :func:`npusan.record`).
 """
 
@@ -45,4 +45,25 @@ def install(kind: str = "cuda") -> None:
     backward.install()
     _mode = EmulationMode()
     _mode.__enter__()
+    _patch_threads(EmulationMode)
     _installed = kind
+
+
+def _patch_threads(mode_cls: Any) -> None:
+    """Threads started from now on enter their own emulation mode first (a dispatch mode
+    is thread-local), so factories with ``device="cuda"`` and ops on device tensors work
+    in every thread. ``Thread._bootstrap`` runs *before* ``_bootstrap_inner``, which the
+    recorder wraps: the emulator's mode thus sits below the recorder's in each thread,
+    as it does in the main thread."""
+    import threading
+
+    orig = threading.Thread._bootstrap  # type: ignore[attr-defined]
+
+    def _bootstrap(self: Any) -> None:
+        try:
+            mode_cls().__enter__()
+        except Exception:  # never stop a thread from running
+            pass
+        orig(self)
+
+    threading.Thread._bootstrap = _bootstrap  # type: ignore[attr-defined]

@@ -50,14 +50,28 @@ def _release(cdata: int) -> None:
 
 def register(t: torch.Tensor) -> None:
     """Make ``t``'s storage device memory (a block of the emulated allocator)."""
-    st = t.untyped_storage()
+    register_storage(t.untyped_storage())
+
+
+def register_storage(st: Any) -> None:
+    """Make an untyped storage device memory (``torch.load`` of a ``cuda`` checkpoint)."""
     cd = st._cdata
     if cd in _dev:
         return
     n = st.nbytes()
-    ptr = _cuda.STATE.alloc(n) if n else 0
-    _dev[cd] = ptr
+    _dev[cd] = _cuda.STATE.alloc(n) if n else 0
     weakref.finalize(st, _release, cd).atexit = False
+
+
+def _load_cuda(obj: Any, location: str) -> Any:
+    """``torch.load`` of a storage saved from ``cuda``: a host storage that is device memory
+    (torch's own deserializer would call into the CUDA runtime)."""
+    if not location.startswith("cuda"):
+        return None
+    if getattr(obj, "_torch_load_uninitialized", False):
+        obj = torch.UntypedStorage(obj.nbytes())
+    register_storage(obj)  # a fresh storage the loader made: it becomes the device copy
+    return obj
 
 
 def is_device(t: Any) -> bool:
@@ -157,6 +171,31 @@ def patch() -> None:
         resized(self, old)
         return out
 
+    def from_data(orig: Any) -> Any:
+        """``torch.tensor``/``as_tensor`` build their tensor in C++ with the dispatch modes
+        switched off, so ``device="cuda"`` never reaches the emulation mode: they build it
+        on the host and copy it over (a blocking copy, as on a GPU)."""
+        def make(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+            d = kwargs.get("device")
+            if d is None or torch.device(d).type != "cuda":
+                return orig(data, *args, **kwargs)
+            kw = dict(kwargs)
+            kw["device"] = None
+            rg = kw.pop("requires_grad", False)
+            kw.pop("pin_memory", None)
+            if isinstance(data, torch.Tensor) and data.untyped_storage()._cdata in dev and orig is torch.as_tensor:
+                return orig(data, *args, **kw)  # already on the device: as_tensor aliases
+            t = to(orig(data, *args, **kw), _CUDA)
+            return t.requires_grad_() if rg else t
+        make.__doc__ = orig.__doc__
+        make.__name__ = orig.__name__
+        return make
+
+    torch.tensor = from_data(torch.tensor)
+    torch.as_tensor = from_data(torch.as_tensor)
+    # Saving needs nothing: a device storage's ``device`` is cuda, so torch tags it
+    # "cuda:0" as a GPU run would; loading one comes here before torch's deserializer.
+    torch.serialization.register_package(15, lambda obj: None, _load_cuda)
     T.device = property(device)  # type: ignore[assignment]
     T.is_cuda = property(is_cuda)  # type: ignore[assignment]
     T.get_device = get_device  # type: ignore[assignment]
