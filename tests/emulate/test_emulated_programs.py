@@ -140,3 +140,13 @@ def test_literals_checkpoints_and_torch_utilities(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "ok" in p.stdout
     assert _kinds(trace) == (0, [])
+
+
+def test_backward_nodes_run_on_their_forward_stream(tmp_path):
+    """A node made on a side stream runs its backward there, one made on the default stream
+    runs on the default stream though backward is called on the side stream (the program
+    asserts it); the engine's syncs keep it clean."""
+    p, trace = _record(tmp_path, os.path.join(PROGS, "backward_streams.py"))
+    assert p.returncode == 0, p.stderr
+    assert "done" in p.stdout
+    assert _kinds(trace) == (0, [])

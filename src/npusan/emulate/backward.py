@@ -20,13 +20,15 @@ Limits: the post-hook's wait is earlier than CUDA's (CUDA syncs where the gradie
 consumed and once at the end for leaf streams), so a race between a side-stream backward
 node and a later op of the backward on another stream is not reported; nodes created in
 another thread than the one calling backward keep the caller's stream (sequence numbers
-are per thread); a program that never leaves the default stream pays nothing.
+are per thread); a program that never leaves the default stream pays nothing, one that
+does pays a walk of the graph's newer nodes at each backward.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -34,31 +36,48 @@ from . import cuda as _cuda
 
 _seq = torch._C._autograd._get_sequence_nr
 _tls = threading.local()
-#: (start, end, thread ident, stream) -- nodes with a sequence number in [start, end),
-#: created in that thread, belong to that stream.
-_ranges: List[Tuple[int, int, int, Any]] = []
-_MAX_RANGES = 4096
-_hooked: set = set()
+#: thread ident -> ([start, ...], [(end, stream), ...]), by start: nodes with a sequence
+#: number in [start, end), created in that thread, belong to that stream.
+_ranges: Dict[int, Tuple[List[int], List[Tuple[int, Any]]]] = {}
+_MAX_RANGES = 4096  # per thread; older ranges are dropped (their nodes are long gone)
+_hooked: set = set()  # (sequence number, thread) of nodes already hooked
 
 
 def _switched(old: Any, new: Any) -> None:
     now = _seq()
     start = getattr(_tls, "start", None)
     if start is not None and now > start and old != _cuda.DEFAULT:
-        _ranges.append((start, now, threading.get_ident(), old))
-        if len(_ranges) > _MAX_RANGES:
-            del _ranges[: len(_ranges) - _MAX_RANGES]
+        tid = threading.get_ident()
+        starts, rest = _ranges.setdefault(tid, ([], []))
+        starts.append(start)
+        rest.append((now, old))
+        if len(starts) > _MAX_RANGES:
+            cut = len(starts) - _MAX_RANGES
+            del starts[:cut], rest[:cut]
+            lo = starts[0]
+            _hooked.difference_update([k for k in _hooked if k[1] == tid and k[0] < lo])
     _tls.start = now if new != _cuda.DEFAULT else None
 
 
 def _stream_of(seq: int, tid: int) -> Optional[Any]:
-    for start, end, t, s in reversed(_ranges):
-        if start <= seq < end and t == tid:
-            return s
+    r = _ranges.get(tid)
+    if r is not None:
+        i = bisect.bisect_right(r[0], seq) - 1
+        if i >= 0 and seq < r[1][i][0]:
+            return r[1][i][1]
     start = getattr(_tls, "start", None)  # the range still open in this thread
     if start is not None and seq >= start:
         return _cuda.STATE.current()
     return None
+
+
+def _lowest(tid: int) -> Optional[int]:
+    r = _ranges.get(tid)
+    lo = r[0][0] if r and r[0] else None
+    start = getattr(_tls, "start", None)
+    if start is not None and (lo is None or start < lo):
+        lo = start
+    return lo
 
 
 def _pre(stream: Any) -> Any:
@@ -97,21 +116,30 @@ def _post(grad_inputs: Any, grad_outputs: Any) -> None:
 
 def _hook_graph(roots: Any) -> None:
     tid = threading.get_ident()
+    # Called on a side stream, the nodes made on the default stream run on the default
+    # stream: then every node is looked at.
+    on_side = _cuda.STATE.current() != _cuda.DEFAULT
+    lo = 0 if on_side else _lowest(tid)
+    if lo is None:
+        return
     todo = []
     for r in roots:
         fn = getattr(r, "grad_fn", None) if isinstance(r, torch.Tensor) else getattr(r, "node", None)
         if fn is not None:
             todo.append(fn)
     seen = set()
-    lo = min(start for start, *_ in _ranges) if _ranges else getattr(_tls, "start", 0)
     while todo:
         n = todo.pop()
         if n in seen:
             continue
         seen.add(n)
         seq = n._sequence_nr()
-        if seq >= lo and (seq, tid) not in _hooked:
+        if seq < lo:
+            continue  # made before every noted range: so were all the nodes it leads to
+        if (seq, tid) not in _hooked:
             s = _stream_of(seq, tid)
+            if s is None and on_side:
+                s = _cuda.DEFAULT
             if s is not None:
                 n.register_prehook(_pre(s))
                 n.register_hook(_post)
@@ -128,8 +156,8 @@ def install() -> None:
     orig = ag._engine_run_backward
 
     def run_backward(t_outputs: Any, *args: Any, **kwargs: Any) -> Any:
-        if _ranges or getattr(_tls, "start", None) is not None:
-            _hook_graph(t_outputs)
+        if _ranges or getattr(_tls, "start", None) is not None or _cuda.STATE.current() != _cuda.DEFAULT:
+            _hook_graph(t_outputs if isinstance(t_outputs, (list, tuple)) else (t_outputs,))
         return orig(t_outputs, *args, **kwargs)
 
     ag._engine_run_backward = run_backward
