@@ -150,3 +150,10 @@ def test_backward_nodes_run_on_their_forward_stream(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "done" in p.stdout
     assert _kinds(trace) == (0, [])
+
+
+def test_dataloader_pin_memory_and_grad_scaler(tmp_path):
+    p, trace = _record(tmp_path, os.path.join(PROGS, "amp_loader.py"))
+    assert p.returncode == 0, p.stderr
+    assert "ok" in p.stdout
+    assert _kinds(trace) == (0, [])

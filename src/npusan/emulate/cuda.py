@@ -136,6 +136,21 @@ class Stream(torch.Stream):
     def query(self) -> bool:
         return True  # never treated as a synchronization (conservative)
 
+    def is_capturing(self) -> bool:
+        return False  # graph capture is not emulated
+
+    def __enter__(self) -> "Stream":
+        """``with stream:`` (``torch.Stream`` is a context manager too)."""
+        stack = getattr(STATE.tls, "entered", None)
+        if stack is None:
+            stack = STATE.tls.entered = []
+        stack.append(STATE.current())
+        STATE.switch(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        STATE.switch(STATE.tls.entered.pop())
+
     def synchronize(self) -> None:
         _fire("StreamSynchronizationCallbacks", self.stream_id)
         STATE.allocator.host_observed(self.stream_id)
@@ -278,4 +293,27 @@ def api() -> Dict[str, Any]:
         "CUDAGraph": unsupported("torch.cuda.CUDAGraph"),
         "make_graphed_callables": unsupported("torch.cuda.make_graphed_callables"),
         "ipc_collect": unsupported("torch.cuda.ipc_collect (CUDA IPC)"),
+    }
+
+
+def accelerator_api() -> Dict[str, Any]:
+    """The ``torch.accelerator`` attributes the emulator replaces: the current accelerator
+    is the emulated ``cuda`` (the DataLoader pins memory only when there is one)."""
+    a = STATE.allocator
+    return {
+        "is_available": lambda: True,
+        "current_accelerator": lambda check_available=False: torch.device("cuda"),
+        "device_count": lambda: 1,
+        "current_device_index": lambda: 0,
+        "current_device_idx": lambda: 0,
+        "set_device_index": lambda device: None,
+        "set_device_idx": lambda device: None,
+        "current_stream": lambda device=None: STATE.current(),
+        "set_stream": set_stream,
+        "synchronize": synchronize,
+        "empty_cache": lambda: a.empty_cache(),
+        "memory_allocated": lambda device=None: a.allocated_bytes,
+        "max_memory_allocated": lambda device=None: a.peak_allocated,
+        "memory_reserved": lambda device=None: a.reserved_bytes,
+        "max_memory_reserved": lambda device=None: a.peak_reserved,
     }

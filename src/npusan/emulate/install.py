@@ -37,6 +37,10 @@ def install(kind: str = "cuda") -> None:
     cuda._trace = importlib.import_module("torch.cuda._gpu_trace")
     for name, fn in cuda.api().items():
         setattr(torch.cuda, name, fn)
+    import torch.accelerator
+
+    for name, fn in cuda.accelerator_api().items():
+        setattr(torch.accelerator, name, fn)
     torch.cuda._npusan_emulated = True
     # The CUDA backend reads the current device and stream through these accessors.
     torch._C._cuda_getDevice = lambda: 0

@@ -131,7 +131,8 @@ def patch() -> None:
         return p + self.storage_offset() * self.element_size() if p else 0
 
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        d, dtype, nb, fmt = parse_to(*args, **kwargs)
+        copy = bool(kwargs.get("copy", False))
+        d, dtype, nb, fmt = parse_to(*args, **{k: v for k, v in kwargs.items() if k != "copy"})
         if d is None:
             return base_to(self, *args, **kwargs)  # dtype only: C++ decides, the mode follows
         fmt = fmt if fmt is not None else torch.preserve_format
@@ -142,7 +143,6 @@ def patch() -> None:
             # runtime to check pinned memory); the mode makes its output device memory.
             return aten_to_copy(self, dtype=dtype or self.dtype, device=_CUDA, non_blocking=nb,
                                 memory_format=fmt)
-        copy = bool(kwargs.get("copy", False))
         if d.type == "cuda":  # already there: a copy only if dtype/format/copy ask for one
             return base_to(self, dtype or self.dtype, non_blocking=nb, copy=copy, memory_format=fmt)
         # To the host: C++ would alias (it is a CPU tensor); an explicit device makes the
