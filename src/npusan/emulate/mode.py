@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cuda as _cuda
 from .tensor import _dev, register
+from .tensor import storage_key as key
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
@@ -49,17 +50,17 @@ def _inputs(args: Any, kwargs: dict) -> list:
     for a in (args, kwargs.values()):
         for x in a:
             if isinstance(x, Tensor):
-                keys.append(x.untyped_storage()._cdata)
+                keys.append(key(x))
             elif isinstance(x, (list, tuple)):
                 for y in x:
                     if isinstance(y, Tensor):
-                        keys.append(y.untyped_storage()._cdata)
+                        keys.append(key(y))
     return keys
 
 
 def _register_new(out: Any, ins: list) -> None:
     if isinstance(out, Tensor):
-        if out.untyped_storage()._cdata not in ins:
+        if key(out) not in ins:
             register(out)
     elif isinstance(out, (list, tuple)):
         for y in out:
@@ -95,7 +96,7 @@ class EmulationMode(TorchDispatchMode):
         if dev_in:
             if func is aten.record_stream.default:
                 t, s = args
-                _cuda.STATE.record_stream(_dev[t.untyped_storage()._cdata], int(s.stream_id))
+                _cuda.STATE.record_stream(_dev[key(t)], int(s.stream_id))
                 return None
             if func in _HOST_READS:  # a blocking device-to-host read
                 _cuda.STATE.host_reads_current_stream()

@@ -50,7 +50,20 @@ def _release(cdata: int) -> None:
 
 def register(t: torch.Tensor) -> None:
     """Make ``t``'s storage device memory (a block of the emulated allocator)."""
-    register_storage(t.untyped_storage())
+    if storage_key(t):
+        register_storage(_untyped_storage(t))
+
+
+_untyped_storage = torch._C.TensorBase.untyped_storage
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """The ``StorageImpl`` address of ``t``'s storage; 0 for a tensor without one (sparse,
+    nested...: host tensors)."""
+    try:
+        return _untyped_storage(t)._cdata
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
 def register_storage(st: Any) -> None:
@@ -75,7 +88,7 @@ def _load_cuda(obj: Any, location: str) -> Any:
 
 
 def is_device(t: Any) -> bool:
-    return t.untyped_storage()._cdata in _dev
+    return storage_key(t) in _dev
 
 
 def storage_address(st: Any) -> Optional[int]:
@@ -100,7 +113,6 @@ def patch() -> None:
     T = torch.Tensor
     S = torch.UntypedStorage
     base_device = torch._C.TensorBase.device
-    base_is_cuda = torch._C.TensorBase.is_cuda
     base_get_device = torch._C.TensorBase.get_device
     base_data_ptr = torch._C.TensorBase.data_ptr
     base_to = torch._C.TensorBase.to
@@ -110,22 +122,23 @@ def patch() -> None:
     parse_to = torch._C._nn._parse_to
     aten_to_copy = torch.ops.aten._to_copy.default
     dev = _dev
+    key = storage_key
 
     def device(self: torch.Tensor) -> torch.device:
-        if self.untyped_storage()._cdata in dev:
+        if key(self) in dev:
             return _CUDA
         return base_device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
-        return self.untyped_storage()._cdata in dev
+        return key(self) in dev
 
     def get_device(self: torch.Tensor) -> int:
-        if self.untyped_storage()._cdata in dev:
+        if key(self) in dev:
             return 0
         return base_get_device(self)
 
     def data_ptr(self: torch.Tensor) -> int:
-        p = dev.get(self.untyped_storage()._cdata)
+        p = dev.get(key(self))
         if p is None:
             return base_data_ptr(self)
         return p + self.storage_offset() * self.element_size() if p else 0
@@ -136,7 +149,7 @@ def patch() -> None:
         if d is None:
             return base_to(self, *args, **kwargs)  # dtype only: C++ decides, the mode follows
         fmt = fmt if fmt is not None else torch.preserve_format
-        if self.untyped_storage()._cdata not in dev:
+        if key(self) not in dev:
             if d.type != "cuda":
                 return base_to(self, *args, **kwargs)
             # Host to device: straight to the copy op (C++'s ``to`` would look for a CUDA
@@ -183,7 +196,7 @@ def patch() -> None:
             kw["device"] = None
             rg = kw.pop("requires_grad", False)
             kw.pop("pin_memory", None)
-            if isinstance(data, torch.Tensor) and data.untyped_storage()._cdata in dev and orig is torch.as_tensor:
+            if isinstance(data, torch.Tensor) and key(data) in dev and orig is torch.as_tensor:
                 return orig(data, *args, **kw)  # already on the device: as_tensor aliases
             t = to(orig(data, *args, **kw), _CUDA)
             return t.requires_grad_() if rg else t
@@ -206,4 +219,3 @@ def patch() -> None:
     S.data_ptr = st_ptr  # type: ignore[assignment]
     S.device = property(st_dev)  # type: ignore[assignment]
     S.resize_ = st_resize_  # type: ignore[assignment]
-    del base_is_cuda
