@@ -126,6 +126,8 @@ def test_literals_checkpoints_and_torch_utilities(tmp_path):
         "import copy, io, torch\n"
         "t = torch.tensor([1.0, 2.0], device='cuda', requires_grad=True)\n"
         "assert t.is_cuda and t.requires_grad and torch.as_tensor(t, device='cuda') is t\n"
+        "h = torch.ones(2); assert h.to(t).is_cuda and not h.to(t).is_cpu and t.to(h).is_cpu\n"
+        "d = t.detach(); assert d.to(t) is d and d.to('cuda') is d and d.cuda() is d\n"
         "m = torch.nn.Linear(3, 3).cuda()\n"
         "b = io.BytesIO(); torch.save(m.state_dict(), b); b.seek(0)\n"
         "sd = torch.load(b); assert sd['weight'].is_cuda\n"

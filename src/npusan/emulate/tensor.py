@@ -10,7 +10,7 @@ device tensors exactly when their storage was registered. :mod:`.mode` registers
 outputs of ops on device tensors and of factories with ``device="cuda"``.
 
 The Python face of a device tensor is patched onto ``torch.Tensor`` (so a ``Parameter``
-moved by ``Module.to`` answers too): ``device``, ``is_cuda``, ``get_device()`` and
+moved by ``Module.to`` answers too): ``device``, ``is_cuda``, ``is_cpu``, ``get_device()`` and
 ``data_ptr()`` answer as CUDA with the virtual address, and ``UntypedStorage.data_ptr()``
 / ``.device`` do the same for the storage -- which is where npusan's recorder reads
 addresses, so it records emulated tensors as it records real ones. ``to``/``cuda``/``cpu``
@@ -114,6 +114,7 @@ def patch() -> None:
     S = torch.UntypedStorage
     base_device = torch._C.TensorBase.device
     base_get_device = torch._C.TensorBase.get_device
+    base_is_cpu = torch._C.TensorBase.is_cpu
     base_data_ptr = torch._C.TensorBase.data_ptr
     base_to = torch._C.TensorBase.to
     st_data_ptr = torch._C.StorageBase.data_ptr
@@ -132,6 +133,9 @@ def patch() -> None:
     def is_cuda(self: torch.Tensor) -> bool:
         return key(self) in dev
 
+    def is_cpu(self: torch.Tensor) -> bool:
+        return key(self) not in dev and base_is_cpu.__get__(self)
+
     def get_device(self: torch.Tensor) -> int:
         if key(self) in dev:
             return 0
@@ -144,6 +148,10 @@ def patch() -> None:
         return p + self.storage_offset() * self.element_size() if p else 0
 
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        other = args[0] if args and isinstance(args[0], torch.Tensor) else kwargs.get("other")
+        if isinstance(other, torch.Tensor):  # to(other): its device as this module reports it
+            kw = {k: v for k, v in kwargs.items() if k != "other"}
+            return to(self, device(other), other.dtype, *args[1:], **kw)
         copy = bool(kwargs.get("copy", False))
         d, dtype, nb, fmt = parse_to(*args, **{k: v for k, v in kwargs.items() if k != "copy"})
         if d is None:
@@ -211,6 +219,7 @@ def patch() -> None:
     torch.serialization.register_package(15, lambda obj: None, _load_cuda)
     T.device = property(device)  # type: ignore[assignment]
     T.is_cuda = property(is_cuda)  # type: ignore[assignment]
+    T.is_cpu = property(is_cpu)  # type: ignore[assignment]
     T.get_device = get_device  # type: ignore[assignment]
     T.data_ptr = data_ptr  # type: ignore[assignment]
     T.to = to  # type: ignore[assignment]
