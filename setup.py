@@ -11,9 +11,12 @@
   (docs/benchmarks.md), and imports nothing else.
 """
 
+import glob
+import importlib.util
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 PTH_NAME = "npusan.pth"
@@ -57,12 +60,33 @@ class build_py_with_pth(build_py):
         return outputs
 
 
+# The compiled core's sources: a unity build, _core.c includes the other units (docs/native.md).
+CORE_DIR = "src/npusan/analyzer/replay/csrc"
+GEN_TABLES = f"{CORE_DIR}/gen_tables.py"
+
+
+class build_ext_with_tables(build_ext):
+    """``build_ext`` that first writes the core's ``_tables.h`` from the Python tables
+    (``gen_tables.py``, loaded by path: nothing of the package is imported)."""
+
+    def run(self) -> None:
+        spec = importlib.util.spec_from_file_location("_npusan_gen_tables", GEN_TABLES)
+        gen = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(gen)
+        gen.write()
+        super().run()
+
+
 setup(
-    cmdclass={"build_py": build_py_with_pth},
+    cmdclass={"build_py": build_py_with_pth, "build_ext": build_ext_with_tables},
     ext_modules=[
         Extension(
             "npusan.analyzer.replay._core",
-            ["src/npusan/analyzer/replay/_core.c"],
+            [f"{CORE_DIR}/_core.c"],
+            # the units _core.c includes, the headers, and what writes _tables.h: a change
+            # to any rebuilds the core (and puts them in the sdist)
+            depends=sorted(set(glob.glob(f"{CORE_DIR}/*.[ch]")) - {f"{CORE_DIR}/_core.c", f"{CORE_DIR}/_tables.h"})
+            + [GEN_TABLES, "src/npusan/trace_format/records.py", "src/npusan/analyzer/replay/core_codes.py"],
             extra_compile_args=["-O3", "-std=gnu11"],
             optional=True,
         ),

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """GPU benchmark: a transformer training step, plain vs recorded by npusan vs CSAN.
 
-The anchor's shape (DESIGN.md, "Anchors measured"): a 4-layer transformer encoder,
+The shape of the reference measurement (one H200, torch 2.11: the no-op interception floor
+1.88x, CSAN 10.8x per step): a 4-layer transformer encoder,
 d_model=512, 8 heads, batch 32 x 128 tokens, AdamW, the next batch prefetched on a side
 stream (pinned host memory, ``non_blocking`` copy, ``wait_stream`` + ``record_stream``).
 

@@ -99,7 +99,7 @@ def main() -> None:
             return run(a.iters, w, x, side)
 
     def floor():
-        """The interception floor of DESIGN.md's anchor: a no-op mode plus the device's
+        """The interception floor (a reference point, 1.88x on an H200 GPU step): a no-op mode plus the device's
         trace hooks firing into no-op callbacks."""
         t = sim.trace
         for h in t.HOOKS:

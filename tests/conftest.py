@@ -12,6 +12,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 pytest_plugins = ["pytester"]
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run first: a parallel run (pytest-xdist, ``make test``) hands
+    tests out in this order, so the long ones start early instead of keeping one worker
+    busy after the others are done."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def dask_cluster():
     """A real Dask LocalCluster (2 worker processes), shared by the tests that need one: its address."""

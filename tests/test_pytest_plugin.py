@@ -63,6 +63,7 @@ def _run(pytester, *args):
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_races_fail_their_tests_with_the_report_and_clean_tests_pass(pytester):
     traces = pytester.path / "traces"
@@ -174,6 +175,7 @@ def test_teardown_frees(freed_late):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_fixture_setup_and_teardown_are_checked(pytester):
     pytester.makepyfile(test_fix=FIXTURES)

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from ._version import __version__
 from .recorder.errors import RaceError
-
-__version__ = "0.1.0"
 
 __all__ = ["__version__", "record", "enable", "disable", "RaceError", "analyze", "load", "Report", "Finding",
            "Kind"]

@@ -136,7 +136,8 @@ FOLDED_HINT_KEPT = " (to see them: run `npusan analyze --full-stacks` on the tra
 
 
 def _failure_text(found: list, state: _TestState, call: pytest.CallInfo) -> str:
-    from .recorder.errors import RaceError, format_finding
+    from .analyzer.report.live import format_finding
+    from .recorder.errors import RaceError
 
     header = state.recorder.engine.header if state.recorder.engine is not None else None
     n = len(found)

@@ -18,6 +18,16 @@ from npusan.trace_format.reader import TraceReader
 NPUSAN = [sys.executable, "-c", "import sys; from npusan.cli import main; sys.argv[0] = 'npusan'; main()"]
 
 
+def free_port() -> int:
+    """A TCP port free on the loopback now: for torchrun's --master_port, so that tests
+    running side by side (pytest-xdist) never meet on torchrun's default port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def write_script(tmp_path: Path, code: str, name: str = "prog.py") -> Path:
     p = tmp_path / name
     p.write_text(textwrap.dedent(code))

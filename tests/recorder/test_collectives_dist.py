@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from npusan.analyzer.report.describe import fix
 from npusan.analyzer.report.sources import SourceCache, user_site
 from npusan.trace_format import records as R
 
-from .conftest import NPUSAN, records
+from .conftest import NPUSAN, free_port, records
 
 PROG = Path(__file__).with_name("dist_prog.py")
 SOURCE = PROG.read_text()
@@ -40,12 +39,6 @@ def _line(marker: str) -> int:
     raise AssertionError(marker)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun() -> list:
     exe = Path(sys.executable).with_name("torchrun")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
@@ -57,7 +50,7 @@ def launch(tmp: Path, names, nproc: int = 2, backend: str = "sim", **env) -> lis
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NPUSAN_", "TORCH_NCCL_"))}
     full.update(env, OMP_NUM_THREADS="1")
     cmd = [*NPUSAN, "record", "--backend", backend, "-o", str(trace), "--", *_torchrun(),
-           f"--nproc_per_node={nproc}", f"--master_port={_free_port()}", str(PROG), *names]
+           f"--nproc_per_node={nproc}", f"--master_port={free_port()}", str(PROG), *names]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=str(tmp), timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     traces = sorted(tmp.glob("dist.rank*.npusan"))

@@ -16,13 +16,12 @@ import pytest
 import torch
 
 import npusan
-from npusan import sim
 from npusan.recorder import session
 from npusan.recorder.activate import child_env
 from npusan.trace_format import records as R
 from npusan.trace_format.reader import TraceReader
 
-from .conftest import NPUSAN, analyze, kinds, records, run_record, write_script
+from .conftest import NPUSAN, analyze, free_port, kinds, records, run_record, write_script
 from .fake_torch_npu.loader import fake_torch_npu  # noqa: F401  (fixture)
 
 RACE_THEN_KILL = """
@@ -74,14 +73,21 @@ while time.monotonic() - t0 < 60:
 """
 
 
-def _start(tmp_path, code, trace=None, **env):
+def _spawn(tmp_path, code, trace=None, **env):
     script = write_script(tmp_path, code)
     e = _env(trace, **env) if trace is not None else dict(os.environ)
-    p = subprocess.Popen([sys.executable, str(script)], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+    return subprocess.Popen([sys.executable, str(script)], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _ready(p):
     assert p.stdout.readline().strip() == "ready"
     time.sleep(0.3)  # inside the loop
     return p
+
+
+def _start(tmp_path, code, trace=None, **env):
+    return _ready(_spawn(tmp_path, code, trace, **env))
 
 
 def _finish(p, timeout):
@@ -123,18 +129,29 @@ def test_sigterm_twice_and_a_sigterm_storm_end_within_seconds(tmp_path, count):
     assert reader.ended_cleanly or reader.truncated
 
 
-def _exit_on_sigint(tmp_path, trace):
-    p = _start(tmp_path, LOOP, trace)
-    p.send_signal(signal.SIGINT)
-    rc = _finish(p, 30)
-    return rc, p.stderr.read()
+def _exit_on_sigint(tmp_path, traces):
+    """Start the loop once per trace (None: not recorded), side by side; Ctrl-C each; the
+    exit statuses and stderr, in order."""
+    procs = []
+    try:
+        for trace in traces:
+            procs.append(_spawn(tmp_path, LOOP, trace))
+        for p in procs:
+            _ready(p).send_signal(signal.SIGINT)
+        return [(_finish(p, 30), p.stderr.read()) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_delivered_like_without_npusan(tmp_path):
-    rc_plain, err_plain = _exit_on_sigint(tmp_path, None)
+    # the lost Ctrl-C was intermittent (4 of 10 runs): three recorded runs
+    (rc_plain, err_plain), *recorded = _exit_on_sigint(tmp_path, [None, *(tmp_path / f"int{i}.npusan" for i in range(3))])
     assert "KeyboardInterrupt" in err_plain
-    for i in range(3):  # the lost Ctrl-C was intermittent (4 of 10 runs)
-        rc, err = _exit_on_sigint(tmp_path, tmp_path / f"int{i}.npusan")
+    for rc, err in recorded:
         assert rc == rc_plain, err
         assert "KeyboardInterrupt" in err and "Exception ignored" not in err
         if sys.version_info >= (3, 11):  # the program's traceback, without npusan's handler in it
@@ -245,6 +262,14 @@ def test_a_signal_ignored_when_recording_starts_stays_ignored(tmp_path, how, sig
     assert reader.ended_cleanly and not reader.end_stats.get("signal")
 
 
+def _wait(seconds: float) -> None:
+    """Sleep up to ``seconds`` in short steps: ``_thread.interrupt_main`` only flags a signal,
+    which a single long ``time.sleep`` would raise only once it has run out."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+
+
 def test_keyboard_interrupt_inside_the_free_callback_reaches_the_program(tmp_path, monkeypatch):
     """The simulated device reports a free from a weakref callback; a Ctrl-C handled there
     used to be printed as "Exception ignored" and lost."""
@@ -262,7 +287,7 @@ def test_keyboard_interrupt_inside_the_free_callback_reaches_the_program(tmp_pat
         x = torch.ones(8) * 2
         with pytest.raises(KeyboardInterrupt):
             del x
-            time.sleep(10)  # the interrupt lands here, a moment after the free
+            _wait(10)  # the interrupt lands here, a moment after the free
     finally:
         monkeypatch.undo()
         rec.stop()
@@ -290,7 +315,7 @@ def test_ctrl_c_inside_an_npu_hook_never_reaches_the_runtime(tmp_path, fake_torc
         monkeypatch.setattr(rec, "on_free", on_free)
         fake_torch_npu._fake.free(ptr)  # returns normally: the runtime sees no exception
         with pytest.raises(KeyboardInterrupt):
-            time.sleep(10)
+            _wait(10)
     finally:
         monkeypatch.undo()
         rec.stop()
@@ -298,6 +323,7 @@ def test_ctrl_c_inside_an_npu_hook_never_reaches_the_runtime(tmp_path, fake_torc
     assert [r[0] for r in recs if r[0] in (R.ALLOC, R.FREE)] == [R.ALLOC, R.FREE]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["torchrun", "python -m torch.distributed.run"])
 def test_torchrun_rank_template_and_the_launcher(tmp_path, launcher):
     """``python -m torch.distributed.run`` used to be recorded as a process without a rank
@@ -312,7 +338,7 @@ def test_torchrun_rank_template_and_the_launcher(tmp_path, launcher):
         cmd = [sys.executable, "-X", "utf8", "-m", "torch.distributed.run"]
     script = write_script(tmp_path, "import os, torch\nx = torch.ones(4) * int(os.environ['RANK'])\n")
     out = subprocess.run([*NPUSAN, "record", "--backend", "sim", "-o", str(tmp_path / "dir" / "{rank}.npusan"), "--",
-                          *cmd, "--nproc_per_node=2", str(script)],
+                          *cmd, "--nproc_per_node=2", f"--master_port={free_port()}", str(script)],
                          capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert sorted(os.listdir(tmp_path / "dir")) == ["0.npusan", "1.npusan"]
@@ -393,6 +419,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="forkserver on Linux")
 @pytest.mark.parametrize("method", ["forkserver", "spawn"])
 def test_pool_workers_keep_their_traces_and_nothing_hangs(tmp_path, method):

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -77,13 +78,40 @@ def _run_all(tmp_path: Path, programs: dict, extra_path: str = "") -> dict:
         return dict(pool.map(run, programs.items()))
 
 
-@pytest.mark.timeout(900)  # six Python processes importing torch
-def test_every_order_of_npusan_sim_and_torch_records_the_simulated_device(tmp_path):
+def _programs(modules: tuple, body: str, first: Optional[str] = None) -> dict:
+    """Every import order of ``modules`` (name -> source), or those that import ``first``
+    first; the two spellings of the sim import alternate over the orders of all modules."""
     programs = {}
-    for i, order in enumerate(itertools.permutations(("npusan", "sim", "torch"))):
-        # both spellings of the sim import, each in three of the six orders
+    for i, order in enumerate(itertools.permutations(modules)):
+        if first is not None and order[0] != first:
+            continue
         names = [("sim-from" if i % 2 else "sim") if n == "sim" else n for n in order]
-        programs["_".join(names).replace("-", "_")] = "\n".join(IMPORTS[n] for n in names) + SIM_BODY
+        programs["_".join(names).replace("-", "_")] = "\n".join(IMPORTS[n] for n in names) + body
+    return programs
+
+
+SIM_MODULES = ("npusan", "sim", "torch")
+NPU_MODULES = ("npusan", "sim", "torch", "torch_npu")
+
+
+@pytest.mark.parametrize("modules, body, count", [(SIM_MODULES, SIM_BODY, 6), (NPU_MODULES, NPU_BODY, 24)],
+                         ids=["sim", "npu"])
+def test_the_orders_in_parts_by_first_import_are_every_order_once(modules, body, count):
+    """The tests below run the orders in parts, one per first import (so that no one test
+    runs them all): together the parts are every order, once each."""
+    parts = [_programs(modules, body, first) for first in modules]
+    assert [len(p) for p in parts] == [count // len(modules)] * len(modules)
+    every = _programs(modules, body)
+    assert len(every) == count
+    assert {k: v for p in parts for k, v in p.items()} == every
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # two Python processes importing torch, in each of three parts
+@pytest.mark.parametrize("first", SIM_MODULES)
+def test_every_order_of_npusan_sim_and_torch_records_the_simulated_device(tmp_path, first):
+    programs = _programs(SIM_MODULES, SIM_BODY, first)
+    assert len(programs) == 2
     results = _run_all(tmp_path, programs)
     for name, (proc, trace) in results.items():
         assert proc.returncode == 0 and "ok" in proc.stdout, (name, proc.stderr)
@@ -93,13 +121,11 @@ def test_every_order_of_npusan_sim_and_torch_records_the_simulated_device(tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 24 Python processes importing torch: minutes on a shared 2-core machine
-def test_every_order_of_npusan_sim_torch_and_torch_npu_records_the_npu(tmp_path):
-    programs = {}
-    for i, order in enumerate(itertools.permutations(("npusan", "sim", "torch", "torch_npu"))):
-        names = [("sim-from" if i % 2 else "sim") if n == "sim" else n for n in order]
-        programs["_".join(names).replace("-", "_")] = "\n".join(IMPORTS[n] for n in names) + NPU_BODY
-    assert len(programs) == 24
+@pytest.mark.timeout(900)  # six Python processes importing torch, in each of four parts
+@pytest.mark.parametrize("first", NPU_MODULES)
+def test_every_order_of_npusan_sim_torch_and_torch_npu_records_the_npu(tmp_path, first):
+    programs = _programs(NPU_MODULES, NPU_BODY, first)
+    assert len(programs) == 6
     results = _run_all(tmp_path, programs, extra_path=FAKE)
     for name, (proc, trace) in results.items():
         assert proc.returncode == 0 and "ok" in proc.stdout, (name, proc.stderr)

@@ -16,7 +16,7 @@ import torch
 
 import npusan
 from npusan import sim
-from npusan.recorder import kernelpack, session
+from npusan.recorder import event_queue, kernelpack
 from npusan.recorder.session import Recorder
 from npusan.trace_format import records as R
 from npusan.trace_format.encoder import RecordEncoder
@@ -145,11 +145,11 @@ def _program():
 def test_a_recorded_trace_is_the_same_with_and_without_the_compiled_path(tmp_path, monkeypatch):
     shapes = []
     calls = []
-    compiled = session._kop
-    monkeypatch.setattr(session, "_kop", lambda *a: calls.append(1) or compiled(*a))
+    compiled = event_queue._kop
+    monkeypatch.setattr(event_queue, "_kop", lambda *a: calls.append(1) or compiled(*a))
     for mode in ("compiled", "python"):
         if mode == "python":
-            monkeypatch.setattr(session, "_kop", None)  # the Python encoder only
+            monkeypatch.setattr(event_queue, "_kop", None)  # the Python encoder only
         _program.path = tmp_path / f"{mode}.npusan"
         _program()
         shapes.append(_shape(_program.path))
@@ -162,8 +162,8 @@ def test_a_long_run_grows_the_mapping_through_the_compiled_commit(tmp_path, monk
     from npusan.trace_format.writer import MAP_STEP_MIN
 
     calls = []
-    compiled = session._kop
-    monkeypatch.setattr(session, "_kop", lambda *a: calls.append(compiled(*a)) or calls[-1])
+    compiled = event_queue._kop
+    monkeypatch.setattr(event_queue, "_kop", lambda *a: calls.append(compiled(*a)) or calls[-1])
     path = tmp_path / "long.npusan"
     x = torch.ones(4)
     n = 60000

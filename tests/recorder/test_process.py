@@ -19,7 +19,7 @@ from npusan import sim
 from npusan.recorder.activate import child_env
 from npusan.trace_format import records as R
 
-from .conftest import analyze, kinds, records, run_record, write_script
+from .conftest import analyze, free_port, kinds, records, run_record, write_script
 
 
 def _kernel_names(path):
@@ -216,13 +216,18 @@ def test_one_trace_per_process_named_by_pid_and_rank(tmp_path):
     child = next(f for f in files if f != "trace.npusan")
     assert child.startswith("trace.pid")
     assert _kernel_names(tmp_path / child)[0][:3] == ["aten::ones", "aten::mul.Tensor", "aten::sum"]
+
+
+def test_a_torchrun_style_worker_writes_trace_rank_r(tmp_path):
     # a torchrun-style worker (RANK set) writes trace.rank<R>.npusan
     rank_dir = tmp_path / "ranked"
     rank_dir.mkdir()
     proc, _ = run_record(rank_dir, "import torch\nx = torch.ones(2) * 2\n", env={"RANK": "3", "WORLD_SIZE": "4"})
     assert proc.returncode == 0, proc.stderr
     assert sorted(p for p in os.listdir(rank_dir) if p.endswith(".npusan")) == ["trace.rank3.npusan"]
-    # {pid} templates
+
+
+def test_pid_templates_name_the_trace(tmp_path):
     tdir = tmp_path / "tmpl"
     tdir.mkdir()
     proc, _ = run_record(tdir, "import torch\nx = torch.ones(2) * 2\n", trace=tdir / "t-{pid}.npusan")
@@ -270,7 +275,7 @@ def test_torchrun_writes_one_trace_per_rank(tmp_path):
     from .conftest import NPUSAN
 
     out = subprocess.run([*NPUSAN, "record", "--backend", "sim", "-o", str(tmp_path / "t.npusan"), "--",
-                          torchrun, "--nproc_per_node=2", str(script)],
+                          torchrun, "--nproc_per_node=2", f"--master_port={free_port()}", str(script)],
                          capture_output=True, text=True, timeout=180, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     for r in (0, 1):

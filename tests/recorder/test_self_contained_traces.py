@@ -78,15 +78,28 @@ def test_frames_carry_their_source_line_and_root(tmp_path):
 
 
 def _record_in(folder, code, tmp_path, name):
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    script = folder / "prog.py"
-    script.write_text(textwrap.dedent(code))
-    trace = tmp_path / f"{name}.npusan"
-    proc = subprocess.run([*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", str(script)],
-                          capture_output=True, text=True, cwd=str(folder), timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return trace, script
+    return _record_each(tmp_path, [(folder, code, name)])[0]
+
+
+def _record_each(tmp_path, programs):
+    """``[(trace, script)]``: each ``(folder, code, name)`` recorded in its own checkout,
+    the recordings run side by side (each is a Python that imports torch)."""
+    started = []
+    for folder, code, name in programs:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+        script = folder / "prog.py"
+        script.write_text(textwrap.dedent(code))
+        trace = tmp_path / f"{name}.npusan"
+        proc = subprocess.Popen([*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", str(script)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(folder))
+        started.append((proc, trace, script))
+    out = []
+    for proc, trace, script in started:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        out.append((trace, script))
+    return out
 
 
 def _fingerprints(trace, cwd_root=None):
@@ -95,9 +108,19 @@ def _fingerprints(trace, cwd_root=None):
 
 
 def test_fingerprints_survive_lines_inserted_above_and_another_checkout(tmp_path):
-    first, script = _record_in(tmp_path / "checkout-a", RACE, tmp_path, "a")
     shifted = RACE.replace("import torch\n", "import torch\nimport os\nimport sys\n\n# a comment\n", 1)
-    second, _ = _record_in(tmp_path / "elsewhere" / "checkout-b", shifted, tmp_path, "b")
+    # Cosmetic edits (a formatter run, comments on the racing and the calling line) keep it.
+    cosmetic = (RACE.replace("return x.sum()                      # the racing read", "return x.sum( )  # racy")
+                .replace("step(x, side)\n", "step(x,side)  # the caller\n"))
+    assert cosmetic != RACE
+    # Editing the racing line itself is another bug.
+    edited = RACE.replace("return x.sum()", "return x.sum() * 2")
+    (first, script), (second, _), (tidy, _), (third, _) = _record_each(tmp_path, [
+        (tmp_path / "checkout-a", RACE, "a"),
+        (tmp_path / "elsewhere" / "checkout-b", shifted, "b"),
+        (tmp_path / "checkout-d", cosmetic, "d"),
+        (tmp_path / "checkout-c", edited, "c"),
+    ])
     fa, ra = _fingerprints(first)
     fb, rb = _fingerprints(second)
     assert fa and fa == fb
@@ -108,14 +131,6 @@ def test_fingerprints_survive_lines_inserted_above_and_another_checkout(tmp_path
     # The source is gone (a bug report on another machine): recorded text still decides.
     shutil.rmtree(tmp_path / "checkout-a")
     assert _fingerprints(first)[0] == fa
-    # Cosmetic edits (a formatter run, comments on the racing and the calling line) keep it.
-    cosmetic = (RACE.replace("return x.sum()                      # the racing read", "return x.sum( )  # racy")
-                .replace("step(x, side)\n", "step(x,side)  # the caller\n"))
-    assert cosmetic != RACE
-    tidy, _ = _record_in(tmp_path / "checkout-d", cosmetic, tmp_path, "d")
     assert _fingerprints(tidy)[0] == fa
-    # Editing the racing line itself is another bug.
-    edited = RACE.replace("return x.sum()", "return x.sum() * 2")
-    third, _ = _record_in(tmp_path / "checkout-c", edited, tmp_path, "c")
     fc, _ = _fingerprints(third)
     assert fc and fc != fa

@@ -82,6 +82,10 @@ def test_npusan_online_raise_alone_stops_the_program_at_the_race(tmp_path):
     proc = _python([str(script)], _env(NPUSAN_ONLINE="raise"), tmp_path)
     assert proc.returncode == 1
     assert "npusan.recorder.errors.RaceError" in proc.stderr and "ok" not in proc.stdout
+
+
+def test_npusan_online_warn_alone_warns_and_runs_on(tmp_path):
+    script = write_script(tmp_path, PROG)
     warn = _python([str(script)], _env(NPUSAN_ONLINE="warn"), tmp_path)
     assert warn.returncode == 0 and "ok" in warn.stdout
     assert "data race" in warn.stderr

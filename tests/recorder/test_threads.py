@@ -1,6 +1,6 @@
 """Ops launched from several Python threads: each thread's current stream is honoured and
 races between threads are found (a dispatch mode entered in one thread alone would miss
-them: DESIGN.md)."""
+them, as CSAN does)."""
 
 from __future__ import annotations
 

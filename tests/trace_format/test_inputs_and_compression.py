@@ -176,6 +176,7 @@ def test_a_frame_too_large_to_hold_back_that_fails_is_an_error(tmp_path, monkeyp
         analyze_traces([str(bad)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".zst", ".gz"])
 def test_frames_of_a_megabyte_and_more_read_back_exactly(tmp_path, suffix, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["pytest"])

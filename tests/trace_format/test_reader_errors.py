@@ -448,6 +448,7 @@ def test_record_size_limit_holds_for_any_consumer(consumer):
     assert grown_mib < 450, grown_mib
 
 
+@pytest.mark.slow
 def test_records_just_under_the_limit_are_read():
     from npusan.trace_format.reader import MAX_RECORD_BYTES
 

@@ -23,7 +23,7 @@ from npusan.analyzer.replay.traces import analyze_trace
 from npusan.trace_format import TraceReader, TraceWriter
 from npusan.trace_format import records as R
 from npusan.trace_format.errors import TraceFormatError
-from npusan.trace_format.reader import _RecordSource
+from npusan.trace_format.record_source import RecordSource
 from npusan.trace_format.redact import redact
 
 from .conftest import raw_records
@@ -146,7 +146,7 @@ def test_zeros_followed_by_data_are_handed_out_in_bounded_pieces():
     """A long zero run inside the data is held as a count, and handed out in reads of the
     size asked for, never as one huge object."""
     data = b"\x01" + bytes(5 << 20) + b"\x02" + bytes(20000)
-    source = _RecordSource(b"", io.BytesIO(data))
+    source = RecordSource(b"", io.BytesIO(data))
     source.raw = True
     sizes, out = [], bytearray()
     while True:

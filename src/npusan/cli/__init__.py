@@ -13,7 +13,7 @@ from typing import NoReturn, Optional
 
 import click
 
-from .. import __version__
+from .._version import __version__
 
 #: Verb name -> "module:attribute" of its click command, relative to this package.
 COMMANDS = {

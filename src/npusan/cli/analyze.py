@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 
 import click
 
+from ..analyzer.report import FORMATS as REPORT_FORMATS, format_help
 from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
 from .completion import PATH, finding_kinds, report_formats
@@ -21,7 +22,7 @@ from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, one_
 from .output import check_writable, dash_is_stdout, write_output
 from .progress import LazyProgress
 
-FORMATS = ("text", "json", "sarif", "junit", "short", "html")
+FORMATS = tuple(f.name for f in REPORT_FORMATS)
 
 
 def warn(message: str) -> None:
@@ -88,7 +89,7 @@ def source_options(command=None, *, root_help: str = SOURCE_ROOT_HELP):
 @click.command()
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...", type=PATH)
 @click.option("--format", "fmt", default="text", metavar="FORMAT", show_default=True, shell_complete=report_formats,
-              help="Report format: text, json, sarif, junit, short (one line per finding) or html (one self-contained page).")
+              help=f"Report format: {format_help()}.")
 @click.option("-o", "--output", default=None, metavar="FILE", type=PATH, callback=dash_is_stdout,
               help="Write the report to FILE instead of stdout ('-': stdout).")
 @click.option("--check-leaks", is_flag=True,

@@ -1,7 +1,7 @@
 """Kernels from a ``TorchDispatchMode`` -- in every thread.
 
 A dispatch mode lives on a thread-local stack: entered in one thread, it does not see ops
-that other threads run (DESIGN.md; CSAN is blind to worker threads because of this). So
+that other threads run (checked with torch 2.13; CSAN is blind to worker threads because of this). So
 :class:`ModeInstaller` enters a :class:`RecordingMode` in the thread that starts recording
 and wraps ``threading.Thread._bootstrap_inner`` (which every ``threading.Thread`` -- and
 so every ``ThreadPoolExecutor`` worker, DataLoader pin-memory thread... -- runs first) so

@@ -3,8 +3,8 @@
 With a durable trace (a regular file) every op is encoded and committed before it
 returns. ``_kernelpack.c`` does that for the common op: :data:`op` encodes the op's queued
 allocations, frees and event hooks and its KERNEL record exactly as
-:meth:`Recorder._drain <npusan.recorder.session.Recorder._drain>` and
-:meth:`Recorder._kernel_record <npusan.recorder.session.Recorder._kernel_record>` would,
+:meth:`Recorder._drain <npusan.recorder.event_queue.EventQueue._drain>` and
+:meth:`Recorder._kernel_record <npusan.recorder.event_queue.EventQueue._kernel_record>` would,
 and copies the bytes into the trace's mapping; whatever needs a definition first (a new
 op name, stream, stack or block, a strided view) is handed to the Python encoder in its
 place. :data:`pack` and :data:`drain` are its two halves, for the tests.

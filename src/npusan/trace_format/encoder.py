@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from typing import Callable, Iterable, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence, Tuple, Union
 
 from . import records as R
 from .strided import MAX_DIMS, Strided, entry, normalize
+
+if TYPE_CHECKING:
+    from .sourcelines import SourceLines
 
 _bisect_left = bisect.bisect_left
 _insort = bisect.insort
@@ -52,7 +55,7 @@ class RecordEncoder:
         self.counts: dict[int, int] = {}
         #: Set (to a :class:`~npusan.trace_format.sourcelines.SourceLines`) to store each
         #: frame's source line text and source root in its FRAME record.
-        self.source_lines = None
+        self.source_lines: Optional[SourceLines] = None
 
     # -- interning -------------------------------------------------------------------
 

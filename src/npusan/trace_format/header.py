@@ -38,7 +38,7 @@ def build_header(backend: str, metadata: Optional[Mapping] = None, overrides: Op
     torch's version is recorded only if torch is already imported: writing a trace must
     never pay for (or require) importing torch.
     """
-    from .. import __version__
+    from .._version import __version__
 
     torch = sys.modules.get("torch")
     torch_version = getattr(torch, "__version__", None) if torch is not None else None

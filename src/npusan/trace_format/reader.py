@@ -1,13 +1,29 @@
 """Streaming trace reader: constant memory, any file size, untrusted input.
 
-:class:`TraceReader` checks the magic bytes and the header in its constructor, then
-:meth:`TraceReader.records` streams the records with one :class:`msgpack.Unpacker` whose
-buffer and length limits are bounded, so a corrupt length field cannot make it allocate
-gigabytes. Definitions (strings, frames, stacks, streams, blocks, threads) are absorbed
-into :attr:`TraceReader.symbols` before the first record that uses them is yielded.
-The analyzer's replay skips the generator (``direct_begin``/``direct_absorb``: it reads the
-unpacker itself and hands the reader every record that is not a kernel), with the same
-checks, counts and error messages.
+:class:`TraceReader` checks the magic bytes and the header in its constructor, then reads
+the records with one :class:`msgpack.Unpacker` whose buffer and length limits are bounded
+(:mod:`.limits`; :mod:`.record_source` bounds one record), so a corrupt length field cannot
+make it allocate gigabytes. Definitions (strings, frames, stacks, streams, blocks, threads)
+are absorbed into :attr:`TraceReader.symbols` before the first record that uses them is
+handed on. It reads in one of three modes, with the same checks, counts, warnings and
+error messages in each:
+
+* **records** (:meth:`TraceReader.records`): a generator of the records that are not
+  definitions; what ``npusan info``, export and the Python engine's online use read.
+* **direct** (``direct_begin``/``direct_absorb``/``direct_sync``/``direct_failed``/
+  ``direct_exhausted``): the Python engine iterates the unpacker itself and hands the reader
+  every record that is not a kernel.
+* **raw** (``read_raw``/``raw_sync``/``check_record``/``absorb_definition``/``raw_failed``/
+  ``raw_exhausted``/``raw_end``, with :attr:`TraceReader.tail`): the compiled replay core
+  parses the bytes itself and hands back, as msgpack objects, the records it does not
+  replay. The consumer keeps the reader's count and position current (``raw_sync``) before
+  each call that may warn or raise, so that the messages name the same record and offset;
+  a zero where a record would start is checked with ``tail.zeros_to_end`` (the zeros a
+  killed mapped writer leaves), and the end of the data is handed to ``raw_exhausted``.
+
+How the data ends (a cut, a killed writer's zeros, a trace still being written, a corrupt
+unfinished record) is decided by :mod:`.tail` and :mod:`.unfinished`
+(docs/trace-format.md, section 7); the reader words the warnings and errors.
 
 What the reader guarantees about yielded records: each is a list whose first element equals
 a known record type (an int: a float 17.0 is refused like any non-integer type, as the
@@ -20,7 +36,6 @@ turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into 
 
 from __future__ import annotations
 
-import codecs
 import os
 import stat
 from typing import IO, Any, Callable, Iterator, Optional, Union
@@ -32,23 +47,15 @@ from .compression import HOLD_BYTES, decompressed
 from .errors import TraceFormatError
 from .header import MAX_VALUE_NODES, clean_header, format_version, summarize_value
 from .input_files import open_input, trace_name
+from .limits import (  # noqa: F401 - MAX_* re-exported: the reader's limits, by their old address
+    MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_EXT_LEN, MAX_HEADER_BYTES, MAX_MAP_LEN, MAX_RECORD_BYTES, MAX_STR_LEN,
+    READ_SIZE, UNPACK_LIMITS,
+)
+from .record_source import RecordSource
 from .safe_text import clean
 from .symbols import SymbolTable
-
-#: Limits on one msgpack object (a record, or the header). A record is a few dozen bytes
-#: (a kernel with thousands of accesses, tens of KiB); these bound what a corrupt or
-#: hostile file can make the reader allocate. Decoding can cost up to ~75 bytes of memory
-#: per encoded byte (a byte ``0x80`` is a new empty dict), so one record of 4 MiB costs at
-#: most ~300 MiB while it is decoded (docs/security.md).
-MAX_RECORD_BYTES = 4 << 20
-MAX_STR_LEN = 1 << 20
-MAX_BIN_LEN = 1 << 20
-MAX_ARRAY_LEN = 1 << 18
-MAX_MAP_LEN = 1 << 16
-MAX_EXT_LEN = 1 << 20
-READ_SIZE = 1 << 16
-#: The header, encoded: npusan writes well under 1 KiB; metadata maps beyond this are refused.
-MAX_HEADER_BYTES = 1 << 20
+from .tail import LOOK_AT, Tail, header_problem
+from .unfinished import problem as unfinished_problem
 
 _KNOWN = frozenset(R.MIN_LENGTH)
 _NOT_A_RECORD = "is not a record ({}, expected an array)"
@@ -158,7 +165,7 @@ class TraceReader:
         del header
         # The records get their own unpacker, starting where the header ended (the header
         # unpacker may have read ahead: those bytes come first).
-        source = self._source = _RecordSource(rest, self._file, self._base + self._origin)
+        source = self._source = RecordSource(rest, self._file, self._base + self._origin)
         self._unpacker = msgpack.Unpacker(
             source,
             raw=False,
@@ -171,6 +178,9 @@ class TraceReader:
             max_ext_len=MAX_EXT_LEN,
             read_size=READ_SIZE,
         )
+        #: How the data ends: a cut, a killed writer's zeros, a trace still being written.
+        self.tail = Tail(self._file, self._base, self._origin, source, self._unpacker.read_bytes,
+                         self._zero_record_error)
         self._mark = (0, self.position)
 
     def _decode_header(self) -> tuple[Any, bytes]:
@@ -194,7 +204,7 @@ class TraceReader:
         while True:
             chunk = self._file.read(READ_SIZE)
             if not chunk:
-                problem = self._diagnose_tail(len(R.MAGIC))
+                problem = header_problem(self._file, self._base, len(R.MAGIC))
                 if problem is not None:
                     raise TraceFormatError(f"the trace header is corrupt: {problem}")
                 raise TraceFormatError("the trace ends inside its header: the recording was cut before it began")
@@ -286,13 +296,13 @@ class TraceReader:
                     yield rec
                     continue
                 self.records_read = n
-                if rec == 0 and rec.__class__ is int and self._zero_tail():
+                if rec == 0 and rec.__class__ is int and self.tail.zeros_to_end(self.position - 1):
                     self.records_read = n = n - 1
                     break
-                t = self._check(rec)
+                t = self.check_record(rec)
                 self._mark = (n, self._origin + unpacker.tell())
                 if t in R.DEFINITIONS:
-                    self._define(rec)
+                    self.absorb_definition(rec)
                 elif t == R.END:
                     self._end(rec)
                     self._done = True
@@ -319,8 +329,8 @@ class TraceReader:
         same.
         """
         n = self.records_read
-        if offset is None or not self._rereadable():
-            offset = self._start_of(n + 1)
+        if offset is None or not self.tail.rereadable():
+            offset = self.tail.record_start(self._mark, n + 1)
         if isinstance(e, msgpack.exceptions.BufferFull):
             raise TraceFormatError(
                 f"{self._where(n + 1, offset)} is larger than the {_mib(MAX_RECORD_BYTES)} "
@@ -328,46 +338,37 @@ class TraceReader:
             ) from None
         raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)} ({_reason(e)})") from None
 
-    def _ran_out(self, offset: Optional[int] = None, tail: Optional[bytes] = None) -> None:
+    def _ran_out(self, offset: Optional[int] = None, rest: Optional[bytes] = None) -> None:
         """The data ended without an END record: a cut trace (warn) or a corrupt tail (raise).
 
-        A consumer reading raw bytes passes where the unfinished record starts and its bytes.
+        A consumer reading raw bytes passes where the unfinished record starts and its bytes
+        (``rest``); else the record unpacker's position says (see :class:`.tail.Tail`).
         """
         n = self.records_read
         self._done = True
+        tail = self.tail
         unfinished = b""  # the bytes of the record the data ends inside, where known
-        if tail is None:
-            offset = self._start_of(n + 1)
-            if self._zeros:
-                problem = None
-            elif self._rereadable():
-                unfinished = self._tail_bytes(offset) or b""
-                problem = _tail_problem(unfinished) if unfinished else None
-            else:  # a pipe, a decompressed stream: the unfinished record's bytes as they were read
-                at, unfinished = self._source.unfinished()
-                problem = _tail_problem(unfinished[: 1 << 20])
-                if offset is None and at is not None:
-                    offset = self._origin + at
-        elif tail and tail.count(0) == len(tail) and self._zero_tail_from(offset, tail):
-            problem = None  # the space a killed mapped writer reserved (see _zero_tail)
+        if rest is None:
+            offset, unfinished, problem = tail.unfinished_record(tail.record_start(self._mark, n + 1))
+        elif rest and rest.count(0) == len(rest) and tail.zeros_to_end(offset, rest):
+            problem = None  # the space a killed mapped writer reserved
         else:
-            unfinished = tail
-            problem = _tail_problem(tail[: 1 << 20])
-        zeros = self._source.end_zeros or 0  # held back at the end (see _RecordSource)
-        if zeros and unfinished and problem is None and self._completed_by_zeros(unfinished, zeros, offset):
+            unfinished = rest
+            problem = unfinished_problem(rest[:LOOK_AT])
+        zeros = tail.held_zeros
+        if zeros and unfinished and problem is None and self._completed_by_zeros(unfinished, offset):
             return
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
-        if zeros and not self.still_written:
-            self.still_written = self._written_since(self._origin + self._source.out)
+        still_written = tail.grew_over_held_zeros()
         damaged = getattr(self._file, "problem", None)  # corrupt compressed data, not a cut
         if damaged is not None:
             raise TraceFormatError(
                 f"{damaged}, after {self.events} events: the trace is damaged (a crash only cuts a "
                 "compressed trace short; this is corruption)"
             )
-        if self.still_written:
+        if still_written:
             self._warn(
                 f"the trace is still being written (it grew while it was read): analyzed the {self.events} "
                 "events written so far"
@@ -377,7 +378,7 @@ class TraceReader:
         if zeros and unfinished:
             where = f"the record at byte offset {offset}" if offset is not None else "the last record"
             left_out = (f"; {where} runs into the zero bytes that fill the file from byte offset "
-                        f"{self._origin + self._source.out} on (pages its writer's machine may never have "
+                        f"{tail.zeros_from} on (pages its writer's machine may never have "
                         "written to disk) and was left out")
         self._warn(
             f"trace ends without an end record after {self.events} events: the recording was cut "
@@ -385,31 +386,23 @@ class TraceReader:
             f"analyzed up to the last complete record{left_out}"
         )
 
-    #: The most zero bytes looked through for the end of the record the data ends inside
-    #: (see _completed_by_zeros).
-    ZEROS_LOOKED_AT = 4096
-
-    def _completed_by_zeros(self, unfinished: bytes, zeros: int, offset: Optional[int]) -> bool:
-        """The record the data ends inside, completed by zeros held back at the end (see
-        _RecordSource), if they complete it: an END record is read as the end it is (its
-        statistics' last value, a float say, may end in zero bytes), and True is returned;
-        a record no valid trace has raises the error it always did. Any other record may be
-        bytes its writer never wrote, read as zeros: it is left out (False), a cut record."""
-        up = msgpack.Unpacker(**_UNPACK_LIMITS)
-        up.feed(unfinished[: MAX_RECORD_BYTES] + bytes(min(zeros, self.ZEROS_LOOKED_AT)))
-        try:
-            rec = up.unpack()
-        except Exception:  # noqa: BLE001 - not completed by them: a cut record
+    def _completed_by_zeros(self, unfinished: bytes, offset: Optional[int]) -> bool:
+        """Is the record the data ends inside an END record once the zeros held back at the
+        end complete it (:meth:`.tail.Tail.completed_by_zeros`)? Then it is read as the end
+        it is, and True is returned; a record no valid trace has raises the error it always
+        did; any other record is left out (False), a cut record."""
+        completed = self.tail.completed_by_zeros(unfinished)
+        if completed is None:
             return False
-        used = up.tell() - len(unfinished)  # (at least one: the record was unfinished without them)
+        rec, size, used = completed
         t = rec[0] if rec.__class__ is list and rec else None
         if t.__class__ is int and t >= 0 and t not in _KNOWN:
             return False  # a record of an unknown type: skipped either way, nothing to say
         n, last, consumed = self.records_read, self._last, self._consumed
         self.records_read, self._last, self._gen = n + 1, rec, None  # where() names it
         if offset is not None:
-            self._consumed = offset + up.tell()
-        t = self._check(rec)
+            self._consumed = offset + size
+        t = self.check_record(rec)
         if t != R.END:
             self.records_read, self._last, self._consumed = n, last, consumed
             return False
@@ -417,19 +410,6 @@ class TraceReader:
         self._end(rec, zeros_used=used)
         self.end_record = rec
         return True
-
-    def _written_since(self, offset: int) -> bool:
-        """Is the byte at ``offset``, read as a zero, no longer zero? Then the writer wrote
-        there while the file was read: the trace is still being written."""
-        try:
-            here = self._file.tell()
-            self._file.seek(self._base + offset)
-            try:
-                return self._file.read(1) not in (b"", b"\0")
-            finally:
-                self._file.seek(here)
-        except (OSError, AttributeError, ValueError):
-            return False
 
     # -- direct reading (the replay fast path) ----------------------------------------
     #
@@ -467,15 +447,15 @@ class TraceReader:
         """
         self._dother += 1
         n = self.records_read = self._dbase + kernels + self._dother
-        if rec == 0 and rec.__class__ is int and self._zero_tail():
+        if rec == 0 and rec.__class__ is int and self.tail.zeros_to_end(self.position - 1):
             self._dother -= 1
             self.records_read = n - 1
             self._ran_out()
             return False
-        t = self._check(rec)
+        t = self.check_record(rec)
         self._mark = (n, self._origin + self._unpacker.tell())
         if t in R.DEFINITIONS:
-            self._define(rec)
+            self.absorb_definition(rec)
             return None
         if t == R.END:
             self._end(rec)
@@ -507,6 +487,13 @@ class TraceReader:
             self._ran_out()
 
     # -- raw reading (the compiled replay core parses the bytes itself) ---------------
+    #
+    # The consumer reads the bytes after the header (``read_raw``), parses and replays the
+    # records it can, and hands the reader the others as msgpack objects: each is checked
+    # (``check_record``), a definition absorbed (``absorb_definition``), END ends the trace
+    # (``raw_end``); bad msgpack raises (``raw_failed``), the end of the data warns or raises
+    # (``raw_exhausted``). ``raw_sync`` first tells the reader the consumer's count and
+    # position, so that every message names the record and offset the other modes name.
 
     def read_raw(self, n: int) -> bytes:
         """Up to ``n`` bytes of the trace following what was read so far (b"" at the end).
@@ -523,22 +510,52 @@ class TraceReader:
         self._last = last
         self._gen = None
 
+    def raw_failed(self, e: BaseException, offset: Optional[int]) -> None:
+        """Raise what ``records()`` raises for the exception msgpack raised on the record
+        that starts at byte ``offset`` (``BufferFull``: a record over :data:`MAX_RECORD_BYTES`).
+        Call :meth:`raw_sync` first, with the records before it."""
+        self._corrupt(e, offset)
+
+    def raw_exhausted(self, offset: int, rest: bytes) -> None:
+        """The data ended before END, inside the record that starts at byte ``offset``
+        (``rest``: its bytes, b"" if none): as ``records()``, warn of a cut (zeros a killed
+        writer left included) or raise for a corrupt tail; an END record that the zeros held
+        back at the end complete is read (:attr:`end_record`). Call :meth:`raw_sync` first."""
+        self._ran_out(offset, rest)
+
+    def raw_end(self, rec: list, after: bytes) -> None:
+        """The END record (checked: :meth:`check_record`); ``after``: the byte that follows
+        it, b"" if none (data after the end record is warned about). The trace is read."""
+        self._end(rec, after)
+        self._done = True
+
+    @property
+    def done(self) -> bool:
+        """The trace was read to its end (END, a cut, an error) or the reader closed."""
+        return self._done
+
+    @property
+    def last_record(self) -> Any:
+        """The record a direct or raw consumer handled last (what :meth:`where` names)."""
+        return self._last
+
     @property
     def events(self) -> int:
         """Non-definition records read so far (kernels included; exact between records)."""
         return self._current_index() - self._definitions - sum(self._unknown.values())
 
     _definitions = 0
-    _zeros = False  # the data ended in the zero bytes a killed mapped writer leaves
-    #: The data ended where a mapped writer had not written yet, and it wrote there while the
-    #: trace was read: the trace is still being written (read up to there, with a warning).
-    still_written = False
     #: An END record read from the bytes before the zeros held back at the end and those
     #: zeros (see _completed_by_zeros): a consumer that copies records copies it too.
     end_record: Optional[list] = None
 
-    def _check(self, rec: Any) -> int:
-        """Validate a record that missed the fast path; return its type (-1: skip it)."""
+    def check_record(self, rec: Any) -> int:
+        """Validate a record that missed the fast path; return its type (-1: skip it).
+
+        Raises :class:`TraceFormatError` for what no record is (not an array, a type that is
+        not a non-negative integer, too few fields, a NOTE's level or text not a string);
+        warns once per unknown type. A raw consumer calls it for every record it hands back.
+        """
         if rec.__class__ is not list or not rec:
             raise TraceFormatError(f"{self.where(rec)} {_NOT_A_RECORD.format(_typename(rec))}")
         t = rec[0]
@@ -570,7 +587,9 @@ class TraceReader:
             )
         return t
 
-    def _define(self, rec: list) -> None:
+    def absorb_definition(self, rec: list) -> None:
+        """Absorb a definition record (one :meth:`check_record` typed as such) into
+        :attr:`symbols`, counted; a malformed one raises, naming it."""
         self._definitions += 1
         t = rec[0]
         self._def_counts[t] = self._def_counts.get(t, 0) + 1
@@ -601,8 +620,8 @@ class TraceReader:
                 extra = b""
         self._refuse_untrusted()
         damaged = getattr(self._file, "problem", None)  # what follows the end record's frame is not valid
-        if not extra and (self._source.end_zeros or 0) > zeros_used:
-            extra = b"\0"  # zero bytes after it (held back: see _RecordSource)
+        if not extra and self.tail.held_zeros > zeros_used:
+            extra = b"\0"  # zero bytes after it (held back: see RecordSource)
         if extra or damaged is not None:
             self._warn(f"the trace has data after its end record{f': {damaged}' if damaged else ''}; it was ignored")
         elif getattr(self._file, "cut_short", False):
@@ -628,131 +647,17 @@ class TraceReader:
         if self.on_warning is not None:
             self.on_warning(message)
 
-    def _start_of(self, k: int) -> Optional[int]:
-        """Byte offset where record ``k`` starts (error paths only: rescans from the mark).
+    def _zero_record_error(self, offset: int) -> str:
+        """The error for a zero byte where record ``records_read`` starts, at ``offset``,
+        that does not start a zero tail (as the record types check words it)."""
+        return f"{self._where(self.records_read, offset)} {_NOT_A_RECORD.format(_typename(0))}"
 
-        The unpacker's own offset is unreliable here, since it has consumed part of the
-        record it failed on. None if the source cannot seek back.
-        """
-        n0, off = self._mark
-        try:
-            self._file.seek(self._base + off)
-            up = msgpack.Unpacker(self._file, max_buffer_size=MAX_RECORD_BYTES, max_str_len=MAX_STR_LEN,
-                                  max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN,
-                                  max_ext_len=MAX_EXT_LEN, read_size=READ_SIZE)
-            for _ in range(k - 1 - n0):
-                up.skip()
-            return off + up.tell()
-        except Exception:  # unseekable, or the data changed under us: no exact offset
-            return None
-
-    def _zero_tail(self) -> bool:
-        """Whether the zero byte just read starts a zero tail (see :meth:`_zero_tail_from`)."""
-        return self._zero_tail_from(self.position - 1)
-
-    #: Bytes read at a time when a zero tail is checked by reading ahead (constant memory).
-    ZERO_TAIL_CHUNK = 1 << 16
-
-    def _zero_tail_from(self, offset: int, ahead: bytes = b"") -> bool:
-        """Whether the data from ``offset`` (where a record would start) to the end of the
-        file is all zero bytes.
-
-        A trace written through a mapping is grown ahead of its records; a process killed
-        before closing it leaves that space as zero bytes after its last record (a zero byte
-        is never the start of a record). Such a tail ends the data like a cut
-        (docs/trace-format.md, section 7).
-
-        ``ahead``: bytes just after the zero that a raw consumer already holds (the rest of
-        its buffer). A seekable file is read from ``offset`` and put back where it was.
-        Data that cannot seek back (a ``.zst``/``.gz`` trace, decompressed as a stream; a
-        pipe) is read ahead in chunks instead, in constant memory: both answers end the
-        reading (the cut, or the error for the zero record), so nothing read ahead is
-        needed again. There a non-zero byte raises the error at once, naming the record
-        as the record types check would (the read-ahead moved the position).
-        """
-        if ahead.count(0) != len(ahead):
-            return False
-        try:
-            here = self._file.tell()
-            self._file.seek(self._base + offset)
-        except (OSError, AttributeError, ValueError):
-            return self._zero_stream(offset)
-        try:
-            while True:
-                chunk = self._file.read(1 << 20)
-                if not chunk:
-                    self._zeros = True
-                    return True
-                if chunk.count(0) != len(chunk):
-                    # A writer fills its mapping in order: bytes after a zero record start can be
-                    # written only once that one is. If it is no longer zero, the trace is being
-                    # written while it is read; what was read so far stands.
-                    if self._written_since(offset):
-                        self._zeros = self.still_written = True
-                        return True
-                    return False
-        except (OSError, ValueError):
-            return False
-        finally:
-            try:
-                self._file.seek(here)
-            except (OSError, ValueError):  # pragma: no cover - it could seek a moment ago
-                pass
-
-    def _zero_stream(self, offset: int) -> bool:
-        """:meth:`_zero_tail_from` for data that cannot seek back: read the rest, chunk by chunk."""
-        where = self._where(self.records_read, offset)
-        self._source.raw = True  # no record boundaries to find in what is read ahead
-        read = self._unpacker.read_bytes
-        size = self.ZERO_TAIL_CHUNK
-        try:
-            while True:
-                chunk = read(size)
-                if not chunk:
-                    self._zeros = True
-                    return True
-                if chunk.count(0) != len(chunk):
-                    break
-        except (OSError, ValueError):
-            pass
-        raise TraceFormatError(f"{where} {_NOT_A_RECORD.format(_typename(0))}")
-
-    def _rereadable(self) -> bool:
-        """Can the input be read again from an offset (a file, not a pipe or a decompressed
-        stream)? Only then can a record's offset be found again (:meth:`_corrupt`)."""
-        try:
-            return bool(self._file.seekable())
-        except (AttributeError, ValueError, OSError):
-            return False
-
-    def _diagnose_tail(self, offset: Optional[int], record: bool = False) -> Optional[str]:
-        """Tell a cut record (``record``; else the header) from a corrupt one in the bytes
-        from ``offset`` on.
-
-        A record cut by a crash is a prefix of a valid record; a length field claiming more
-        than the limits (4 GB, say) makes the tail corrupt, not truncated, and so does a
-        record whose complete elements no valid record has (:func:`_unfinished_record`).
-        Only a bounded prefix of the tail is examined.
-        """
-        tail = self._tail_bytes(offset)
-        if not tail:
-            return None  # unseekable: cannot look back; treat as a cut
-        return _tail_problem(tail) if record else _scan_prefix(tail)
-
-    def _tail_bytes(self, offset: Optional[int]) -> Optional[bytes]:
-        """Up to 1 MiB of the file from ``offset`` on, up to the zeros held back at the end
-        of the data (see _RecordSource); None where the file cannot be read again."""
-        if offset is None:
-            return None
-        limit = 1 << 20
-        source = getattr(self, "_source", None)
-        if source is not None and source.end_zeros:
-            limit = min(limit, self._origin + source.out - offset)
-        try:
-            self._file.seek(self._base + offset)
-            return self._file.read(limit) if limit > 0 else b""
-        except (OSError, AttributeError, ValueError):
-            return None
+    @property
+    def still_written(self) -> bool:
+        """The data ended where a mapped writer had not written yet, and it wrote there while
+        the trace was read: the trace is still being written (read up to there, with a warning)."""
+        tail = getattr(self, "tail", None)
+        return tail is not None and tail.still_written
 
     # -- closing ---------------------------------------------------------------------
 
@@ -844,387 +749,6 @@ def _mib(n: int) -> str:
 def _kib(n: int) -> str:
     return f"{n >> 10} KiB"
 
-
-#: msgpack.unpackb's limits for one record read whole (as the record unpacker's).
-_UNPACK_LIMITS = dict(raw=False, strict_map_key=False, max_str_len=MAX_STR_LEN, max_bin_len=MAX_BIN_LEN,
-                      max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN, max_ext_len=MAX_EXT_LEN)
-
-
-class _RecordSource:
-    """What the record unpacker reads: the bytes read past the header, then the file.
-
-    It also enforces :data:`MAX_RECORD_BYTES`. msgpack's unpacker is resumable: it keeps a
-    half-built object across reads, so its buffer limit does not bound the size of one
-    record, and a record of empty arrays or maps decodes to ~70 times its size. So the
-    source finds the record boundaries itself: every byte it hands out is also fed to a
-    second unpacker that only *skips* objects (msgpack's C parser, building nothing), and
-    the offset after the last object it skipped whole is where the current record began.
-    When more than the limit has been handed out since then, one record is that large,
-    and the read fails (``BufferFull``) before more of it is decoded; so does a read that
-    completes a record larger than the limit. The skipping is done lazily, only once the
-    bytes handed out since the last known boundary pass a quarter of the limit. Where the
-    data stops being valid msgpack the skipper stops finding boundaries (the decoding
-    unpacker fails at that byte); the bytes handed out past the last boundary stay bounded.
-
-    Consumers that parse the raw bytes themselves (:meth:`TraceReader.read_raw`) bound
-    their records on their own; for them (``raw``) the source does no skipping.
-
-    Zero bytes at the end of the data are held back from the first page boundary in them
-    on (file offsets that are multiples of :attr:`PAGE`): a run of zeros is handed out
-    only once a byte that is not zero follows it; at the end, only up to that boundary (all
-    of it, if fewer than :attr:`ZERO_RUN` zeros lie past the boundary). When a machine goes
-    down, pages of a mapped trace that never reached the disk read back as zeros, and the
-    first may begin inside a record: completed by those zeros the record would decode (a
-    zero is a valid msgpack integer) into accesses that never happened. Cut at the page
-    boundary, it is an unfinished record, left out like any cut record. A record that ends
-    in zero bytes before the boundary (a number's last byte, stack id 0) is handed out
-    whole: the records a killed writer committed, followed by the zeros of its unwritten
-    space, all stand (:attr:`end_zeros`: the zeros held back at the end).
-    """
-
-    #: Bytes read from the file at a time (a zero run is looked through this many at once).
-    READ = 1 << 16
-    #: The page size of a mapped writer's file (the unit a crashed machine loses).
-    PAGE = 4096
-    #: The fewest zeros past a page boundary at the end of the data that are held back.
-    ZERO_RUN = 256
-
-    #: Bytes handed out past the last known record boundary before the skipper looks.
-    LOOK_AFTER = MAX_RECORD_BYTES // 4
-
-    def __init__(self, prefix: bytes, f: Any, start: int = 0) -> None:
-        self._prefix = prefix
-        self._start = start  # the file offset of the first byte handed out
-        self._f = f
-        self.raw = False  # a raw consumer (read_raw): no record boundaries to find
-        self._fed = 0  # bytes handed out so far
-        self._boundary = 0  # offset (from the first byte handed out) of the last known record end
-        # the bytes handed out from offset _kept_at on (at most a record and a look's worth):
-        # an unfinished record's, when the data ends inside it and the input cannot be read again
-        self._kept = bytearray()
-        self._kept_at = 0
-        self._skipper: Optional[msgpack.Unpacker] = msgpack.Unpacker(
-            max_buffer_size=MAX_RECORD_BYTES + 2 * READ_SIZE + len(prefix),
-            max_str_len=MAX_STR_LEN, max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN,
-            max_map_len=MAX_MAP_LEN, max_ext_len=MAX_EXT_LEN)
-        self.out = 0  # bytes handed out, to every consumer
-        # the zero hold: zeros read and not handed out (_held), zeros now due (_zeros_due,
-        # a run that data followed), then the data read after them (_due)
-        self._held = 0
-        self._zeros_due = 0
-        self._due = b""
-        self.end_zeros: Optional[int] = None  # at the end of the data: the zeros held back there
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._next(READ_SIZE if n is None or n < 0 else n)
-        self.out += len(data)
-        if not data or self.raw:
-            return data
-        self._fed += len(data)
-        self._kept += data
-        skipper = self._skipper
-        if skipper is None:  # the data stopped being msgpack: no boundaries past that point
-            if self._fed - self._boundary > MAX_RECORD_BYTES + READ_SIZE:
-                raise msgpack.exceptions.BufferFull
-            return data
-        try:
-            skipper.feed(data)
-        except msgpack.exceptions.BufferFull:
-            raise msgpack.exceptions.BufferFull from None
-        if self._fed - self._boundary > self.LOOK_AFTER:
-            self._find_boundary()
-            if self._fed - self._boundary > MAX_RECORD_BYTES + READ_SIZE:
-                raise msgpack.exceptions.BufferFull
-        return data
-
-    def _next(self, n: int) -> bytes:
-        """Up to ``n`` bytes of the data (b"" only at its end), zeros at its end held back."""
-        while True:
-            if self._zeros_due:
-                k = min(n, self._zeros_due)
-                self._zeros_due -= k
-                return bytes(k)
-            if self._due:
-                data, self._due = self._due[:n], self._due[n:]
-                return data
-            if self._prefix:
-                data, self._prefix = self._prefix, b""
-            else:
-                data = self._f.read(max(n, self.READ))
-            if not data:
-                due = -(self._start + self.out) % self.PAGE  # the zeros before the first page boundary
-                if self._held < due + self.ZERO_RUN:
-                    due = self._held
-                if due:
-                    self._zeros_due, self._held = due, self._held - due
-                    continue
-                self.end_zeros = self._held
-                return b""
-            body = data.rstrip(b"\0")
-            if not body:
-                self._held += len(data)
-                continue
-            self._zeros_due, self._due, self._held = self._held, body, len(data) - len(body)
-
-    def _find_boundary(self) -> None:
-        """Skip every complete object fed so far; the end of the last one is the boundary.
-
-        Raises ``BufferFull`` for a complete object larger than the limit (one that ends in
-        the bytes about to be handed out).
-        """
-        skipper = self._skipper
-        skip = skipper.skip
-        tell = skipper.tell
-        boundary = self._boundary
-        try:
-            while True:
-                skip()
-                end = tell()
-                if end - boundary > MAX_RECORD_BYTES:
-                    raise msgpack.exceptions.BufferFull
-                boundary = end
-        except msgpack.exceptions.OutOfData:
-            pass
-        except msgpack.exceptions.BufferFull:
-            raise
-        except Exception:  # not msgpack from here on: the decoding unpacker says so
-            self._skipper = None
-        finally:
-            self._boundary = boundary
-            if boundary > self._kept_at:
-                del self._kept[: boundary - self._kept_at]
-                self._kept_at = boundary
-
-    def unfinished(self) -> tuple[Optional[int], bytes]:
-        """At the end of the data: where the last complete record ends (counted from the
-        first byte handed out) and the bytes after it (those of the record the data ends
-        inside), as handed out; (None, b"") where they are not known."""
-        if self.raw or self._skipper is None:
-            return None, b""
-        try:
-            self._find_boundary()
-        except msgpack.exceptions.BufferFull:
-            return None, b""
-        return self._boundary, bytes(self._kept[self._boundary - self._kept_at:])
-
-
-_LIMITS = {"string": MAX_STR_LEN, "binary": MAX_BIN_LEN, "array": MAX_ARRAY_LEN, "map": MAX_MAP_LEN, "ext": MAX_EXT_LEN}
-
-
-#: msgpack type bytes followed by a fixed number of payload bytes (numbers, fixext).
-_FIXED_SIZE = {0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,
-               0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
-#: msgpack type bytes followed by a length field: (kind, width of the length field).
-_SIZED = {0xC4: ("binary", 1), 0xC5: ("binary", 2), 0xC6: ("binary", 4), 0xC7: ("ext", 1), 0xC8: ("ext", 2),
-          0xC9: ("ext", 4), 0xD9: ("string", 1), 0xDA: ("string", 2), 0xDB: ("string", 4), 0xDC: ("array", 2),
-          0xDD: ("array", 4), 0xDE: ("map", 2), 0xDF: ("map", 4)}
-
-
-def _scan_prefix(buf: bytes, max_steps: int = 100_000) -> Optional[str]:
-    """Walk msgpack headers in ``buf`` (an incomplete object); name the first over-limit length."""
-    i, need, steps, size = 0, 1, 0, len(buf)
-    while need > 0 and i < size and steps < max_steps:
-        steps += 1
-        need -= 1
-        b = buf[i]
-        i += 1
-        if b <= 0x7F or b >= 0xE0 or b in (0xC0, 0xC2, 0xC3):
-            continue
-        if 0x80 <= b <= 0x8F:
-            need += 2 * (b & 0x0F)
-            continue
-        if 0x90 <= b <= 0x9F:
-            need += b & 0x0F
-            continue
-        if 0xA0 <= b <= 0xBF:
-            i += b & 0x1F
-            continue
-        if b == 0xC1:
-            return "byte 0xc1 is not valid msgpack"
-        if b in _FIXED_SIZE:
-            i += _FIXED_SIZE[b]
-            continue
-        kind, width = _SIZED[b]
-        if i + width > size:
-            return None
-        length = int.from_bytes(buf[i:i + width], "big")
-        i += width
-        if length > _LIMITS[kind]:
-            return (f"a length field declares {'an' if kind in ('array', 'ext') else 'a'} {kind} of {length} "
-                    f"{'elements' if kind in ('array', 'map') else 'bytes'}, over the reader's limit of "
-                    f"{_LIMITS[kind]}")
-        if kind == "array":
-            need += length
-        elif kind == "map":
-            need += 2 * length
-        else:
-            i += length + (1 if kind == "ext" else 0)
-    return None
-
-
-def _tail_problem(buf: bytes) -> Optional[str]:
-    """Why the unfinished record in ``buf`` makes the trace corrupt, or None (a cut record)."""
-    return (_scan_prefix(buf) or _unfinished_record(buf)) if buf else None
-
-
-#: How many elements of an unfinished record :func:`_unfinished_record` looks at.
-_UNFINISHED_ELEMENTS = 1 << 16
-
-
-def _unfinished_record(buf: bytes) -> Optional[str]:
-    """What no prefix of a valid record holds in ``buf`` (a record the data ends inside), or
-    None. A crash cuts a record short but never changes the elements before the cut: each
-    complete one is what a valid record has there. One corrupt length field, though, can
-    make a record (or a string in it) claim thousands of elements or bytes that the file
-    does not hold, and the records after it then read as its elements (and the whole rest
-    of the trace as one cut record): such a record is no array at all, a kernel whose
-    "accesses" are not accesses, an event record whose stack is not an id, a VIEWS record
-    whose entries are not ints, or a string running to the end that is not UTF-8. Its
-    elements are decoded one at a time, under the reader's limits."""
-    up = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(buf) + 1, max_str_len=MAX_STR_LEN,
-                          max_bin_len=MAX_BIN_LEN, max_array_len=MAX_ARRAY_LEN, max_map_len=MAX_MAP_LEN,
-                          max_ext_len=MAX_EXT_LEN)
-    up.feed(buf)
-    try:
-        if not _is_array(buf[0]):
-            return "the unfinished record is not an array"
-        n = up.read_array_header()
-        if n == 0:
-            return None
-        at = up.tell()
-        if at < len(buf) and not _is_int(buf[at]):
-            return f"the unfinished record's type is {_kind(buf[at])}, not a record type"
-        t = _next(up, buf)  # (an int: its first byte says so)
-        if t < 0:
-            return f"the unfinished record's type is {t}, not a record type"
-        name = R.RECORD_NAMES.get(t, "record")
-        fields = _FIELD_KINDS.get(t, {})
-        stack_at = R.STACK_FIELD.get(t)
-        for k in range(1, min(n, _UNFINISHED_ELEMENTS)):
-            if t == R.KERNEL and k >= 4:
-                what = _unfinished_ints(up, buf, 3)
-                if what:
-                    return (f"access {k - 3} of the unfinished KERNEL record ({what}) is not a block id or "
-                            "[block, offset, nbytes]: no valid record starts this way")
-            elif t == R.VIEWS:
-                what = _unfinished_ints(up, buf, None)
-                if what:
-                    return f"entry {k} of the unfinished VIEWS record is {what}, not an array of integers"
-            elif k == stack_at:
-                what = _other_kind(up, buf, lambda b: _is_int(b) or b == 0xC0)
-                if what:
-                    return f"the stack of the unfinished {name} record is {what}, not an id or nil"
-            elif k in fields:
-                want = fields[k]
-                what = _other_kind(up, buf, _is_int if want == _INT else _is_str)
-                if what:
-                    return f"field {k} of the unfinished {name} record is {what}, not {want}"
-            else:
-                _next(up, buf)
-    except _BadString:
-        return "a string that runs to the end of the data is not valid UTF-8"
-    except msgpack.exceptions.OutOfData:
-        return None
-    except Exception:  # noqa: BLE001 - not msgpack: what the decoder said already, or a cut
-        return None
-    return None
-
-
-#: The fields of each record type that docs/trace-format.md section 7 requires to be an int
-#: or a str (another type is corrupt), by position.
-_INT, _STR = "an integer", "a string"
-_FIELD_KINDS = {R.STR: {1: _INT, 2: _STR}, R.FRAME: {1: _INT, 3: _INT}, R.STACK: {1: _INT},
-                R.STREAM_DEF: {1: _INT, 2: _INT, 3: _INT}, R.BLOCK_DEF: {1: _INT}, R.THREAD: {2: _STR},
-                R.STREAM_LABEL: {1: _INT, 3: _STR}, R.NOTE: {1: _STR, 2: _STR}}
-
-
-class _BadString(Exception):
-    """The string the data ends inside is not valid UTF-8 as far as it goes."""
-
-
-def _next(up: msgpack.Unpacker, buf: bytes) -> Any:
-    """The next element; where the data ends inside a string, its bytes so far must be UTF-8
-    (or _BadString), else OutOfData."""
-    at = up.tell()
-    if at < len(buf):
-        b = buf[at]
-        head, size = (1, b & 0x1F) if 0xA0 <= b <= 0xBF else (0, 0)
-        if 0xD9 <= b <= 0xDB:
-            head = 1 + (1, 2, 4)[b - 0xD9]
-            size = int.from_bytes(buf[at + 1:at + head], "big")
-        if head and at + head + size > len(buf):
-            try:
-                codecs.getincrementaldecoder("utf-8")().decode(buf[at + head:], final=False)
-            except UnicodeDecodeError:
-                raise _BadString from None
-            raise msgpack.exceptions.OutOfData
-    return up.unpack()
-
-
-def _other_kind(up: msgpack.Unpacker, buf: bytes, takes: Callable[[int], bool]) -> Optional[str]:
-    """What the next element is if its first byte is not one ``takes`` accepts; else None,
-    the element read past (:func:`_next`)."""
-    at = up.tell()
-    if at < len(buf) and not takes(buf[at]):
-        return _kind(buf[at])
-    _next(up, buf)
-    return None
-
-
-def _unfinished_ints(up: msgpack.Unpacker, buf: bytes, length: Optional[int]) -> str:
-    """The next element, read as far as it goes, as an array of ``length`` (any, if None)
-    integers: what it is if it cannot be one, else "" (or OutOfData: the data ends in it).
-    For ``length`` 3 (a kernel access) a lone integer (a whole block) is one, and the
-    offset and size may not be negative."""
-    at = up.tell()
-    if at >= len(buf):
-        raise msgpack.exceptions.OutOfData
-    if length == 3 and _is_int(buf[at]):
-        up.unpack()
-        return ""
-    if not _is_array(buf[at]):
-        return _kind(buf[at])
-    m = up.read_array_header()
-    if length is not None and m != length:
-        return f"an array of {m} elements"
-    for j in range(m):
-        at = up.tell()
-        if at >= len(buf):
-            raise msgpack.exceptions.OutOfData
-        if not _is_int(buf[at]):
-            return f"an array whose element {j + 1} is not an integer"
-        if up.unpack() < 0 and length == 3 and j:
-            return f"an array whose {('offset', 'size')[j - 1]} is negative"
-    return ""
-
-
-def _is_array(b: int) -> bool:
-    """Does a msgpack object that starts with byte ``b`` hold an array?"""
-    return 0x90 <= b <= 0x9F or b in (0xDC, 0xDD)
-
-
-def _is_str(b: int) -> bool:
-    """Does a msgpack object that starts with byte ``b`` hold a string?"""
-    return 0xA0 <= b <= 0xBF or 0xD9 <= b <= 0xDB
-
-
-def _is_int(b: int) -> bool:
-    """Does a msgpack object that starts with byte ``b`` hold an integer?"""
-    return b <= 0x7F or b >= 0xE0 or 0xCC <= b <= 0xD3
-
-
-def _kind(b: int) -> str:
-    """What a msgpack object that starts with byte ``b`` is, with its article."""
-    if _is_int(b):
-        return "an integer"
-    if _is_array(b):
-        return "an array"
-    if 0x80 <= b <= 0x8F or b in (0xDE, 0xDF):
-        return "a map"
-    if _is_str(b):
-        return "a string"
-    return {0xC0: "nil", 0xC2: "a boolean", 0xC3: "a boolean", 0xCA: "a float", 0xCB: "a float",
-            0xC4: "a binary", 0xC5: "a binary", 0xC6: "a binary"}.get(b, "an extension")
 
 
 def _end_reason(stats: Optional[dict]) -> Optional[str]:

@@ -1,7 +1,7 @@
 """Writing trace files: :class:`FileSink` (bytes to a file) and :class:`TraceWriter` (the API).
 
-:class:`TraceWriter` is the public contract of DESIGN.md that third-party runtimes use to
-emit traces. npusan's own recorder reuses the same pieces on its fast path: it drives
+:class:`TraceWriter` is the public contract (``docs/trace-format.md``, section 12) that
+third-party runtimes use to emit traces. npusan's own recorder reuses the same pieces on its fast path: it drives
 ``writer.encoder`` (a :class:`~npusan.trace_format.encoder.RecordEncoder`) directly under its
 own lock and lets ``writer.sink`` (a :class:`FileSink`) pack and write the records.
 
@@ -78,7 +78,7 @@ class FileSink:
             # in .zst or .gz compresses: one complete frame per flush.
             self._file: Any = open_for_writing(file)
             self._owns = True
-            self.name = os.fspath(file)
+            self.name: Optional[str] = os.fspath(file)
         else:
             if not hasattr(file, "write"):
                 raise TypeError(f"expected a path or a binary file object, got {type(file).__name__}")
@@ -100,8 +100,8 @@ class FileSink:
         self.error: Optional[OSError] = None
         self._pid = os.getpid()
 
-    def __call__(self, rec: list) -> None:
-        """Append one record; may flush (and then raise OSError on a failed write)."""
+    def __call__(self, rec: Union[list, dict]) -> None:
+        """Append one record (or the header, a map); may flush (and then raise OSError on a failed write)."""
         buf = self._buf
         buf += self._pack(rec)  # packed whole before touching the buffer: no partial record
         self._count -= 1
@@ -270,7 +270,7 @@ class MappedFileSink(FileSink):
                 raise
             raise _CannotMap(e) from e
 
-    def __call__(self, rec: list) -> None:
+    def __call__(self, rec: Union[list, dict]) -> None:
         if self._recs:  # deferred records come first
             self._pack_deferred()
         buf = self._buf
@@ -527,7 +527,7 @@ def open_sink(
 
 
 class TraceWriter:
-    """Emit an npusan trace from any runtime: the contract in DESIGN.md.
+    """Emit an npusan trace from any runtime: the contract in ``docs/trace-format.md``.
 
     ``file`` is a path or a binary file object (left open on close). Streams, events and
     pointers are ints; ``device=`` names the device of the stream (streams are identified

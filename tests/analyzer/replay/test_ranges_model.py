@@ -1,7 +1,7 @@
 """Byte ranges and strided views against a brute-force model: per byte, CSAN's rules.
 
 The model keeps, for every byte of a few small blocks, the last write and the latest read
-per stream since it, exactly as DESIGN.md states the race rules; a kernel races on a block
+per stream since it, exactly as docs/semantics.md states the race rules; a kernel races on a block
 if any byte it touches conflicts. The engine keeps merged segments instead of bytes; as
 long as it stays under MAX_SEGMENTS per block the two must agree on which (kernel, block)
 pairs race.

@@ -1,4 +1,4 @@
-"""One test per row of DESIGN.md's semantics table, plus the ordering and race rules."""
+"""One test per rule of docs/semantics.md (one per record), plus the ordering and race rules."""
 
 from __future__ import annotations
 

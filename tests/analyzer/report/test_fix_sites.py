@@ -15,7 +15,7 @@ from npusan.analyzer.report.sources import SourceCache
 
 from tests.recorder.conftest import analyze, run_record
 
-from .test_safe_fixes import SIM, line, missing_rs, program, race_at
+from .test_safe_fixes import SIM, line, missing_rs, program
 
 
 RETURNS = """

@@ -1,4 +1,4 @@
-"""The JSON report: DESIGN.md's contract, validated against the shipped JSON Schema."""
+"""The JSON report: its contract (docs/report-schema.md), validated against the shipped JSON Schema."""
 
 import json
 from pathlib import Path

@@ -96,10 +96,6 @@ INF = float("inf")
 FREE_OP = "free"
 LEAK_OP = "end of trace (never freed)"
 
-#: Where each record type keeps its stream index (for "stream index N is not defined").
-STREAM_FIELD = {R.STREAM_CREATED: 1, R.EVENT_RECORD: 2, R.EVENT_WAIT: 2, R.STREAM_SYNC: 1, R.ALLOC: 4,
-                R.RECORD_STREAM: 2, R.ERASE_STREAM: 2, R.KERNEL: 1}
-
 _DATA_RACE = Kind.DATA_RACE
 _MISSING = Kind.MISSING_RECORD_STREAM
 _REUSE = Kind.REUSE_RACE

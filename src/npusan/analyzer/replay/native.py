@@ -1,4 +1,4 @@
-"""The compiled replay core (``_core.c``) behind the interface of the Python engine.
+"""The compiled replay core (``csrc/_core.c``) behind the interface of the Python engine.
 
 :class:`NativeEngine` replays exactly what :class:`~npusan.analyzer.replay.engine.Engine` replays
 (the Python engine is the specification; ``tests/analyzer/replay/test_native_differential.py``
@@ -10,7 +10,10 @@ the core hands back, with the Python engine's own code.
 Records reach the core as msgpack bytes: from a trace file, the core parses the file's
 bytes itself (:meth:`NativeEngine.replay_file`) and hands back only what it does not replay
 (definitions, notes, the END record, malformed data), which the trace reader checks and
-absorbs as usual; online, records are packed in batches (:meth:`NativeEngine.flush`).
+absorbs as usual, through its public raw-reading members only (``read_raw``, ``raw_sync``,
+``check_record``, ``absorb_definition``, ``raw_failed``, ``raw_exhausted``, ``raw_end``,
+``tail.zeros_to_end``: see :mod:`npusan.trace_format.reader`); online, records are packed
+in batches (:meth:`NativeEngine.flush`).
 
 :func:`make_engine` picks the compiled core when it is built, else the Python engine
 (saying once on stderr why); ``NPUSAN_ENGINE=python`` selects the Python engine.
@@ -29,7 +32,7 @@ from ...trace_format import reader as _reader
 from ...trace_format.errors import TraceFormatError
 from ...trace_format.symbols import SymbolTable
 from . import engine as E
-from . import overlap, strided
+from . import core_codes, overlap, strided
 from .engine import Access, Engine, RecordError
 from ..findings.model import Finding, Kind
 
@@ -53,8 +56,20 @@ CHUNK = 1 << 18
 QUEUE_FROM = 8 << 20
 
 _NEED, _SLOW, _BAD, _ERROR = 0, 1, 2, 3
-(_E_STREAM_UNDEFINED, _E_TOO_MANY_STREAMS, _E_EVENT, _E_DEVICE, _E_BID_RANGE, _E_MALFORMED_BLOCK,
- _E_BLOCK_UNDEFINED, _E_ACCESS_SHAPE, _E_ACCESS_MALFORMED, _E_VIEWS, _E_STACK) = range(1, 12)
+#: The core's error codes as the built core exports them (core_codes.py defines them; the
+#: build writes them into the core); without the core, only so that the names exist.
+ERROR_CODES: dict = dict(_core.ERRORS) if _core is not None else core_codes.codes()
+_E_STREAM_UNDEFINED = ERROR_CODES["STREAM_UNDEFINED"]
+_E_TOO_MANY_STREAMS = ERROR_CODES["TOO_MANY_STREAMS"]
+_E_EVENT = ERROR_CODES["EVENT"]
+_E_DEVICE = ERROR_CODES["DEVICE"]
+_E_BID_RANGE = ERROR_CODES["BID_RANGE"]
+_E_MALFORMED_BLOCK = ERROR_CODES["MALFORMED_BLOCK"]
+_E_BLOCK_UNDEFINED = ERROR_CODES["BLOCK_UNDEFINED"]
+_E_ACCESS_SHAPE = ERROR_CODES["ACCESS_SHAPE"]
+_E_ACCESS_MALFORMED = ERROR_CODES["ACCESS_MALFORMED"]
+_E_VIEWS = ERROR_CODES["VIEWS"]
+_E_STACK = ERROR_CODES["STACK"]
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
@@ -365,13 +380,13 @@ class NativeEngine:
         what ``TraceReader`` produces when the Python engine replays through it.
         ``progress(bytes_done)`` is called after each chunk read.
         """
-        if reader._done:
+        if reader.done:
             return
         core = self._core
         records0 = reader.records_read - core.counters()[2]  # records the core did not count
         state = {"py": 0, "start": reader.position, "pos": 0}
         self._replay_chunks(reader, progress, records0, state)
-        reader.raw_sync(records0 + state["py"] + core.counters()[2], state["start"] + state["pos"], reader._last)
+        reader.raw_sync(records0 + state["py"] + core.counters()[2], state["start"] + state["pos"], reader.last_record)
         if progress is not None:
             progress(reader.position)
 
@@ -381,7 +396,7 @@ class NativeEngine:
         core = self._core
         replay, counters = core.replay, core.counters
         announce = self._announce if self.on_finding is not None else None
-        check, define, defined = reader._check, reader._define, self._defined
+        check, define, defined = reader.check_record, reader.absorb_definition, self._defined
         raw_sync = reader.raw_sync
         unpackb = msgpack.unpackb
         definitions = R.DEFINITIONS
@@ -397,7 +412,7 @@ class NativeEngine:
                     if chunk:
                         if len(buf) - pos >= _reader.MAX_RECORD_BYTES:
                             raw_sync(records0 + py + counters()[2], start + pos)
-                            reader._corrupt(msgpack.exceptions.BufferFull(), start + pos)
+                            reader.raw_failed(msgpack.exceptions.BufferFull(), start + pos)
                         buf = buf[pos:] + chunk
                         start += pos
                         pos = 0
@@ -414,12 +429,12 @@ class NativeEngine:
                     e = _msgpack_error(buf[pos:pos + _reader.MAX_RECORD_BYTES]) if status == _BAD else None
                     if e is not None:
                         raw_sync(n, start + pos)
-                        reader._corrupt(e, start + pos)
+                        reader.raw_failed(e, start + pos)
                     if not eof:
                         want_more = True
                         continue
                     raw_sync(n, start + pos)
-                    reader._ran_out(start + pos, buf[pos:])
+                    reader.raw_exhausted(start + pos, buf[pos:])
                     if reader.end_record is not None:  # an END record ending in zeros (the reader read it)
                         py += 1
                         pos = len(buf)
@@ -429,7 +444,7 @@ class NativeEngine:
                     rec = unpackb(buf[pos:pos + length], **_UNPACK)
                 except Exception as e:  # noqa: BLE001 - msgpack refuses what the core read
                     raw_sync(n, start + pos)
-                    reader._corrupt(e, start + pos)
+                    reader.raw_failed(e, start + pos)
                 if status == _ERROR:
                     if self._resend(st[3], rec, st[4]):
                         continue
@@ -438,18 +453,17 @@ class NativeEngine:
                 py += 1
                 pos += length
                 raw_sync(n + 1, start + pos, rec)
-                if rec == 0 and rec.__class__ is int and reader._zero_tail_from(start + pos - length, buf[pos:]):
+                if rec == 0 and rec.__class__ is int and reader.tail.zeros_to_end(start + pos - length, buf[pos:]):
                     py -= 1  # the zero is no record: the count stops before it
                     raw_sync(n, start + pos - length)  # the zeros a killed mapped writer left
-                    reader._ran_out(start + pos - length, b"")
+                    reader.raw_exhausted(start + pos - length, b"")
                     return
                 t = check(rec)
                 if t in definitions:
                     define(rec)
                     defined(rec)
                 elif t == R.END:
-                    reader._end(rec, buf[pos:pos + 1] or reader.read_raw(1))
-                    reader._done = True
+                    reader.raw_end(rec, buf[pos:pos + 1] or reader.read_raw(1))
                     return
                 elif t == R.NOTE:
                     self._notes += 1

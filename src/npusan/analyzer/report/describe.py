@@ -54,11 +54,6 @@ def device_label(header: dict, device: int) -> str:
     return f"{backend}:{device}"
 
 
-def torch_module(header: dict) -> str:
-    """The Python module a user calls for streams on this backend, by its full name."""
-    return _MODULES[_backend(header)][0]
-
-
 def _backend(header: dict) -> str:
     backend = header.get("backend") if isinstance(header, dict) else None
     return backend if backend in _MODULES else "cuda"

@@ -14,7 +14,7 @@ import datetime
 import html
 from typing import Optional
 
-from ... import __version__
+from ..._version import __version__
 from ...trace_format.safe_text import clean
 from ..findings.model import AccessInfo, Kind
 from ..findings.grouping import Group

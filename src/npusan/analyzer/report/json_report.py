@@ -1,4 +1,4 @@
-"""The JSON report: DESIGN.md's public contract, versioned (``docs/report-schema.md``).
+"""The JSON report: a public contract, versioned (``docs/report-schema.md``).
 
 Minor versions only add optional fields; a change that removes or redefines a field bumps
 the major version, and baselines from another major version are refused.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from ... import __version__
+from ..._version import __version__
 from ...trace_format.safe_text import clean_tree
 from ..findings.model import AccessInfo, BlockInfo, StreamRef
 from ..findings.grouping import Group

@@ -13,7 +13,7 @@ from pathlib import PureWindowsPath
 from typing import Optional
 from urllib.parse import quote
 
-from ... import __version__
+from ..._version import __version__
 from ..findings.model import Frame, Kind
 from ..findings.grouping import Group
 from .sources import SourceCache, paths_shown_as, user_site

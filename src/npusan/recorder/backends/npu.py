@@ -46,9 +46,9 @@ from .base import Backend, RecorderCallbacks
 from .hooks import COMMON_HOOK_NAMES, TraceHooks
 
 _HOOKS_ATTR = "_npusan_npu_hooks"
-#: Sanitizer mode numbers of ``torch_npu._C._activate_npu_trace``.
+#: The sanitizer mode number of ``torch_npu._C._activate_npu_trace`` that npusan activates
+#: (its stream mode; the kernel mode is never used).
 STREAM_MODE = 0
-KERNEL_MODE = 1
 #: Bound on remembered deleted events (only used to drop duplicate deletions).
 _MAX_DEAD_EVENTS = 4096
 
