@@ -231,7 +231,7 @@ class CachingAllocator:
         """Release every wholly free segment; returns the bytes released."""
         self._process_events()
         released = 0
-        for base, (size, small, stream) in list(self._segments.items()):
+        for base, (size, _small, _stream) in list(self._segments.items()):
             b = self._free_blocks.get(base)
             if b is not None and b.prev is None and b.next is None and b.size == size:
                 self._remove_free(b)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 

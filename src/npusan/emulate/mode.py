@@ -102,7 +102,6 @@ class EmulationMode(TorchDispatchMode):
                 _cuda.STATE.host_reads_current_stream()
                 return func(*args, **kwargs)
             if func is aten.copy_.default:
-                dst, src = args[0], args[1]
                 nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
                 if not nb and ((ins[0] in _dev) != (ins[1] in _dev)):
                     _cuda.STATE.host_reads_current_stream()
