@@ -111,11 +111,14 @@ def check_device(backend: str) -> None:
 @click.option("--keep-internal-frames", is_flag=True, help="Keep torch's and npusan's own frames in stacks.")
 @click.option("--emulate", type=click.Choice(["cuda"]), default=None,
               help="Run the program's CUDA work on an emulated CUDA device on the CPU (no GPU needed).")
+@click.option("--emulate-devices", "emulate_devices", type=click.IntRange(1, 64), default=None, metavar="N",
+              help="With --emulate: how many devices the machine has (default 1); a torchrun rank uses "
+                   "cuda:LOCAL_RANK after set_device.")
 @click.option("--print-env", is_flag=True, help="Print the environment that makes a Python process record, and exit.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @one_line_errors
-def record(output, backend, online, online_raise, stack_depth, keep_internal_frames, emulate, print_env,
-           cmd) -> None:
+def record(output, backend, online, online_raise, stack_depth, keep_internal_frames, emulate, emulate_devices,
+           print_env, cmd) -> None:
     """Run CMD (a Python command line) and record a trace of each Python process it starts.
 
     \b
@@ -133,10 +136,14 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
         if backend not in ("auto", emulate):
             fail(f"--emulate {emulate} records with --backend {emulate}, not --backend {backend}")
         backend = emulate
+    elif emulate_devices is not None:
+        fail("--emulate-devices needs --emulate cuda")
     env = child_env(output, online=mode, backend=backend, stack_depth=stack_depth,
                     keep_internal_frames=keep_internal_frames, base={})
     if emulate is not None:
         env["NPUSAN_EMULATE"] = emulate
+        if emulate_devices is not None:
+            env["NPUSAN_EMULATE_DEVICES"] = str(emulate_devices)
     if print_env:
         for k in sorted(env):
             v = env[k]
@@ -156,8 +163,13 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
                     keep_internal_frames=keep_internal_frames)
     if emulate is not None:
         env["NPUSAN_EMULATE"] = emulate
+        if emulate_devices is not None:
+            env["NPUSAN_EMULATE_DEVICES"] = str(emulate_devices)
+        else:
+            env.pop("NPUSAN_EMULATE_DEVICES", None)
     else:
         env.pop("NPUSAN_EMULATE", None)
+        env.pop("NPUSAN_EMULATE_DEVICES", None)
     from ..recorder import status
 
     status_dir = tempfile.mkdtemp(prefix="npusan-record-")

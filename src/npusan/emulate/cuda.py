@@ -21,7 +21,6 @@ import torch
 
 from .allocator import CachingAllocator
 
-DEVICE = torch.device("cuda", 0)
 _trace = None  # torch.cuda._gpu_trace, bound at install
 #: Called with (old, new) when a thread's current stream changes (see :mod:`.backward`).
 on_switch: Optional[Callable[["Stream", "Stream"], None]] = None
@@ -48,6 +47,38 @@ class _State:
         self._ids = itertools.count(1)
         self._events = itertools.count(1)
         self.lock = threading.Lock()
+        #: How many devices the machine has (``--emulate-devices``) and the one this
+        #: process uses: every device storage and stream of a process is on it.
+        self.count = 1
+        self.device = 0
+        self._fixed = False  # device memory or a side stream exists: the device is fixed
+
+    # devices
+    def torch_device(self) -> torch.device:
+        return torch.device("cuda", self.device)
+
+    def use_device(self, index: Any, explicit: bool = True) -> int:
+        """The device a factory, ``set_device`` or a stream names: this process's device.
+
+        A process uses one device (a rank of ``torchrun`` uses ``cuda:LOCAL_RANK``): the
+        first named one, which ``set_device`` may change until the first device memory
+        or side stream exists; naming another one afterwards is not emulated."""
+        if index is None:
+            return self.device
+        i = _index(index)
+        if not 0 <= i < self.count:
+            raise RuntimeError(f"CUDA error: invalid device ordinal (npusan --emulate cuda has {self.count} "
+                               f"device{'s' if self.count != 1 else ''}; see --emulate-devices)")
+        if i != self.device:
+            if self._fixed:
+                unsupported(f"more than one device in one process (cuda:{self.device} in use, cuda:{i} named)")()
+            global DEFAULT
+            old = DEFAULT
+            self.device = i
+            DEFAULT = Stream(stream_id=0)
+            if getattr(self.tls, "stream", None) is old:
+                self.tls.stream = DEFAULT
+        return i
 
     # streams
     def new_handle(self) -> int:
@@ -75,6 +106,7 @@ class _State:
 
     # memory
     def alloc(self, nbytes: int) -> int:
+        self._fixed = True
         with self.lock:
             ptr = self.allocator.malloc(nbytes, self.current_handle())
         _fire("MemoryAllocationCallbacks", ptr)
@@ -105,11 +137,13 @@ class Stream(torch.Stream):
     def __new__(cls, device: Any = None, priority: int = 0, stream_id: Optional[int] = None,
                 device_index: Optional[int] = None, device_type: Optional[int] = None, **_: Any) -> "Stream":
         if stream_id is None:
+            STATE.use_device(device if device is not None else device_index)
+            STATE._fixed = True
             stream_id = STATE.new_handle()
             created = True
         else:
             created = False
-        self = super().__new__(cls, stream_id=stream_id, device_index=0, device_type=1)
+        self = super().__new__(cls, stream_id=stream_id, device_index=STATE.device, device_type=1)
         if created:
             _fire("StreamCreationCallbacks", stream_id)
         return self
@@ -162,7 +196,7 @@ class Stream(torch.Stream):
         return hash((self.stream_id, 1))
 
     def __repr__(self) -> str:
-        return f"<torch.cuda.Stream device=cuda:0 cuda_stream={self.stream_id:#x}>"
+        return f"<torch.cuda.Stream device=cuda:{self.device_index} cuda_stream={self.stream_id:#x}>"
 
 
 DEFAULT = Stream(stream_id=0)
@@ -244,6 +278,35 @@ def set_stream(stream: Stream) -> None:
     STATE.switch(stream)
 
 
+def _index(d: Any) -> int:
+    """The device index of an int, ``"cuda:1"``, ``torch.device`` or a device-type-less
+    ``"cuda"`` (this process's device)."""
+    if isinstance(d, int):
+        return d
+    d = torch.device(d) if isinstance(d, str) else d
+    if isinstance(d, torch.device):
+        return STATE.device if d.index is None else d.index
+    return int(d)
+
+
+def set_device(d: Any) -> None:
+    STATE.use_device(d)
+
+
+class device:  # noqa: N801 -- torch.cuda.device
+    """``with torch.cuda.device(i):``: this process's device only (see :meth:`_State.use_device`)."""
+
+    def __init__(self, d: Any) -> None:
+        self.idx = -1 if d is None else _index(d)
+
+    def __enter__(self) -> None:
+        if self.idx >= 0:
+            STATE.use_device(self.idx)
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
 class _Props:
     name = "npusan emulated CUDA device"
     major, minor = 9, 0
@@ -265,9 +328,10 @@ def api() -> Dict[str, Any]:
         "is_initialized": lambda: True,
         "_lazy_init": lambda: None,
         "init": lambda: None,
-        "device_count": lambda: 1,
-        "current_device": lambda: 0,
-        "set_device": lambda d: None,
+        "device_count": lambda: STATE.count,
+        "current_device": lambda: STATE.device,
+        "set_device": set_device,
+        "device": device,
         "get_device_name": lambda d=None: _Props.name,
         "get_device_capability": lambda d=None: (_Props.major, _Props.minor),
         "get_device_properties": lambda d=None: _Props(),
@@ -303,11 +367,11 @@ def accelerator_api() -> Dict[str, Any]:
     return {
         "is_available": lambda: True,
         "current_accelerator": lambda check_available=False: torch.device("cuda"),
-        "device_count": lambda: 1,
-        "current_device_index": lambda: 0,
-        "current_device_idx": lambda: 0,
-        "set_device_index": lambda device: None,
-        "set_device_idx": lambda device: None,
+        "device_count": lambda: STATE.count,
+        "current_device_index": lambda: STATE.device,
+        "current_device_idx": lambda: STATE.device,
+        "set_device_index": set_device,
+        "set_device_idx": set_device,
         "current_stream": lambda device=None: STATE.current(),
         "set_stream": set_stream,
         "synchronize": synchronize,

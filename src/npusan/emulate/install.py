@@ -18,8 +18,27 @@ def installed() -> Optional[str]:
     return _installed
 
 
-def install(kind: str = "cuda") -> None:
-    """Emulate a CUDA device in this process (idempotent)."""
+#: How many devices to emulate (``npusan record --emulate-devices N``; default 1).
+DEVICES_ENV = "NPUSAN_EMULATE_DEVICES"
+
+
+def _devices_from_env() -> int:
+    import os
+
+    v = os.environ.get(DEVICES_ENV, "").strip()
+    try:
+        n = int(v) if v else 1
+    except ValueError:
+        raise ValueError(f"{DEVICES_ENV}={v!r}: expected a number of devices") from None
+    if n < 1:
+        raise ValueError(f"{DEVICES_ENV}={v!r}: expected at least one device")
+    return n
+
+
+def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
+    """Emulate ``devices`` CUDA devices in this process (idempotent; default: the
+    ``NPUSAN_EMULATE_DEVICES`` environment variable, else 1). A process uses one of them
+    (``set_device``; a ``torchrun`` rank its ``LOCAL_RANK``)."""
     global _installed, _mode
     if _installed is not None:
         return
@@ -29,7 +48,7 @@ def install(kind: str = "cuda") -> None:
 
     import torch
 
-    from . import backward, cuda, tensor
+    from . import backward, cuda, dist, tensor
     from .mode import EmulationMode
 
     if torch.cuda.is_available() and not hasattr(torch.cuda, "_npusan_emulated"):
@@ -41,12 +60,14 @@ def install(kind: str = "cuda") -> None:
 
     for name, fn in cuda.accelerator_api().items():
         setattr(torch.accelerator, name, fn)
+    cuda.STATE.count = devices if devices is not None else _devices_from_env()
     torch.cuda._npusan_emulated = True
     # The CUDA backend reads the current device and stream through these accessors.
-    torch._C._cuda_getDevice = lambda: 0
+    torch._C._cuda_getDevice = lambda: cuda.STATE.device
     torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
     tensor.patch()
     backward.install()
+    dist.install()
     _mode = EmulationMode()
     _mode.__enter__()
     _patch_threads(EmulationMode)

@@ -25,6 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cuda as _cuda
+from . import dist as _dist
 from .tensor import _dev, register
 from .tensor import storage_key as key
 
@@ -34,6 +35,7 @@ _CPU = torch.device("cpu")
 
 _HOST_READS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
 _PIN = {aten._pin_memory.default}
+_C10D = ("c10d", "_c10d_functional")
 
 
 def _is_cuda(d: Any) -> bool:
@@ -80,6 +82,7 @@ class EmulationMode(TorchDispatchMode):
         d = kwargs.get("device")
         if d is not None:
             if _is_cuda(d):  # a factory or a host-to-device copy
+                _cuda.STATE.use_device(d)
                 kw = dict(kwargs)
                 kw["device"] = _CPU
                 kw.pop("pin_memory", None)
@@ -94,6 +97,8 @@ class EmulationMode(TorchDispatchMode):
                     _cuda.STATE.host_reads_current_stream()
                 return func(*args, **kwargs)
         if dev_in:
+            if func.namespace in _C10D:  # a collective: as ProcessGroupNCCL runs it
+                return _dist.run(func, args, kwargs, _register_new, ins)
             if func is aten.record_stream.default:
                 t, s = args
                 _cuda.STATE.record_stream(_dev[key(t)], int(s.stream_id))

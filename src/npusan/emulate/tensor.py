@@ -33,7 +33,6 @@ from . import cuda as _cuda
 
 #: ``StorageImpl`` address -> virtual address of its block (0 for an empty storage).
 _dev: Dict[int, int] = {}
-_CUDA = torch.device("cuda", 0)
 _CPU = torch.device("cpu")
 
 
@@ -127,7 +126,7 @@ def patch() -> None:
 
     def device(self: torch.Tensor) -> torch.device:
         if key(self) in dev:
-            return _CUDA
+            return _cuda.STATE.torch_device()
         return base_device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
@@ -138,7 +137,7 @@ def patch() -> None:
 
     def get_device(self: torch.Tensor) -> int:
         if key(self) in dev:
-            return 0
+            return _cuda.STATE.device
         return base_get_device(self)
 
     def data_ptr(self: torch.Tensor) -> int:
@@ -162,7 +161,7 @@ def patch() -> None:
                 return base_to(self, *args, **kwargs)
             # Host to device: straight to the copy op (C++'s ``to`` would look for a CUDA
             # runtime to check pinned memory); the mode makes its output device memory.
-            return aten_to_copy(self, dtype=dtype or self.dtype, device=_CUDA, non_blocking=nb,
+            return aten_to_copy(self, dtype=dtype or self.dtype, device=d, non_blocking=nb,
                                 memory_format=fmt)
         if d.type == "cuda":  # already there: a copy only if dtype/format/copy ask for one
             return base_to(self, dtype or self.dtype, non_blocking=nb, copy=copy, memory_format=fmt)
@@ -172,7 +171,8 @@ def patch() -> None:
 
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
-        return to(self, _CUDA, non_blocking=non_blocking, memory_format=memory_format)
+        d = torch.device("cuda") if device is None else torch.device("cuda", _cuda._index(device))
+        return to(self, d, non_blocking=non_blocking, memory_format=memory_format)
 
     def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         return to(self, _CPU, memory_format=memory_format)
@@ -182,7 +182,7 @@ def patch() -> None:
         return st_data_ptr(self) if p is None else p
 
     def st_dev(self: Any) -> torch.device:
-        return _CUDA if self._cdata in dev else st_device.__get__(self)
+        return _cuda.STATE.torch_device() if self._cdata in dev else st_device.__get__(self)
 
     def st_resize_(self: Any, size: int) -> Any:
         old = dev.get(self._cdata)
@@ -206,7 +206,7 @@ def patch() -> None:
             kw.pop("pin_memory", None)
             if isinstance(data, torch.Tensor) and key(data) in dev and orig is torch.as_tensor:
                 return orig(data, *args, **kw)  # already on the device: as_tensor aliases
-            t = to(orig(data, *args, **kw), _CUDA)
+            t = to(orig(data, *args, **kw), torch.device(d))
             return t.requires_grad_() if rg else t
         make.__doc__ = orig.__doc__
         make.__name__ = orig.__name__
