@@ -259,6 +259,7 @@ def install() -> None:
         return orig_fwait(self)
 
     torch._C.Future.wait = fwait
+    _patch_reducer(dist)
     from torch.distributed import _functional_collectives as fc
 
     orig_wt = fc.wait_tensor
@@ -275,3 +276,26 @@ def install() -> None:
 
     wait_tensor.__doc__ = orig_wt.__doc__
     fc.wait_tensor = wait_tensor
+
+
+def _patch_reducer(dist: Any) -> None:
+    """The DDP reducer allocates its buckets in C++ from the parameters' options: a CPU
+    allocation at the C++ level, device memory in the program (so the bucket all-reduce is
+    device work). Its constructor and ``_rebuild_buckets`` run in :func:`.mode.device_factories`."""
+    from .mode import device_factories
+
+    cls = dist.Reducer
+
+    def Reducer(*a: Any, **k: Any) -> Any:  # noqa: N802 -- stands for the class
+        with device_factories():
+            return cls(*a, **k)
+
+    Reducer.__doc__ = cls.__doc__
+    dist.Reducer = Reducer
+    rebuild = cls._rebuild_buckets
+
+    def _rebuild_buckets(self: Any) -> Any:
+        with device_factories():
+            return rebuild(self)
+
+    cls._rebuild_buckets = _rebuild_buckets

@@ -64,6 +64,8 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
     torch.cuda._npusan_emulated = True
     # The CUDA backend reads the current device and stream through these accessors.
     torch._C._cuda_getDevice = lambda: cuda.STATE.device
+    # Python callers (FSDP2's default mesh, a backend-less init_process_group) ask it.
+    torch._C._get_accelerator = lambda check=False: torch.device("cuda")
     torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
     tensor.patch()
     backward.install()

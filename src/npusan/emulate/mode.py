@@ -19,7 +19,9 @@ stream, as CUDA does. Pinned host memory is ordinary host memory that says it is
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import threading
+from typing import Any, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -67,6 +69,22 @@ def _register_new(out: Any, ins: list) -> None:
     elif isinstance(out, (list, tuple)):
         for y in out:
             _register_new(y, ins)
+
+
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def device_factories() -> Iterator[None]:
+    """Within it, in this thread, what C++ allocates without a device tensor among its
+    inputs is device memory: C++ that sizes buffers from a parameter's options (the DDP
+    reducer's buckets) allocates "on the CPU" at the C++ level, on the device in the
+    program."""
+    _scope.depth = getattr(_scope, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _scope.depth -= 1
 
 
 def _pinned(t: torch.Tensor) -> torch.Tensor:
@@ -124,4 +142,7 @@ class EmulationMode(TorchDispatchMode):
             return _pinned(func(*args, **kw))
         if func is aten.record_stream.default:
             return None  # a host tensor: CUDA rejects it, nothing to model
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if not ins and getattr(_scope, "depth", 0):
+            _register_new(out, ins)
+        return out

@@ -47,6 +47,26 @@ def bug_async_no_wait():
     return y
 
 
+def ok_fsdp2():
+    """FSDP2: parameter all-gathers on the all-gather stream, gradient reduce-scatters on the
+    reduce-scatter stream, a few AdamW steps."""
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8)).cuda()
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(3):
+        x = torch.randn(16, 32, device="cuda")
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+
 if __name__ == "__main__":
     dist.init_process_group("nccl")
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
