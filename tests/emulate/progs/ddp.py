@@ -49,7 +49,8 @@ def bug_async_no_wait():
 
 def ok_fsdp2():
     """FSDP2: parameter all-gathers on the all-gather stream, gradient reduce-scatters on the
-    reduce-scatter stream, a few AdamW steps."""
+    reduce-scatter stream, a few AdamW steps (the optimizer's ops on DTensor local tensors
+    run inside DTensor's own dispatch, which no dispatch mode sees: see docs/emulation.md)."""
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
