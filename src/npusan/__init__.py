@@ -45,6 +45,7 @@ def record(
     stack_depth: int = 32,
     keep_internal_frames: bool = False,
     metadata: Optional[dict] = None,
+    emulate: Optional[str] = None,
 ):
     """A recorder writing ``path`` (a path or a binary file object); use it as a context
     manager, or call ``.start()`` / ``.stop()``. ``online="raise"|"warn"`` also runs the
@@ -52,9 +53,17 @@ def record(
 
     Started while this process is already recording (under ``npusan record``, say), it
     joins that recording: ``path`` is not written (a note on stderr says so) and stopping
-    it leaves the running recording alone."""
+    it leaves the running recording alone.
+
+    ``emulate="cuda"`` runs the program's CUDA work on an emulated device on the CPU
+    (see docs/emulation.md) and records it with the CUDA backend."""
     from .recorder.session import Recorder
 
+    if emulate is not None:
+        from .emulate.install import install
+
+        install(emulate)
+        backend = "cuda"
     return Recorder(
         path,
         backend=backend,

@@ -124,10 +124,16 @@ class _RecordCommand(click.Command):
               help="Analyze live and stop the program (npusan.RaceError) at the first race.")
 @click.option("--stack-depth", type=click.IntRange(0, 1000), default=32, show_default=True)
 @click.option("--keep-internal-frames", is_flag=True, help="Keep torch's and npusan's own frames in stacks.")
+@click.option("--emulate", type=click.Choice(["cuda"]), default=None,
+              help="Run the program's CUDA work on an emulated CUDA device on the CPU (no GPU needed).")
+@click.option("--emulate-devices", "emulate_devices", type=click.IntRange(1, 64), default=None, metavar="N",
+              help="With --emulate: how many devices the machine has (default 1); a torchrun rank uses "
+                   "cuda:LOCAL_RANK after set_device.")
 @click.option("--print-env", is_flag=True, help="Print the environment that makes a Python process record, and exit.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 @one_line_errors
-def record(output, backend, online, online_raise, stack_depth, keep_internal_frames, print_env, cmd) -> None:
+def record(output, backend, online, online_raise, stack_depth, keep_internal_frames, emulate, emulate_devices,
+           print_env, cmd) -> None:
     """Run CMD (a Python command line) and record a trace of each Python process it starts.
 
     \b
@@ -135,13 +141,24 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
       npusan record -o out/train.npusan -- python train.py --epochs 1
       npusan record -o out/t.npusan -- torchrun --nproc_per_node=8 train.py   # out/t.rank<R>.npusan
       npusan record --backend sim -- python -m npusan.examples.multistream
+      npusan record --emulate cuda -- python train.py   # a CUDA program, no GPU
       eval "$(npusan record --print-env -o t.npusan)"; python train.py
     """
     from ..recorder.activate import child_env
 
     mode = "raise" if online_raise else ("warn" if online else None)
+    if emulate is not None:
+        if backend not in ("auto", emulate):
+            fail(f"--emulate {emulate} records with --backend {emulate}, not --backend {backend}")
+        backend = emulate
+    elif emulate_devices is not None:
+        fail("--emulate-devices needs --emulate cuda")
     env = child_env(output, online=mode, backend=backend, stack_depth=stack_depth,
                     keep_internal_frames=keep_internal_frames, base={})
+    if emulate is not None:
+        env["NPUSAN_EMULATE"] = emulate
+        if emulate_devices is not None:
+            env["NPUSAN_EMULATE_DEVICES"] = str(emulate_devices)
     if print_env:
         for k in sorted(env):
             v = env[k]
@@ -153,12 +170,21 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
         return
     if not cmd:
         fail("nothing to run: give a command after --, e.g. npusan record -- python train.py")
-    if backend in ("cuda", "npu"):
+    if backend in ("cuda", "npu") and emulate is None:
         check_device(backend)
     if os.path.isdir(output) or output.endswith(("/", os.sep)):
         fail(f"-o {output} names a directory; give a file path such as {os.path.join(output, 'trace.npusan')}")
     env = child_env(output, online=mode, backend=backend, stack_depth=stack_depth,
                     keep_internal_frames=keep_internal_frames)
+    if emulate is not None:
+        env["NPUSAN_EMULATE"] = emulate
+        if emulate_devices is not None:
+            env["NPUSAN_EMULATE_DEVICES"] = str(emulate_devices)
+        else:
+            env.pop("NPUSAN_EMULATE_DEVICES", None)
+    else:
+        env.pop("NPUSAN_EMULATE", None)
+        env.pop("NPUSAN_EMULATE_DEVICES", None)
     from ..recorder import status
 
     status_dir = tempfile.mkdtemp(prefix="npusan-record-")

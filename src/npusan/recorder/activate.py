@@ -22,7 +22,9 @@ records the NPU and npusan never imports torch_npu itself.
 Environment: ``NPUSAN_TRACE`` (trace path template), ``NPUSAN_ONLINE`` (``raise``/``warn``:
 run the analyzer in process; alone it records to no file), ``NPUSAN_BACKEND``
 (``auto``/``cuda``/``npu``/``sim``), ``NPUSAN_STACK_DEPTH`` (default 32, 0 = no stacks),
-``NPUSAN_KEEP_INTERNAL_FRAMES`` (``1``: keep torch's and npusan's frames).
+``NPUSAN_KEEP_INTERNAL_FRAMES`` (``1``: keep torch's and npusan's frames),
+``NPUSAN_EMULATE`` (``cuda``: run the program on an emulated CUDA device, recorded by
+the CUDA backend; see :mod:`npusan.emulate`).
 
 One trace per process (:func:`trace_path_for_process`): ``{pid}``, ``{rank}`` and
 ``{local_rank}`` in the path are expanded (rank: ``RANK``, else ``LOCAL_RANK``, else 0;
@@ -55,6 +57,8 @@ BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 OWNER_ENV = "NPUSAN_TRACE_OWNER"
 #: Set to 1 to turn off recording from the environment (the start-up hook stays inert).
 DISABLE_ENV = "NPUSAN_DISABLE"
+#: ``cuda``: emulate a CUDA device on the CPU (set by ``npusan record --emulate cuda``).
+EMULATE_ENV = "NPUSAN_EMULATE"
 
 
 def _env_index(var: str) -> Optional[str]:
@@ -242,6 +246,12 @@ def start_from_env() -> None:
         if _wait_for_torch_npu(cfg):
             _watch_imports()  # the torch_npu watcher calls back when it is imported
             return
+        emulate = os.environ.get(EMULATE_ENV) or None
+        if emulate is not None:  # before the recorder: its mode must sit above the emulator's
+            from ..emulate.install import install
+
+            install(emulate)
+            cfg["backend"] = "cuda"
         path = cfg.pop("path")
         if path is not None:
             path = trace_path_for_process(path)

@@ -1,0 +1,96 @@
+"""Turning the emulator on: ``npusan.emulate.install("cuda")`` before the program runs.
+
+Order matters: the emulation mode must sit *below* the recorder's dispatch mode (the
+recorder sees each op, then the emulator runs it and registers its device outputs,
+which the recorder then reads), so the emulator is installed before recording starts (``NPUSAN_EMULATE`` is read by the
+activation code, ``emulate=`` by :func:`npusan.record`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+_installed: Optional[str] = None
+_mode: Any = None
+
+
+def installed() -> Optional[str]:
+    return _installed
+
+
+#: How many devices to emulate (``npusan record --emulate-devices N``; default 1).
+DEVICES_ENV = "NPUSAN_EMULATE_DEVICES"
+
+
+def _devices_from_env() -> int:
+    import os
+
+    v = os.environ.get(DEVICES_ENV, "").strip()
+    try:
+        n = int(v) if v else 1
+    except ValueError:
+        raise ValueError(f"{DEVICES_ENV}={v!r}: expected a number of devices") from None
+    if n < 1:
+        raise ValueError(f"{DEVICES_ENV}={v!r}: expected at least one device")
+    return n
+
+
+def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
+    """Emulate ``devices`` CUDA devices in this process (idempotent; default: the
+    ``NPUSAN_EMULATE_DEVICES`` environment variable, else 1). A process uses one of them
+    (``set_device``; a ``torchrun`` rank its ``LOCAL_RANK``)."""
+    global _installed, _mode
+    if _installed is not None:
+        return
+    if kind != "cuda":
+        raise ValueError(f"npusan --emulate {kind}: only 'cuda' is emulated")
+    import importlib
+
+    import torch
+
+    from . import backward, cuda, dist, tensor
+    from .mode import EmulationMode
+
+    if torch.cuda.is_available() and not hasattr(torch.cuda, "_npusan_emulated"):
+        raise RuntimeError("npusan --emulate cuda: this machine has a CUDA device; record it without --emulate")
+    cuda._trace = importlib.import_module("torch.cuda._gpu_trace")
+    for name, fn in cuda.api().items():
+        setattr(torch.cuda, name, fn)
+    import torch.accelerator
+
+    for name, fn in cuda.accelerator_api().items():
+        setattr(torch.accelerator, name, fn)
+    cuda.STATE.count = devices if devices is not None else _devices_from_env()
+    torch.cuda._npusan_emulated = True
+    # The CUDA backend reads the current device and stream through these accessors.
+    torch._C._cuda_getDevice = lambda: cuda.STATE.device
+    # Python callers (FSDP2's default mesh, a backend-less init_process_group) ask it.
+    torch._C._get_accelerator = lambda check=False: torch.device("cuda")
+    torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
+    tensor.patch()
+    backward.install()
+    dist.install()
+    _mode = EmulationMode()
+    _mode.__enter__()
+    _patch_threads(EmulationMode)
+    _installed = kind
+
+
+def _patch_threads(mode_cls: Any) -> None:
+    """Threads started from now on enter their own emulation mode first (a dispatch mode
+    is thread-local), so factories with ``device="cuda"`` and ops on device tensors work
+    in every thread. ``Thread._bootstrap`` runs *before* ``_bootstrap_inner``, which the
+    recorder wraps: the emulator's mode thus sits below the recorder's in each thread,
+    as it does in the main thread."""
+    import threading
+
+    orig = threading.Thread._bootstrap  # type: ignore[attr-defined]
+
+    def _bootstrap(self: Any) -> None:
+        try:
+            mode_cls().__enter__()
+        except Exception:  # never stop a thread from running
+            pass
+        orig(self)
+
+    threading.Thread._bootstrap = _bootstrap  # type: ignore[attr-defined]

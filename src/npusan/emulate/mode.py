@@ -1,0 +1,148 @@
+"""The emulator's dispatch mode: which op outputs are device memory, and host/device copies.
+
+It sits *below* the recorder's mode (the recorder sees each op first and reads the
+registry the emulator filled for its outputs). Every op runs as the CPU op it is; the mode
+only decides, per output, whether it is device memory:
+
+* a factory with ``device="cuda"`` (or ``_to_copy(device="cuda")``, the copy behind
+  ``.to("cuda")``) makes device tensors -- the kernel runs with ``device="cpu"``;
+* ``_to_copy`` with an explicit CPU device makes host tensors (``.cpu()``,
+  ``.to("cpu")``, see :func:`.tensor.patch`);
+* any other op with a device tensor among its inputs makes device tensors (an output
+  sharing an input's storage -- a view, an in-place or ``out=`` op -- keeps that storage's
+  kind, so ``host.copy_(dev)`` stays a host tensor).
+
+A blocking copy between host and device (``.item()``, ``.cpu()``, ``copy_`` across,
+``.to("cuda")`` of a host tensor without ``non_blocking``) synchronizes the current
+stream, as CUDA does. Pinned host memory is ordinary host memory that says it is pinned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import cuda as _cuda
+from . import dist as _dist
+from .tensor import _dev, register
+from .tensor import storage_key as key
+
+aten = torch.ops.aten
+Tensor = torch.Tensor
+_CPU = torch.device("cpu")
+
+_HOST_READS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
+_PIN = {aten._pin_memory.default}
+_C10D = ("c10d", "_c10d_functional")
+
+
+def _is_cuda(d: Any) -> bool:
+    if isinstance(d, torch.device):
+        return d.type == "cuda"
+    if isinstance(d, str):
+        return d.startswith("cuda")
+    return False
+
+
+def _inputs(args: Any, kwargs: dict) -> list:
+    """Storage keys of the tensor inputs (lists included)."""
+    keys = []
+    for a in (args, kwargs.values()):
+        for x in a:
+            if isinstance(x, Tensor):
+                keys.append(key(x))
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    if isinstance(y, Tensor):
+                        keys.append(key(y))
+    return keys
+
+
+def _register_new(out: Any, ins: list) -> None:
+    if isinstance(out, Tensor):
+        if key(out) not in ins:
+            register(out)
+    elif isinstance(out, (list, tuple)):
+        for y in out:
+            _register_new(y, ins)
+
+
+_scope = threading.local()
+
+
+@contextlib.contextmanager
+def device_factories() -> Iterator[None]:
+    """Within it, in this thread, what C++ allocates without a device tensor among its
+    inputs is device memory: C++ that sizes buffers from a parameter's options (the DDP
+    reducer's buckets) allocates "on the CPU" at the C++ level, on the device in the
+    program."""
+    _scope.depth = getattr(_scope, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _scope.depth -= 1
+
+
+def _pinned(t: torch.Tensor) -> torch.Tensor:
+    t._npusan_pinned = True  # type: ignore[attr-defined]
+    return t
+
+
+class EmulationMode(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        ins = _inputs(args, kwargs)
+        dev_in = any(k in _dev for k in ins)
+        d = kwargs.get("device")
+        if d is not None:
+            if _is_cuda(d):  # a factory or a host-to-device copy
+                _cuda.STATE.use_device(d)
+                kw = dict(kwargs)
+                kw["device"] = _CPU
+                kw.pop("pin_memory", None)
+                nb = kw.get("non_blocking", False)
+                if func is aten._to_copy.default and not dev_in and not nb:
+                    _cuda.STATE.host_reads_current_stream()  # a blocking host-to-device copy
+                out = func(*args, **kw)
+                _register_new(out, ins)
+                return out
+            if func is aten._to_copy.default and dev_in:  # device to host
+                if not kwargs.get("non_blocking"):
+                    _cuda.STATE.host_reads_current_stream()
+                return func(*args, **kwargs)
+        if dev_in:
+            if func.namespace in _C10D:  # a collective: as ProcessGroupNCCL runs it
+                return _dist.run(func, args, kwargs, _register_new, ins)
+            if func is aten.record_stream.default:
+                t, s = args
+                _cuda.STATE.record_stream(_dev[key(t)], int(s.stream_id))
+                return None
+            if func in _HOST_READS:  # a blocking device-to-host read
+                _cuda.STATE.host_reads_current_stream()
+                return func(*args, **kwargs)
+            if func is aten.copy_.default:
+                nb = kwargs.get("non_blocking", args[2] if len(args) > 2 else False)
+                if not nb and ((ins[0] in _dev) != (ins[1] in _dev)):
+                    _cuda.STATE.host_reads_current_stream()
+                return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            _register_new(out, ins)
+            return out
+        if func in _PIN:
+            return _pinned(args[0].clone())  # pinned host memory is host memory
+        if func is aten.is_pinned.default:
+            return bool(getattr(args[0], "_npusan_pinned", False))
+        if kwargs.get("pin_memory"):
+            kw = dict(kwargs)
+            kw["pin_memory"] = False
+            return _pinned(func(*args, **kw))
+        if func is aten.record_stream.default:
+            return None  # a host tensor: CUDA rejects it, nothing to model
+        out = func(*args, **kwargs)
+        if not ins and getattr(_scope, "depth", 0):
+            _register_new(out, ins)
+        return out

@@ -1,0 +1,125 @@
+"""NCCL programs on 2 ranks under ``npusan record --emulate cuda --emulate-devices 2 --
+torchrun --nproc_per_node=2``: gloo carries the emulated tensors, the emulator fires what
+ProcessGroupNCCL does on the device, and the CUDA backend records it unchanged.
+
+Two launches (torchrun start-up dominates): the installed torch's process-group model, and
+torch < 2.8's (``NPUSAN_C10D_MODEL=2.7``: every collective on the comm stream, tensors
+``record_stream``-ed), each running every scenario of ``progs/ddp.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch without gloo", allow_module_level=True)
+
+from npusan.analyzer.replay.traces import analyze_traces  # noqa: E402
+from npusan.analyzer.report.sources import user_site  # noqa: E402
+from npusan.trace_format import records as R  # noqa: E402
+
+from ..recorder.conftest import free_port, records  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PROG = Path(__file__).with_name("progs") / "ddp.py"
+SOURCE = PROG.read_text()
+SCENARIOS = [n.name for n in ast.parse(SOURCE).body
+             if isinstance(n, ast.FunctionDef) and n.name.startswith(("ok_", "bug_"))]
+
+
+def _line(marker: str) -> int:
+    return next(i for i, t in enumerate(SOURCE.splitlines(), 1) if t.rstrip().endswith(marker))
+
+
+def _launch(tmp: Path, **env: str) -> list:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("NPUSAN_", "TORCH_NCCL_"))}
+    full.update(env, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{ROOT}")
+    exe = Path(sys.executable).with_name("torchrun")
+    run = [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
+    cmd = [sys.executable, "-m", "npusan", "record", "--emulate", "cuda", "--emulate-devices", "2",
+           "-o", str(tmp / "d.npusan"), "--", *run, "--nproc_per_node=2", f"--master_port={free_port()}",
+           str(PROG), *SCENARIOS]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=str(tmp), timeout=300)
+    assert p.returncode == 0, p.stderr[-4000:]
+    traces = sorted(tmp.glob("d.rank*.npusan"))
+    assert len(traces) == 2, p.stderr[-2000:]
+    return traces
+
+
+@pytest.fixture(scope="module")
+def current(tmp_path_factory):
+    traces = _launch(tmp_path_factory.mktemp("emu_nccl"))
+    return traces, analyze_traces([str(t) for t in traces])
+
+
+@pytest.fixture(scope="module")
+def legacy(tmp_path_factory):
+    traces = _launch(tmp_path_factory.mktemp("emu_nccl27"), NPUSAN_C10D_MODEL="2.7")
+    return traces, analyze_traces([str(t) for t in traces])
+
+
+def _scenario(stack) -> str:
+    for fr in reversed(stack):
+        if os.path.basename(fr.filename) == PROG.name and fr.function in SCENARIOS:
+            return fr.function
+    return "?"
+
+
+def _kernels(path):
+    """(op, stream handle, comm stream handles) of every kernel of a trace; the records;
+    the symbols."""
+    recs, reader = records(path)
+    sy = reader.symbols
+    comm = {sy.streams[s][1] for s, (role, _) in sy.stream_labels.items() if role == R.ROLE_COMM}
+    return [(sy.strings[r[2]], sy.streams[r[1]][1], comm) for r in recs if r[0] == R.KERNEL], recs, sy
+
+
+@pytest.mark.parametrize("model", ["current", "legacy"])
+def test_ddp_and_fsdp2_clean_async_result_used_before_wait_races(model, request):
+    _, result = request.getfixturevalue(model)
+    found: dict = {}
+    for f in result.findings:
+        found.setdefault(_scenario(f.access.stack), []).append(f)
+    assert set(found) == {"bug_async_no_wait"}, {
+        n: [(f.kind.value, f.previous.op, user_site(f.access.stack)) for f in fs] for n, fs in found.items()}
+    fs = found["bug_async_no_wait"]
+    assert sorted(f.trace for f in fs) == [0, 1]  # one per rank
+    for f in fs:
+        assert f.kind.value == "data-race" and f.previous.op == "all_reduce"
+        assert f.previous.stream.label == "comm stream of process group 0"
+        assert user_site(f.access.stack).lineno == _line("LATER:async_no_wait")
+        assert user_site(f.previous.stack).lineno == _line("EARLIER:async_no_wait")
+
+
+def test_each_rank_records_its_own_device(current):
+    traces, result = current
+    for rank, t in enumerate(traces):
+        _, recs, sy = _kernels(t)
+        devices = {d for d, _ in sy.streams.values()}
+        assert devices == {rank}, (t, devices)
+
+
+def test_collectives_run_where_processgroupnccl_runs_them(current, legacy):
+    kern, recs, sy = _kernels(current[0][0])
+    on_comm = {op for op, s, comm in kern if s in comm}
+    # DDP's bucket all-reduce (launched by the C++ reducer in backward) and the async
+    # all_reduce of the scenarios run on the comm stream; torch >= 2.8 runs FSDP2's
+    # async_op=False collectives on its own all-gather / reduce-scatter streams
+    assert "all_reduce" in on_comm
+    side = {op for op, s, comm in kern if s != 0 and s not in comm}
+    assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= side
+    assert not [r for r in recs if r[0] == R.RECORD_STREAM]
+    kern, recs, sy = _kernels(legacy[0][0])
+    on_comm = {op for op, s, comm in kern if s in comm}
+    assert {"all_reduce", "all_gather_into_tensor (async_op=False)",
+            "reduce_scatter_tensor (async_op=False)"} <= on_comm
+    comm = {s for s, (_, h) in sy.streams.items() if h in kern[0][2]}
+    assert [r for r in recs if r[0] == R.RECORD_STREAM and r[2] in comm]
