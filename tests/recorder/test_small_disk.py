@@ -37,7 +37,8 @@ def small_disk(tmp_path):
     try:
         yield where
     finally:
-        subprocess.run([umount, str(where)], capture_output=True, timeout=30)
+        # lazily: a reader the test left to the garbage collector may still hold a file open
+        subprocess.run([umount, "-l", str(where)], capture_output=True, timeout=30)
 
 
 def test_a_disk_smaller_than_a_growth_step_keeps_what_fitted_and_says_the_disk_filled(small_disk, capfd):

@@ -266,7 +266,9 @@ def _say_trace_written(rec, pid: int) -> None:
     if os.getpid() != pid:
         return
     try:
-        rec.stop()
+        from .process_hooks import stop_at_exit
+
+        stop_at_exit(rec)
         path = rec.path
         if isinstance(path, (str, os.PathLike)) and not rec.failed and os.path.isfile(path):
             sys.stderr.write(f"npusan: trace written: {os.fspath(path)}\n")
