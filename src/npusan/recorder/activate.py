@@ -33,7 +33,8 @@ its pid in ``NPUSAN_TRACE_OWNER``, so any Python process it starts later writes
 ``STEM.pid<PID>SUFFIX`` instead of clobbering it. Under ``npusan record`` two processes
 that would still write the same file (a ``{rank}`` template in processes without a rank)
 never overwrite each other: the later one adds ``.pid<PID>`` (see :mod:`.status`).
-Forked children (DataLoader workers) stop recording and write nothing; the children of a
+Forked children (DataLoader workers) stop recording and write nothing (the first fork says so:
+see :mod:`.process_hooks`); the children of a
 multiprocessing forkserver, which are whole worker processes, record a trace each.
 
 The torchrun launcher itself (``torchrun``, ``python -m torch.distributed.run``) does no

@@ -275,6 +275,12 @@ class Recorder(EventQueue, RuntimeCallbacks):
             if self._deferred or (self.writer is not None and self.writer.sink.pending()):
                 self._run(self._flush)
 
+    def note(self, level: str, text: str) -> None:
+        """A NOTE record in the trace, in order with the events around it (no trace: nothing)."""
+        if self.writer is not None and self.enc is not None and self.active:
+            self._post(self.enc.note, (level, text))
+            self._drain_now()
+
     def after_fork_in_child(self) -> None:
         """A forked child never writes into the parent's trace: drop everything."""
         self.active = False
