@@ -126,14 +126,26 @@ def cases() -> dict:
     bomb = z.compress(trace(race(), end=False)) + b"".join(z.compress(bytes(1 << 24)) for _ in range(32)) + z.flush()
     c["zstd_bomb_of_zeros"] = (bomb, {v: [2, "refused as a decompression bomb"] for v in ("analyze", "info", "export")})
 
+    after_end = {"analyze": [1, "data after its end record"], "info": [0, ""], "export": [0, ""]}
+    # A clean trace whose END is followed by 512 MiB of zeros in 16 KB of zstandard, in a frame
+    # of their own or in the END's frame: only whether anything follows END is asked (a
+    # bounded look, 64 KiB), so the zeros are not decoded (they took 2.5 s, then were
+    # refused as a bomb although every record before END was read and verified).
+    whole = zstandard.ZstdCompressor(level=19, write_checksum=True)
+    z = whole.compressobj()
+    zeros = b"".join(z.compress(bytes(1 << 24)) for _ in range(32)) + z.flush()
+    c["zstd_zero_bomb_after_end"] = (whole.compress(trace(race())) + zeros, after_end)
+    z = whole.compressobj()
+    c["zstd_zero_bomb_after_end_same_frame"] = (
+        z.compress(trace(race())) + b"".join(z.compress(bytes(1 << 24)) for _ in range(32)) + z.flush(), after_end)
+
     # Framing.
     c["header_not_a_map"] = (R.MAGIC + pack([1, 0]), {v: [2, "not a map"] for v in ("analyze", "info", "export")})
     c["format_2_0"] = (trace([], {"format": [2, 0]}), {v: [2, "newer"] for v in ("analyze", "info", "export")})
     c["cut_inside_a_record"] = (trace(race(), end=False)[:-3],
                                 {"analyze": [0, "without an end record"], "info": [0, ""],
                                  "export": [0, ""]})
-    c["data_after_end"] = (trace(race()) + b"\xff\xfe junk",
-                           {"analyze": [1, "data after its end record"], "info": [0, ""], "export": [0, ""]})
+    c["data_after_end"] = (trace(race()) + b"\xff\xfe junk", after_end)
     c["unknown_record_type"] = (trace([[200, ESC]] + race()),
                                 {"analyze": [1, "unknown type 200"], "info": [0, ""], "export": [0, ""]})
     return c

@@ -252,3 +252,38 @@ def test_bytes_after_the_last_frame_are_data_after_the_end_record(tmp_path, monk
     (warning,) = summary.warnings
     assert warning.startswith(f"the trace has data after its end record: the {kind} data is corrupt (")
     assert warning.endswith("; it was ignored")
+
+
+@pytest.mark.parametrize("engine", ["native", "python"])
+@pytest.mark.parametrize("own_frame", [True, False])
+def test_a_zero_bomb_after_the_end_record_is_not_decompressed(tmp_path, monkeypatch, engine, own_frame):
+    """Once END is read, only whether anything follows is asked: at most 64 KiB more of
+    decompressed data are looked at, so 512 MiB of zeros in 16 KB of zstandard after a clean
+    end cost nothing (they were decoded until refused as a bomb: 2.5 s, exit 2)."""
+    from npusan.analyzer.replay.traces import analyze_traces
+    from npusan.trace_format import compression
+
+    monkeypatch.setenv("NPUSAN_ENGINE", engine)
+    decoded = []
+    real_read = compression._VerifiedFrames.read
+
+    def read(self, size=-1):
+        data = real_read(self, size)
+        decoded.append(self._decoded)
+        return data
+
+    monkeypatch.setattr(compression._VerifiedFrames, "read", read)
+    path = tmp_path / "t.npusan"
+    _racy_last_frame(path)
+    c = zstandard.ZstdCompressor(write_checksum=True)
+    z = c.compressobj()
+    records = path.read_bytes()
+    head = c.compress(records) if own_frame else z.compress(records)
+    zeros = b"".join(z.compress(bytes(1 << 24)) for _ in range(32)) + z.flush()
+    bomb = tmp_path / "bomb.zst"
+    bomb.write_bytes(head + zeros)
+    result = analyze_traces([str(bomb)])
+    (summary,) = result.traces
+    assert len(result.findings) == 1 and not summary.truncated
+    assert summary.warnings == ["the trace has data after its end record; it was ignored"]
+    assert max(decoded) < 32 << 20  # a frame's hold-back (8 MiB) and a step, not 512 MiB

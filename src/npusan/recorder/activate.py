@@ -35,7 +35,8 @@ its pid in ``NPUSAN_TRACE_OWNER``, so any Python process it starts later writes
 ``STEM.pid<PID>SUFFIX`` instead of clobbering it. Under ``npusan record`` two processes
 that would still write the same file (a ``{rank}`` template in processes without a rank)
 never overwrite each other: the later one adds ``.pid<PID>`` (see :mod:`.status`).
-Forked children (DataLoader workers) stop recording and write nothing; the children of a
+Forked children (DataLoader workers) stop recording and write nothing (the first fork says so:
+see :mod:`.process_hooks`); the children of a
 multiprocessing forkserver, which are whole worker processes, record a trace each.
 
 The torchrun launcher itself (``torchrun``, ``python -m torch.distributed.run``) does no
@@ -276,7 +277,9 @@ def _say_trace_written(rec, pid: int) -> None:
     if os.getpid() != pid:
         return
     try:
-        rec.stop()
+        from .process_hooks import stop_at_exit
+
+        stop_at_exit(rec)
         path = rec.path
         if isinstance(path, (str, os.PathLike)) and not rec.failed and os.path.isfile(path):
             sys.stderr.write(f"npusan: trace written: {os.fspath(path)}\n")

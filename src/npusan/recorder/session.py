@@ -48,6 +48,9 @@ FLUSH_INTERVAL = 0.5
 #: on the END record rather than hang the process).
 STOP_WAIT = 5.0
 
+#: Why a recording left by a ``KeyboardInterrupt`` stopped (the END record's ``stopped``).
+INTERRUPTED = "interrupted (KeyboardInterrupt)"
+
 _current: Optional["Recorder"] = None
 _current_lock = threading.Lock()
 
@@ -189,15 +192,16 @@ class Recorder(EventQueue, RuntimeCallbacks):
             )
         return self
 
-    def stop(self, *, signum: Optional[int] = None) -> None:
+    def stop(self, *, signum: Optional[int] = None, reason: Optional[str] = None) -> None:
         """Stop recording: write the END record and close the trace.
 
         Idempotent and re-entrant: a second call -- from a signal handler, from a callback
         fired while stopping, from another thread -- returns at once. It waits at most
         :data:`STOP_WAIT` for another thread that is writing; past that, the trace is
         left with everything committed so far and no END record. ``signum``: the signal
-        that is ending the process (noted in the END record). A joined recorder (see
-        :meth:`start`) only leaves the recording it joined.
+        that is ending the process (noted in the END record); ``reason``: why recording
+        stops before the program does (a NOTE and the END record's ``stopped``). A joined
+        recorder (see :meth:`start`) only leaves the recording it joined.
         """
         global _current
         if self.joined is not None:
@@ -221,8 +225,11 @@ class Recorder(EventQueue, RuntimeCallbacks):
                 if self.engine is not None and not self.failed:
                     self.engine.finish()
                 if self.writer is not None and not self.failed:
-                    end = {"signal": signal.Signals(signum).name} if signum else None
-                    self.writer.close(end=end)
+                    end = {"signal": signal.Signals(signum).name} if signum else {}
+                    if reason:
+                        self.writer.note("warning", f"recording stopped: {reason}")
+                        end["stopped"] = reason
+                    self.writer.close(end=end or None)
             except Exception as e:
                 self._fail(e)
             finally:
@@ -252,8 +259,11 @@ class Recorder(EventQueue, RuntimeCallbacks):
     def __enter__(self) -> "Recorder":
         return self.start()
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # Ctrl-C leaving the ``with`` block: the program may still catch it, so the trace
+        # says recording was interrupted rather than that the process ended by SIGINT.
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        self.stop(reason=INTERRUPTED if interrupted else None)
 
     def flush(self) -> None:
         """Write buffered records to the file now."""
@@ -269,6 +279,12 @@ class Recorder(EventQueue, RuntimeCallbacks):
                 return
             if self._deferred or (self.writer is not None and self.writer.sink.pending()):
                 self._run(self._flush)
+
+    def note(self, level: str, text: str) -> None:
+        """A NOTE record in the trace, in order with the events around it (no trace: nothing)."""
+        if self.writer is not None and self.enc is not None and self.active:
+            self._post(self.enc.note, (level, text))
+            self._drain_now()
 
     def after_fork_in_child(self) -> None:
         """A forked child never writes into the parent's trace: drop everything."""

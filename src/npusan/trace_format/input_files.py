@@ -3,17 +3,20 @@
 A path may name anything: a regular file, a FIFO nobody writes to (a plain ``open`` waits
 forever for a writer), ``/dev/zero`` or a terminal (endless data, or a read that waits
 for typing). :func:`open_input` accepts regular files, and pipes and FIFOs that deliver
-data within :data:`PIPE_WAIT_S` seconds (``<(zcat trace.gz)`` works); everything else is
-refused at once. Every failure is an :class:`OSError` whose ``strerror`` says what
+data within :data:`PIPE_WAIT_S` seconds (``<(zcat trace.gz)`` works), and then reads
+them until their writer closes them (:class:`_PatientPipe`); everything else is refused
+at once. Every failure is an :class:`OSError` whose ``strerror`` says what
 happened, so callers' existing one-line error paths report it.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 import select
 import stat
+import sys
 from dataclasses import dataclass
 from typing import BinaryIO, Optional
 
@@ -68,10 +71,63 @@ def open_input(path: "str | os.PathLike[str]") -> BinaryIO:
         elif not stat.S_ISREG(mode):
             raise OSError(errno.EINVAL, f"not a regular file ({_kind(mode)})", os.fsdecode(path))
         os.set_blocking(fd, True)
+        if stat.S_ISFIFO(mode):
+            return io.BufferedReader(_PatientPipe(fd, os.fsdecode(path)))  # type: ignore[return-value]
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+#: Seconds without data on a pipe or FIFO, after it delivered some, before one note says
+#: that npusan is waiting for its writer (it keeps waiting: a pipe is read until closed).
+SILENCE_NOTE_S = 10.0
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+class _PatientPipe(io.RawIOBase):
+    """A pipe or FIFO read until its writer closes it, however long the writer pauses.
+
+    After :data:`SILENCE_NOTE_S` seconds without data it says once, on stderr, that it is
+    waiting (a trace being written by a paused program looks like a hang otherwise), and
+    goes on waiting: no time limit could tell a slow writer from a dead one. Ctrl-C ends
+    the wait at once (the poll is interrupted; the verb exits with 130).
+    """
+
+    def __init__(self, fd: int, name: str) -> None:
+        super().__init__()
+        self._fd = fd
+        self.name = name
+        self._noted = False
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN | select.POLLHUP)
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def readinto(self, b) -> int:
+        if not self._noted and not self._poller.poll(int(SILENCE_NOTE_S * 1000)):
+            self._noted = True
+            _say(f"npusan: note: waiting for data on the pipe or FIFO {self.name} (no data for "
+                 f"{SILENCE_NOTE_S:g} s; it is read until its writer closes it; Ctrl-C stops)\n")
+        return os.readv(self._fd, [b])
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                os.close(self._fd)
+            finally:
+                super().close()
 
 
 def read_limited(f: BinaryIO, limit: int) -> bytes:

@@ -61,6 +61,9 @@ _KNOWN = frozenset(R.MIN_LENGTH)
 _NOT_A_RECORD = "is not a record ({}, expected an array)"
 _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.exceptions.StackError)
 
+#: The most bytes of data read past the end record to see whether anything follows it.
+AFTER_END_LOOK = 64 << 10
+
 Source = Union[str, "os.PathLike[str]", IO[bytes]]
 
 
@@ -525,7 +528,8 @@ class TraceReader:
 
     def raw_end(self, rec: list, after: bytes) -> None:
         """The END record (checked: :meth:`check_record`); ``after``: the byte that follows
-        it, b"" if none (data after the end record is warned about). The trace is read."""
+        it, if the consumer has read it, else b"" (the reader then looks itself, a bounded
+        way; data after the end record is warned about). The trace is read."""
         self._end(rec, after)
         self._done = True
 
@@ -614,6 +618,9 @@ class TraceReader:
             self._warn(f"the recording ended early: {self.end_reason}; analyzed up to that point")
         self._definitions += 1  # END is not an event either
         if not extra:
+            # Whether anything follows is all that is asked: a bounded look, so that a
+            # compressed trace with a zero bomb after its end is not decompressed.
+            self._source.bound(AFTER_END_LOOK)
             try:
                 extra = self._unpacker.read_bytes(1)
             except Exception:  # pragma: no cover - a failing file after a clean end

@@ -80,6 +80,13 @@ class RecordSource:
         self._zeros_due = 0
         self._due = b""
         self.end_zeros: Optional[int] = None  # at the end of the data: the zeros held back there
+        self._budget: Optional[int] = None  # bytes still read from the file (None: no bound)
+
+    def bound(self, n: int) -> None:
+        """Read at most ``n`` more bytes of the file; past them, zeros held back are handed
+        out as data (the reader only asks whether anything follows the end record, and a
+        run of zeros that long is something: a decompression bomb after it is not decoded)."""
+        self._budget = n
 
     def read(self, n: int = -1) -> bytes:
         data = self._next(READ_SIZE if n is None or n < 0 else n)
@@ -115,8 +122,16 @@ class RecordSource:
                 return data
             if self._prefix:
                 data, self._prefix = self._prefix, b""
-            else:
+            elif self._budget is None:
                 data = self._f.read(max(n, self.READ))
+            elif self._budget > 0:
+                data = self._f.read(min(max(n, self.READ), self._budget))
+                self._budget -= len(data)
+            else:  # the bound is reached with zeros still coming
+                if self._held:
+                    self._zeros_due, self._held = self._held, 0
+                    continue
+                return b""
             if not data:
                 due = -(self._start + self.out) % self.PAGE  # the zeros before the first page boundary
                 if self._held < due + self.ZERO_RUN:

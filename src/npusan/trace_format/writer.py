@@ -219,8 +219,9 @@ class MappedFileSink(FileSink):
     committed when the buffer exceeds ``flush_bytes`` and at :meth:`flush` / :meth:`close`;
     :class:`TraceWriter` commits after every call, the recorder after each batch.
 
-    When the disk is full, :attr:`MAP_RESERVE` bytes remain allocated: :meth:`finish_after_error`
-    writes the records that explain the stop there.
+    Near a full disk a step that does not fit is halved down to what the commit needs, so
+    the trace takes what fits. When the disk is full, :attr:`MAP_RESERVE` bytes remain
+    allocated: :meth:`finish_after_error` writes the records that explain the stop there.
     """
 
     durable = True
@@ -316,7 +317,16 @@ class MappedFileSink(FileSink):
         new = size + min(max(size, MAP_STEP_MIN), MAP_STEP_MAX)
         if new < want:
             new = want + MAP_STEP_MIN
-        os.posix_fallocate(self._fd, size, new - size)
+        while True:
+            try:
+                os.posix_fallocate(self._fd, size, new - size)
+                break
+            except OSError as e:
+                # Less room than a step: halve the step down to what this commit needs,
+                # so a nearly full disk still takes what fits (and the reserve behind it).
+                if e.errno not in _NO_ROOM or new <= want:
+                    raise
+                new = max(want, size + (new - size) // 2)
         if self._map is None:
             self._map = mmap.mmap(self._fd, new, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         else:
@@ -488,6 +498,9 @@ def _refuse_mapped_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_refuse_mapped_in_child)
+
+#: errno values of a full disk or quota: a smaller allocation may still fit.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 #: errno values that mean "this file cannot be mapped here" (use the buffered sink).
 _CANNOT_MAP = (errno.EINVAL, errno.ENODEV, errno.EOPNOTSUPP, errno.EACCES)

@@ -466,7 +466,7 @@ class NativeEngine:
                     define(rec)
                     defined(rec)
                 elif t == R.END:
-                    reader.raw_end(rec, buf[pos:pos + 1] or reader.read_raw(1))
+                    reader.raw_end(rec, buf[pos:pos + 1])  # (the reader looks past END itself, bounded)
                     return
                 elif t == R.NOTE:
                     self._notes += 1
