@@ -255,6 +255,34 @@ def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
 _SCOPE_INDEXES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+class _Unread(str):
+    """A fix's note that a file was not read: in full the first time a report's fixes need
+    it (per :class:`SourceCache`, which each report makes one of), in :attr:`short` after,
+    so a report says why a file was not read and how to have it read once, not per fix."""
+
+    def __new__(cls, text: str, filename: str, short: str) -> "_Unread":
+        self = super().__new__(cls, text)
+        self.filename, self.short = filename, short
+        return self
+
+
+#: SourceCache -> the files whose unread note a fix of its report already gave in full.
+_EXPLAINED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _explain_once(lines: list, sources: Optional[SourceCache]) -> list[str]:
+    """``lines`` as plain strings, each :class:`_Unread` note in full only the first time."""
+    said = _EXPLAINED.setdefault(sources, set()) if sources is not None else set()
+    out = []
+    for x in lines:
+        if isinstance(x, _Unread):
+            text = x.short if x.filename in said else str(x)
+            said.add(x.filename)
+            x = text
+        out.append(str(x))
+    return out
+
+
 def _scope_index(sources: Optional[SourceCache]) -> Optional[ScopeIndex]:
     """One parse cache per SourceCache (a report's sources live as long as the report)."""
     if sources is None:
@@ -326,7 +354,10 @@ class Names:
             elif self.scope is None:
                 why, hint = (self.sources.why_unreadable(self.site.filename) if self.sources and self.site
                              else ("was not read", "--source-root DIR lets npusan read it"))
-                self._note(f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})")
+                self._note(_Unread(
+                    f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})",
+                    self.site.filename if self.site is not None else "",
+                    f"(the names in this fix are not checked against {_file(self.site)} either)"))
             else:
                 self._note(
                     f"({display_path(self.site.filename)} does not import {full[0]} under a "
@@ -367,9 +398,12 @@ class Names:
     def _stream_variable(self, s: StreamRef) -> Optional[str]:
         """The variable that holds stream ``s`` at this line: the one its creation line
         assigns, or, for a stream a ``@pytest.fixture`` creates and returns or yields, the
-        fixture's name when this line's function takes it as a parameter."""
+        fixture's name when this line's function takes it as a parameter. Without the
+        source, :meth:`_recorded_name` decides from the recorded lines."""
         creation = user_site(s.created_stack)
         variable = assigned_name(creation, self.sources)
+        if self.scope is None:
+            return self._recorded_name(variable, creation, same_function=True)
         name = self._visible(variable, creation, local_only=False)
         if name is not None or self.scope is None or creation is None or self.index is None:
             return name
@@ -406,6 +440,9 @@ class Names:
         site = user_site(stack)
         frames = [fr for fr in [site] + [fr for fr in reversed(stack) if fr is not site and internal_category(fr) is None]
                   if fr is not None]
+        if self.scope is None and frames:  # unread: the name the recorded use line reads
+            return self._recorded_name(assigned_name(frames[0], self.sources), frames[0],
+                                       same_function=False) or self._placeholder("x")
         if self.scope is None or self.index is None or not frames:
             return self._placeholder("x")
         chain = []
@@ -445,6 +482,22 @@ class Names:
                     self.site.filename, local.lineno, self.site.lineno):
                 return name
         return self._placeholder("x")
+
+    def _recorded_name(self, name: Optional[str], origin: Optional[Frame], same_function: bool) -> Optional[str]:
+        """``name`` (assigned at ``origin``, as the trace recorded that line) when the file
+        cannot be read, if the recorded line of this site reads it, or (``same_function``)
+        this site is in the function that assigned it. Unchecked (a note says so), but a
+        program's own name where the trace shows one beats a placeholder: the ``tensors:``
+        line of a root cause names the same variable from the same recorded line."""
+        if name is None or origin is None or self.recorded is None or self.sources is None or self._changed:
+            return None
+        text = self.sources.frame_line(self.recorded) or ""
+        if re.search(r"(?<![\w.])" + re.escape(name) + r"(?!\w)", text):
+            return name
+        if same_function and not name.startswith("self.") and origin.filename == self.recorded.filename \
+                and origin.function == self.recorded.function:
+            return name
+        return None
 
     def event(self) -> str:
         return self.scope.fresh("event") if self.scope is not None else "<event>"
@@ -528,6 +581,14 @@ _ENDING = re.compile(r"(?:\w+\s*=\s*)?(return|raise|yield)\b")
 
 def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
     """A concrete suggestion naming the line to change; the first line is the summary.
+
+    Within one report (one ``sources``), why a file was not read is said once.
+    """
+    return _explain_once(_fix(f, header, sources), sources)
+
+
+def _fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """:func:`fix`, its notes not yet made plain (see :func:`_explain_once`).
 
     The code uses the stream API of the trace's backend (``torch.cuda``, ``torch.npu``
     that torch_npu registers, or ``npusan.sim``) under the name the program imports it as,
@@ -620,6 +681,11 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
 
 
 def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """The one wait that fixes a root cause whose earliest finding is ``f`` (see :func:`_wait_fix`)."""
+    return _explain_once(_wait_fix(f, header, sources), sources)
+
+
+def _wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
     """The one wait that fixes a root cause whose earliest finding is ``f``.
 
     Before a kernel, the current stream is the waiting stream; before a free it need not
@@ -627,7 +693,7 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
     through its Work: that fix is the finding's own.
     """
     if is_comm(f.previous.stream):
-        return fix(f, header, sources)
+        return _fix(f, header, sources)
     if f.access.seq:
         here = wait_site(f, header, sources)
         first = "the first access that needs it" if here.recorded is user_site(f.access.stack) else (
@@ -743,7 +809,7 @@ def root_cause_fix(rc, header: dict, sources: Optional[SourceCache] = None) -> l
     """The one fix of a root cause: the wait for several findings, a finding's own fix for one."""
     if len(rc.groups) == 1:
         return fix(rc.anchor, header, sources)
-    return wait_fix(rc.anchor, header, sources)
+    return _explain_once(_wait_fix(rc.anchor, header, sources), sources)
 
 
 def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optional[Frame]:
