@@ -332,6 +332,9 @@ class Names:
         self._streams: dict = {}  # StreamRef -> code
         self.placeholders: set = set()  # the stream codes that are placeholders
         self._module: Optional[str] = None
+        #: Set by :func:`wait_site` when this line is before the one that needs the wait,
+        #: in a loop (:func:`_next_work_line`): that line.
+        self.next_work_of: Optional[Frame] = None
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -685,7 +688,8 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
     return _explain_once(_wait_fix(f, header, sources), sources)
 
 
-def _wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+def _wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None,
+              peers: Sequence[Finding] = ()) -> list[str]:
     """The one wait that fixes a root cause whose earliest finding is ``f``.
 
     Before a kernel, the current stream is the waiting stream; before a free it need not
@@ -695,9 +699,13 @@ def _wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -
     if is_comm(f.previous.stream):
         return _fix(f, header, sources)
     if f.access.seq:
-        here = wait_site(f, header, sources)
+        here = wait_site(f, header, sources, peers)
         first = "the first access that needs it" if here.recorded is user_site(f.access.stack) else (
             f"the call that leads to the first access that needs it, at {frame_label(user_site(f.access.stack))}")
+        if here.next_work_of is not None:
+            first = (f"where the loop queues more work on {stream_short(f.previous.stream, header)}, after the work "
+                     f"line {here.next_work_of.lineno} needs: a wait at line {here.next_work_of.lineno} would wait "
+                     "for it too, and serialize what the loop overlaps")
         return [
             f"make {stream_short(f.access.stream, header)} wait for "
             f"{stream_short(f.previous.stream, header)} once; right before line {_line(here.site)} of "
@@ -741,13 +749,17 @@ def free_site(f: Finding, header: dict, sources: Optional[SourceCache], streams)
         "npusan still reports the free, but nothing else runs on the allocating stream before the wait)")
 
 
-def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> Names:
+def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None, peers: Sequence[Finding] = ()) -> Names:
     """Where a wait before ``f``'s later access goes, with the names there.
 
     Right before the later access's line, unless the stream to wait for has no name
     there: then before an enclosing call on the later access's stack where it has one
     (``copy`` in ``main()``, which calls ``step()``, which reads). Only calls the earlier
     access did not happen inside qualify, so the wait still comes after it.
+
+    In a loop that queues the next work on the waited stream before the line that needs
+    the previous work (a prefetch), right before the line that queues it instead (see
+    :func:`_next_work_line`; ``peers``: the other findings the same wait must fix).
     """
     later, earlier = list(f.access.stack), list(f.previous.stack)
     innermost = user_site(later)
@@ -755,6 +767,11 @@ def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -
     while shared < min(len(later), len(earlier)) and later[shared] == earlier[shared]:
         shared += 1
     first = Names(header, sources, innermost)
+    line = _next_work_line(f, peers, first)
+    if line is not None:
+        names = Names(header, sources, Frame(first.site.filename, line, first.site.function))
+        names.next_work_of = first.site
+        return names
     first.stream(f.previous.stream)
     if not first.placeholders or first.scope is None:
         return Names(header, sources, innermost)
@@ -768,7 +785,80 @@ def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -
     return Names(header, sources, innermost)
 
 
+def _next_work_line(f: Finding, peers: Sequence[Finding], here: Names) -> Optional[int]:
+    """The line before which a wait for ``f``'s earlier stream goes when a wait right before
+    its later access would serialize the work a loop means to overlap, or None.
+
+    A prefetch loop queues the next copy on the other stream (``nxt = prefetch(i + 1)``)
+    before it uses the previous one (``acc += cur @ w``): a wait right before the use also
+    waits for the copy just queued. Chosen, of the two forms that avoid that: the wait
+    right before the line that queues the next work, where the other stream holds only
+    what the use needs. (An event recorded after the copy and waited for before the use
+    would have to be carried from one iteration to the next along with the tensor: not a
+    fix one can paste at one line.) Only when it is sure to be right: the source is read;
+    every finding the wait fixes has its earlier access issued, in the later access's
+    function, either before the loop or at one line of that loop before the later line,
+    and at that line the trace shows it came from an earlier iteration (an occurrence's
+    earlier access is followed by another from the same line before its later one); the
+    line is then outside any ``with ...stream(...)`` block the later line is not in.
+    """
+    at = here.recorded
+    if here.scope is None or here.index is None or at is None or here.site is None:
+        return None
+    later = list(f.access.stack)
+    k = next((i for i in range(len(later) - 1, -1, -1) if later[i] is at), None)
+    if k is None:
+        return None
+    file, L = here.site.filename, here.site.lineno
+    loop = here.index.loop_at(file, L)
+    if loop is None:
+        return None
+    found = set()
+    for h in [f, *peers]:
+        if user_site(h.access.stack) != at or list(h.access.stack[: k + 1]) != later[: k + 1]:
+            continue
+        e = list(h.previous.stack)
+        if len(e) <= k or e[:k] != later[:k] or e[k].filename != at.filename or e[k].function != at.function:
+            return None
+        p = _relocated(e[k], here.sources)
+        if p is None:
+            return None
+        there = here.index.scope_at(file, p.lineno)
+        if there is None or there.function != here.scope.function:
+            return None
+        if p.lineno < loop[0]:
+            continue  # issued before the loop began
+        stmt = here.index.statement_at(file, p.lineno)
+        if not (loop[1] <= p.lineno and stmt is not None and (stmt.end_lineno or stmt.lineno) < L
+                and _earlier_iteration(h)):
+            return None
+        found.add(stmt.lineno)
+    if len(found) != 1:
+        return None
+    line = found.pop()
+    mine = here.index.stream_block_at(file, L)
+    block = here.index.stream_block_at(file, line)
+    while block is not None and block is not mine:
+        line = block.lineno  # before the ``with`` whose block makes another stream current
+        block = here.index.stream_block_at(file, line)
+    if block is not mine or here.index.loop_at(file, line) != loop:
+        return None
+    return line
+
+
+def _earlier_iteration(h: Finding) -> bool:
+    """Whether an occurrence of ``h`` had, between its earlier and its later access, another
+    earlier access of ``h`` (the same line queued work again before the use: a loop's next
+    iteration)."""
+    prev = sorted((o[1], o[0]) for o in h.occurrences if o[1])
+    return any(a < b < later for (a, later), (b, _) in zip(prev, prev[1:]))
+
+
 def _before(here: Names, access: Optional[Frame]) -> str:
+    if here.next_work_of is not None:
+        return (f"line {here.site.lineno} (the loop queues more work on that stream there, after the work line "
+                f"{here.next_work_of.lineno} needs: a wait at line {here.next_work_of.lineno} would wait for it too, "
+                "and serialize what the loop overlaps)")
     if here.recorded is access or here.site is None:
         return f"line {_line(here.site if here.site is not None else access)}"
     return f"line {here.site.lineno} of {_file(here.site)} (the call that leads to it)"
@@ -809,7 +899,12 @@ def root_cause_fix(rc, header: dict, sources: Optional[SourceCache] = None) -> l
     """The one fix of a root cause: the wait for several findings, a finding's own fix for one."""
     if len(rc.groups) == 1:
         return fix(rc.anchor, header, sources)
-    return _explain_once(_wait_fix(rc.anchor, header, sources), sources)
+    return _explain_once(_wait_fix(rc.anchor, header, sources, _peers(rc)), sources)
+
+
+def _peers(rc) -> list:
+    """The findings of a root cause besides its anchor: the one wait must fix them too."""
+    return [f for g in rc.groups for f in g.findings if f is not rc.anchor]
 
 
 def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optional[Frame]:
@@ -818,7 +913,7 @@ def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optiona
     if len(rc.groups) == 1 and f.kind is not Kind.DATA_RACE:
         return user_site(f.previous.stack)  # record_stream right after the use
     if f.access.seq:
-        return wait_site(f, header, sources).recorded
+        return wait_site(f, header, sources, _peers(rc) if len(rc.groups) > 1 else ()).recorded
     return user_site(f.access.stack)
 
 
