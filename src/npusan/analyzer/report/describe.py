@@ -896,10 +896,18 @@ def root_cause_title(rc, header: dict) -> str:
 
 
 def root_cause_fix(rc, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
-    """The one fix of a root cause: the wait for several findings, a finding's own fix for one."""
-    if len(rc.groups) == 1:
+    """The one fix of a root cause: the wait for several findings, a finding's own fix for one
+    (or for a missing record_stream with the reuse races it allowed: its record_stream)."""
+    if _own_fix(rc):
         return fix(rc.anchor, header, sources)
     return _explain_once(_wait_fix(rc.anchor, header, sources, _peers(rc)), sources)
+
+
+def _own_fix(rc) -> bool:
+    """Whether a root cause's fix is its anchor's own: one finding, or a missing record_stream
+    and only reuse races of the memory it freed (its ``record_stream`` fixes them all)."""
+    return len(rc.groups) == 1 or (rc.anchor.kind is Kind.MISSING_RECORD_STREAM
+                                   and all(g.finding.kind is Kind.REUSE_RACE for g in rc.groups[1:]))
 
 
 def _peers(rc) -> list:
@@ -910,7 +918,7 @@ def _peers(rc) -> list:
 def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optional[Frame]:
     """The line :func:`root_cause_fix` tells the user to change (its first code line)."""
     f = rc.anchor
-    if len(rc.groups) == 1 and f.kind is not Kind.DATA_RACE:
+    if _own_fix(rc) and f.kind is not Kind.DATA_RACE:
         return user_site(f.previous.stack)  # record_stream right after the use
     if f.access.seq:
         return wait_site(f, header, sources, _peers(rc) if len(rc.groups) > 1 else ()).recorded
