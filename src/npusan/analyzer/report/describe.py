@@ -361,7 +361,7 @@ class Names:
                     f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})",
                     self.site.filename if self.site is not None else "",
                     f"(the names in this fix are not checked against {_file(self.site)} either)"))
-            else:
+            elif internal_category(self.site) is None:  # (a library's file is not the user's to change)
                 self._note(
                     f"({display_path(self.site.filename)} does not import {full[0]} under a "
                     f"name visible at line {self.site.lineno}: add `{_IMPORTS[backend]}`)"
@@ -666,6 +666,8 @@ def _fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> lis
         f"tell the allocator about the use at {frame_label(at_earlier)}; {where} add",
         f"    {var}.record_stream({using})    # {var}: {what}",
     ]
+    if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f) and _user_frame(later.stack) is None:
+        return lines + use.notes  # freed by library code only (pytest dropping a fixture's value): no line to wait at
     if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f):
         free, where = free_site(f, header, sources, (f.block.stream, earlier.stream))
         lines.append(
@@ -852,6 +854,21 @@ def _earlier_iteration(h: Finding) -> bool:
     iteration)."""
     prev = sorted((o[1], o[0]) for o in h.occurrences if o[1])
     return any(a < b < later for (a, later), (b, _) in zip(prev, prev[1:]))
+
+
+def _user_frame(stack: Sequence[Frame]) -> Optional[Frame]:
+    """The innermost frame of user code, or None (unlike :func:`user_site`, no library frame)."""
+    site = user_site(stack)
+    return site if site is not None and internal_category(site) is None else None
+
+
+def arrow_site(f: Finding) -> Optional[Frame]:
+    """Where a report's ``-->`` points for ``f``: the later access's user frame; for a free
+    only library code made (pytest dropping a fixture's value after its teardown), the use."""
+    site = user_site(f.access.stack)
+    if f.kind is Kind.MISSING_RECORD_STREAM and _user_frame(f.access.stack) is None:
+        return _user_frame(f.previous.stack) or site
+    return site
 
 
 def _before(here: Names, access: Optional[Frame]) -> str:
