@@ -247,6 +247,12 @@ def test_a_yielded_value_freed_after_teardown_is_still_checked(pytester):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--npusan", timeout=600)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*missing record_stream*", "ERROR test_yield.py::test_uses_side_buffer*"])
+    # pytest frees the value (no frame of the test's own code): the report points at the use,
+    # offers no wait "before the free" inside pluggy, and no import to add to pytest's files
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["*--> test_yield.py:17"])
+    assert "before the free at" not in out and "does not import" not in out
+    assert "pluggy" not in out.split("fix:")[1].split("=====")[0]
 
 
 def test_a_named_device_that_is_not_here_is_a_usage_error(pytester, monkeypatch):

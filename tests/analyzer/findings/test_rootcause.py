@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 
 import jsonschema
+import pytest
 
 from npusan.analyzer.findings.grouping import group_findings
 from npusan.analyzer.report import ReportOptions, build_report, get_reporter
@@ -62,7 +63,7 @@ def test_missing_record_stream_joins_a_wait_on_the_same_streams():
     assert c.anchor is read  # the earliest point
     reuse = make_finding("reuse-race", later_op="aten::fill_", later_type="write", later_seq=9,
                          earlier_seq=2, later=("train.py", 40, "consume"))
-    assert len(causes([free, read, reuse])) == 2  # a reuse race stands alone
+    assert len(causes([free, read, reuse])) == 2  # a reuse race of another use stands alone
 
 
 def test_every_reported_finding_is_in_exactly_one_root_cause_in_json():
@@ -156,5 +157,69 @@ def test_prefetch_loop_with_one_missing_wait_is_one_root_cause_with_one_fix(tmp_
     # pasting the one fix where it says makes the whole trace clean
     src.insert(call - 1, "        sim.current_stream().wait_stream(copy)")
     proc, fixed = run_record(tmp_path, "\n".join(src) + "\n", trace=tmp_path / "fixed.npusan")
+    assert proc.returncode == 0, proc.stderr
+    assert analyze_traces([str(fixed)]).findings == []
+
+
+REUSE = """
+import torch
+from npusan import sim
+
+
+def main():
+    side = sim.Stream()
+    for n in [16 << (k % 9) for k in range(60)]:  # the simulated device's memory is malloc's
+        x = torch.ones(n)
+        old = x.data_ptr()
+        side.wait_stream(sim.current_stream())
+        with sim.stream(side):
+            y = x * 2
+        del x
+        z = torch.empty(n)
+        z.fill_(1.0)
+        if z.data_ptr() == old:
+            print("reused")
+            break
+    sim.synchronize()
+
+
+main()
+"""
+
+
+def test_a_reuse_race_is_folded_under_the_missing_record_stream_behind_it(tmp_path, monkeypatch):
+    """Recorded: ``x`` used on ``side``, freed unrecorded, its memory handed to ``z`` and
+    written. The reuse race has no fix of its own (``x.record_stream(side)`` fixes both), so
+    it is one root cause with the missing record_stream, in every format."""
+    proc, trace = run_record(tmp_path, REUSE)
+    assert proc.returncode == 0, proc.stderr
+    monkeypatch.chdir(tmp_path)
+    from npusan.analyzer.replay.traces import analyze_traces
+
+    if "reused" not in proc.stdout:
+        pytest.skip("malloc did not hand the freed block out again: no reuse to report")
+    report = build_report(analyze_traces([str(trace)]))
+    assert {g.kind.value for g in report.groups} == {"missing-record-stream", "reuse-race"}
+    (cause,) = report.causes
+    assert cause.anchor.kind.value == "missing-record-stream"
+    roots = ReportOptions(sources=SourceSettings((str(tmp_path),)))
+    text = get_reporter("text").render(report, roots)
+    assert text.count("root cause #") == 1 and "does not wait for" in text.splitlines()[0]
+    assert re.search(r"\d findings \(1 missing record_stream, \d allocator reuse races?; ", text.splitlines()[0])
+    assert text.splitlines()[3].strip().startswith("x.record_stream(side)    # x:")  # the record_stream, once
+    assert "error[reuse-race]" not in text  # in full only with --expand
+    doc = json.loads(get_reporter("json").render(report, roots))
+    jsonschema.validate(doc, REPORT_SCHEMA)
+    [c] = doc["root_causes"]
+    assert sorted(c["findings"]) == sorted(f["fingerprint"] for f in doc["findings"])
+    assert c["fix"][1].strip().startswith("x.record_stream(side)")
+    assert {f["root_cause"] for f in doc["findings"]} == {1}
+    sarif = json.loads(get_reporter("sarif").render(report, roots))
+    assert {r["properties"]["rootCause"] for r in sarif["runs"][0]["results"]} == {1}
+    html = get_reporter("html").render(report, roots)
+    assert html.count('<section class="cause"') == 1
+    # the root cause's one fix, pasted, fixes both
+    src = REUSE.replace("        del x\n", "        x.record_stream(side)\n        del x\n")
+    proc, fixed = run_record(tmp_path, src, trace=tmp_path / "fixed.npusan")
     assert proc.returncode == 0, proc.stderr
     assert analyze_traces([str(fixed)]).findings == []

@@ -9,8 +9,10 @@ import subprocess
 import sys
 from dataclasses import replace
 
+from npusan.analyzer.findings.grouping import group_findings
 from npusan.analyzer.findings.model import Frame
-from npusan.analyzer.report.describe import fix, wait_fix
+from npusan.analyzer.findings.rootcause import root_causes
+from npusan.analyzer.report.describe import fix, fix_site, root_cause_fix, wait_fix
 from npusan.analyzer.report.sources import SourceCache
 
 from tests.recorder.conftest import analyze, run_record
@@ -435,3 +437,78 @@ def test_a_stream_a_fixture_yields_is_called_by_the_fixture_name(tmp_path):
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "sim.current_stream().wait_stream(<s1>)"
     assert "where <s1> is stream #1 (sim:0), created at" in "\n".join(lines)
+
+
+LOOP = """
+import torch
+from npusan import sim
+
+
+def prefetch(i, side):
+    with sim.stream(side):
+        x = torch.full((64,), float(i))
+    return x
+
+
+def main():
+    side = sim.Stream()
+    w = torch.ones(64, 64)
+    acc = torch.zeros(64)
+    nxt = prefetch(0, side)
+    for i in range(4):
+        cur = nxt
+        nxt = prefetch(i + 1, side)
+        acc += cur @ w
+        cur.record_stream(sim.current_stream())
+    sim.synchronize()
+    print(float(acc.sum()))
+
+
+main()
+"""
+
+
+def test_a_wait_in_a_prefetch_loop_goes_before_the_next_prefetch(tmp_path):
+    """Recorded prefetch loop with no wait: the read at ``acc += cur @ w`` races with the copy
+    an earlier iteration queued. Right before that line, ``nxt = prefetch(i + 1, side)`` has
+    already queued the next copy, and a wait there would wait for it too (serializing what
+    the loop overlaps): the wait goes right before the prefetch line, where ``side`` holds
+    only the copy the read needs; pasted there, the program records clean."""
+    proc, trace = run_record(tmp_path, LOOP)
+    assert proc.returncode == 0, proc.stderr
+    path = str(tmp_path / "prog.py")
+    use, queue = line(path, "acc += cur @ w"), line(path, "nxt = prefetch(i + 1, side)")
+    src = SourceCache([str(tmp_path)])
+    found = analyze(trace)
+    assert {f.kind.value for f in found} == {"data-race"}
+    in_loop = [f for f in found if f.count > 1]  # the copies of earlier iterations
+    [f] = in_loop
+    lines = fix(f, SIM, src)
+    assert f"right before line {queue} (the loop queues more work on that stream there, after the work line {use} " \
+           "needs" in lines[0], lines
+    assert lines[1].strip() == "sim.current_stream().wait_stream(side)"
+    assert not any("record_event" in x for x in lines)  # the event form is not offered in a loop
+    # the root cause (with the copy made before the loop) gets the same single wait
+    [rc] = root_causes(group_findings(found))
+    text = root_cause_fix(rc, SIM, src)
+    assert f"right before line {queue} of {path} (where the loop queues more work on stream #1 (sim:0)" in text[0]
+    assert fix_site(rc, SIM, src).lineno == queue
+    code = LOOP.splitlines()
+    at = next(i for i, l in enumerate(code) if "nxt = prefetch(i + 1, side)" in l)
+    code.insert(at, "        " + lines[1].strip())
+    proc, fixed = run_record(tmp_path, "\n".join(code) + "\n", trace=tmp_path / "fixed.npusan")
+    assert proc.returncode == 0, proc.stderr
+    assert analyze(fixed) == []
+
+
+def test_a_wait_in_a_loop_that_uses_what_it_just_queued_stays_before_the_use(tmp_path):
+    """The same loop without the prefetch (``cur = prefetch(i, side)`` then the read): the
+    write the read needs is this iteration's, so the wait stays right before the read."""
+    code = LOOP.replace("        cur = nxt\n        nxt = prefetch(i + 1, side)\n",
+                        "        cur = prefetch(i, side)\n")
+    proc, trace = run_record(tmp_path, code)
+    assert proc.returncode == 0, proc.stderr
+    src = SourceCache([str(tmp_path)])
+    use = line(str(tmp_path / "prog.py"), "acc += cur @ w")
+    for f in analyze(trace):
+        assert fix(f, SIM, src)[0].endswith(f"right before line {use} add")

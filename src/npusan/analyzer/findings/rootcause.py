@@ -13,9 +13,11 @@ when one wait, inserted once, orders both:
 
 The second rule is exact for the first occurrence of each finding (kernel sequence numbers
 are launch order), so findings of two different bugs between the same streams stay
-apart: the second bug's producer runs after the first bug's consumer. A reuse race is a
-root cause of its own: its natural fix is ``record_stream`` at the old use, not a wait
-before the unrelated code that received the memory.
+apart: the second bug's producer runs after the first bug's consumer. A reuse race is not
+fixed by a wait before the unrelated code that received the memory but by ``record_stream``
+at the old use: it joins the root cause of the missing record_stream reported for that same
+use (the same kernel's access, freed unrecorded; :func:`_behind`), and is a root cause of
+its own when there is none.
 """
 
 from __future__ import annotations
@@ -93,10 +95,14 @@ def root_causes(groups: Iterable[Group]) -> list[RootCause]:
     order = {id(g): i for i, g in enumerate(groups)}
     buckets: dict[tuple, list] = {}
     causes: list[RootCause] = []
+    reuses: list = []
     for g in groups:
         f = g.finding
         point = wait_point(f)
-        if point is None or f.kind is Kind.REUSE_RACE:
+        if f.kind is Kind.REUSE_RACE:
+            reuses.append(g)
+            continue
+        if point is None:
             causes.append(RootCause([g], point=0))
             continue
         key = (f.trace, _stream_key(f.access.stream), _stream_key(f.previous.stream))
@@ -111,10 +117,33 @@ def root_causes(groups: Iterable[Group]) -> list[RootCause]:
                 open_.append(home)
                 causes.append(home)
             home.groups.append(g)
+    for g in reuses:
+        home = next((c for c in causes for m in c.groups if _behind(g, m)), None)
+        if home is None:
+            causes.append(RootCause([g], point=0))
+        else:
+            home.groups.append(g)
     causes.sort(key=lambda c: min(order[id(g)] for g in c.groups))
     for i, c in enumerate(causes, 1):
         c.number = i
     return causes
+
+
+def _uses(g: Group) -> set:
+    """The kernels (sequence numbers) of a group's earlier accesses, every occurrence kept."""
+    return {f.previous.seq for f in g.findings} | {o[1] for f in g.findings for o in f.occurrences if len(o) > 1}
+
+
+def _behind(reuse: Group, g: Group) -> bool:
+    """Whether ``g`` is the missing record_stream behind reuse race ``reuse``: the same use
+    (stream, op, stack, and one kernel in common) of a tensor freed unrecorded."""
+    r, m = reuse.finding, g.finding
+    if m.kind is not Kind.MISSING_RECORD_STREAM or r.trace != m.trace:
+        return False
+    a, b = r.previous, m.previous
+    if a.stream is None or b.stream is None or _stream_key(a.stream) != _stream_key(b.stream):
+        return False
+    return a.op == b.op and a.stack == b.stack and bool(_uses(reuse) & _uses(g) - {0})
 
 
 def root_cause_of(causes: Iterable[RootCause]) -> dict[int, RootCause]:

@@ -267,6 +267,34 @@ def access_verb(a: AccessInfo, kind: Kind, later: bool) -> str:
 _SCOPE_INDEXES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+class _Unread(str):
+    """A fix's note that a file was not read: in full the first time a report's fixes need
+    it (per :class:`SourceCache`, which each report makes one of), in :attr:`short` after,
+    so a report says why a file was not read and how to have it read once, not per fix."""
+
+    def __new__(cls, text: str, filename: str, short: str) -> "_Unread":
+        self = super().__new__(cls, text)
+        self.filename, self.short = filename, short
+        return self
+
+
+#: SourceCache -> the files whose unread note a fix of its report already gave in full.
+_EXPLAINED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _explain_once(lines: list, sources: Optional[SourceCache]) -> list[str]:
+    """``lines`` as plain strings, each :class:`_Unread` note in full only the first time."""
+    said = _EXPLAINED.setdefault(sources, set()) if sources is not None else set()
+    out = []
+    for x in lines:
+        if isinstance(x, _Unread):
+            text = x.short if x.filename in said else str(x)
+            said.add(x.filename)
+            x = text
+        out.append(str(x))
+    return out
+
+
 def _scope_index(sources: Optional[SourceCache]) -> Optional[ScopeIndex]:
     """One parse cache per SourceCache (a report's sources live as long as the report)."""
     if sources is None:
@@ -316,6 +344,9 @@ class Names:
         self._streams: dict = {}  # StreamRef -> code
         self.placeholders: set = set()  # the stream codes that are placeholders
         self._module: Optional[str] = None
+        #: Set by :func:`wait_site` when this line is before the one that needs the wait,
+        #: in a loop (:func:`_next_work_line`): that line.
+        self.next_work_of: Optional[Frame] = None
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
@@ -338,8 +369,11 @@ class Names:
             elif self.scope is None:
                 why, hint = (self.sources.why_unreadable(self.site.filename) if self.sources and self.site
                              else ("was not read", "--source-root DIR lets npusan read it"))
-                self._note(f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})")
-            else:
+                self._note(_Unread(
+                    f"({_file(self.site)} {why}, so the names in this fix are not checked against it: {hint})",
+                    self.site.filename if self.site is not None else "",
+                    f"(the names in this fix are not checked against {_file(self.site)} either)"))
+            elif internal_category(self.site) is None:  # (a library's file is not the user's to change)
                 self._note(
                     f"({display_path(self.site.filename)} does not import {full[0]} under a "
                     f"name visible at line {self.site.lineno}: add `{_IMPORTS[backend]}`)"
@@ -379,9 +413,12 @@ class Names:
     def _stream_variable(self, s: StreamRef) -> Optional[str]:
         """The variable that holds stream ``s`` at this line: the one its creation line
         assigns, or, for a stream a ``@pytest.fixture`` creates and returns or yields, the
-        fixture's name when this line's function takes it as a parameter."""
+        fixture's name when this line's function takes it as a parameter. Without the
+        source, :meth:`_recorded_name` decides from the recorded lines."""
         creation = user_site(s.created_stack)
         variable = assigned_name(creation, self.sources)
+        if self.scope is None:
+            return self._recorded_name(variable, creation, same_function=True)
         name = self._visible(variable, creation, local_only=False)
         if name is not None or self.scope is None or creation is None or self.index is None:
             return name
@@ -418,6 +455,9 @@ class Names:
         site = user_site(stack)
         frames = [fr for fr in [site] + [fr for fr in reversed(stack) if fr is not site and internal_category(fr) is None]
                   if fr is not None]
+        if self.scope is None and frames:  # unread: the name the recorded use line reads
+            return self._recorded_name(assigned_name(frames[0], self.sources), frames[0],
+                                       same_function=False) or self._placeholder("x")
         if self.scope is None or self.index is None or not frames:
             return self._placeholder("x")
         chain = []
@@ -457,6 +497,22 @@ class Names:
                     self.site.filename, local.lineno, self.site.lineno):
                 return name
         return self._placeholder("x")
+
+    def _recorded_name(self, name: Optional[str], origin: Optional[Frame], same_function: bool) -> Optional[str]:
+        """``name`` (assigned at ``origin``, as the trace recorded that line) when the file
+        cannot be read, if the recorded line of this site reads it, or (``same_function``)
+        this site is in the function that assigned it. Unchecked (a note says so), but a
+        program's own name where the trace shows one beats a placeholder: the ``tensors:``
+        line of a root cause names the same variable from the same recorded line."""
+        if name is None or origin is None or self.recorded is None or self.sources is None or self._changed:
+            return None
+        text = self.sources.frame_line(self.recorded) or ""
+        if re.search(r"(?<![\w.])" + re.escape(name) + r"(?!\w)", text):
+            return name
+        if same_function and not name.startswith("self.") and origin.filename == self.recorded.filename \
+                and origin.function == self.recorded.function:
+            return name
+        return None
 
     def event(self) -> str:
         return self.scope.fresh("event") if self.scope is not None else "<event>"
@@ -540,6 +596,14 @@ _ENDING = re.compile(r"(?:\w+\s*=\s*)?(return|raise|yield)\b")
 
 def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
     """A concrete suggestion naming the line to change; the first line is the summary.
+
+    Within one report (one ``sources``), why a file was not read is said once.
+    """
+    return _explain_once(_fix(f, header, sources), sources)
+
+
+def _fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """:func:`fix`, its notes not yet made plain (see :func:`_explain_once`).
 
     The code uses the stream API of the trace's backend (``torch.cuda``, ``torch.npu``
     that torch_npu registers, or ``npusan.sim``) under the name the program imports it as,
@@ -626,6 +690,8 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
         f"tell the allocator about the use at {frame_label(at_earlier)}; {where} add",
         f"    {var}.record_stream({using})    # {var}: {what}",
     ]
+    if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f) and _user_frame(later.stack) is None:
+        return lines + use.notes  # freed by library code only (pytest dropping a fixture's value): no line to wait at
     if f.kind is Kind.MISSING_RECORD_STREAM and not is_leak(f):
         free, where = free_site(f, header, sources, (f.block.stream, earlier.stream))
         lines.append(
@@ -644,6 +710,12 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
 
 
 def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
+    """The one wait that fixes a root cause whose earliest finding is ``f`` (see :func:`_wait_fix`)."""
+    return _explain_once(_wait_fix(f, header, sources), sources)
+
+
+def _wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None,
+              peers: Sequence[Finding] = ()) -> list[str]:
     """The one wait that fixes a root cause whose earliest finding is ``f``.
 
     Before a kernel, the current stream is the waiting stream; before a free it need not
@@ -651,11 +723,15 @@ def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) ->
     through its Work: that fix is the finding's own.
     """
     if is_comm(f.previous.stream) or is_host(f.access.stream):
-        return fix(f, header, sources)
+        return _fix(f, header, sources)
     if f.access.seq:
-        here = wait_site(f, header, sources)
+        here = wait_site(f, header, sources, peers)
         first = "the first access that needs it" if here.recorded is user_site(f.access.stack) else (
             f"the call that leads to the first access that needs it, at {frame_label(user_site(f.access.stack))}")
+        if here.next_work_of is not None:
+            first = (f"where the loop queues more work on {stream_short(f.previous.stream, header)}, after the work "
+                     f"line {here.next_work_of.lineno} needs: a wait at line {here.next_work_of.lineno} would wait "
+                     "for it too, and serialize what the loop overlaps")
         return [
             f"make {stream_short(f.access.stream, header)} wait for "
             f"{stream_short(f.previous.stream, header)} once; right before line {_line(here.site)} of "
@@ -699,13 +775,17 @@ def free_site(f: Finding, header: dict, sources: Optional[SourceCache], streams)
         "npusan still reports the free, but nothing else runs on the allocating stream before the wait)")
 
 
-def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> Names:
+def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None, peers: Sequence[Finding] = ()) -> Names:
     """Where a wait before ``f``'s later access goes, with the names there.
 
     Right before the later access's line, unless the stream to wait for has no name
     there: then before an enclosing call on the later access's stack where it has one
     (``copy`` in ``main()``, which calls ``step()``, which reads). Only calls the earlier
     access did not happen inside qualify, so the wait still comes after it.
+
+    In a loop that queues the next work on the waited stream before the line that needs
+    the previous work (a prefetch), right before the line that queues it instead (see
+    :func:`_next_work_line`; ``peers``: the other findings the same wait must fix).
     """
     later, earlier = list(f.access.stack), list(f.previous.stack)
     innermost = user_site(later)
@@ -713,6 +793,11 @@ def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -
     while shared < min(len(later), len(earlier)) and later[shared] == earlier[shared]:
         shared += 1
     first = Names(header, sources, innermost)
+    line = _next_work_line(f, peers, first)
+    if line is not None:
+        names = Names(header, sources, Frame(first.site.filename, line, first.site.function))
+        names.next_work_of = first.site
+        return names
     first.stream(f.previous.stream)
     if not first.placeholders or first.scope is None:
         return Names(header, sources, innermost)
@@ -726,7 +811,95 @@ def wait_site(f: Finding, header: dict, sources: Optional[SourceCache] = None) -
     return Names(header, sources, innermost)
 
 
+def _next_work_line(f: Finding, peers: Sequence[Finding], here: Names) -> Optional[int]:
+    """The line before which a wait for ``f``'s earlier stream goes when a wait right before
+    its later access would serialize the work a loop means to overlap, or None.
+
+    A prefetch loop queues the next copy on the other stream (``nxt = prefetch(i + 1)``)
+    before it uses the previous one (``acc += cur @ w``): a wait right before the use also
+    waits for the copy just queued. Chosen, of the two forms that avoid that: the wait
+    right before the line that queues the next work, where the other stream holds only
+    what the use needs. (An event recorded after the copy and waited for before the use
+    would have to be carried from one iteration to the next along with the tensor: not a
+    fix one can paste at one line.) Only when it is sure to be right: the source is read;
+    every finding the wait fixes has its earlier access issued, in the later access's
+    function, either before the loop or at one line of that loop before the later line,
+    and at that line the trace shows it came from an earlier iteration (an occurrence's
+    earlier access is followed by another from the same line before its later one); the
+    line is then outside any ``with ...stream(...)`` block the later line is not in.
+    """
+    at = here.recorded
+    if here.scope is None or here.index is None or at is None or here.site is None:
+        return None
+    later = list(f.access.stack)
+    k = next((i for i in range(len(later) - 1, -1, -1) if later[i] is at), None)
+    if k is None:
+        return None
+    file, L = here.site.filename, here.site.lineno
+    loop = here.index.loop_at(file, L)
+    if loop is None:
+        return None
+    found = set()
+    for h in [f, *peers]:
+        if user_site(h.access.stack) != at or list(h.access.stack[: k + 1]) != later[: k + 1]:
+            continue
+        e = list(h.previous.stack)
+        if len(e) <= k or e[:k] != later[:k] or e[k].filename != at.filename or e[k].function != at.function:
+            return None
+        p = _relocated(e[k], here.sources)
+        if p is None:
+            return None
+        there = here.index.scope_at(file, p.lineno)
+        if there is None or there.function != here.scope.function:
+            return None
+        if p.lineno < loop[0]:
+            continue  # issued before the loop began
+        stmt = here.index.statement_at(file, p.lineno)
+        if not (loop[1] <= p.lineno and stmt is not None and (stmt.end_lineno or stmt.lineno) < L
+                and _earlier_iteration(h)):
+            return None
+        found.add(stmt.lineno)
+    if len(found) != 1:
+        return None
+    line = found.pop()
+    mine = here.index.stream_block_at(file, L)
+    block = here.index.stream_block_at(file, line)
+    while block is not None and block is not mine:
+        line = block.lineno  # before the ``with`` whose block makes another stream current
+        block = here.index.stream_block_at(file, line)
+    if block is not mine or here.index.loop_at(file, line) != loop:
+        return None
+    return line
+
+
+def _earlier_iteration(h: Finding) -> bool:
+    """Whether an occurrence of ``h`` had, between its earlier and its later access, another
+    earlier access of ``h`` (the same line queued work again before the use: a loop's next
+    iteration)."""
+    prev = sorted((o[1], o[0]) for o in h.occurrences if o[1])
+    return any(a < b < later for (a, later), (b, _) in zip(prev, prev[1:]))
+
+
+def _user_frame(stack: Sequence[Frame]) -> Optional[Frame]:
+    """The innermost frame of user code, or None (unlike :func:`user_site`, no library frame)."""
+    site = user_site(stack)
+    return site if site is not None and internal_category(site) is None else None
+
+
+def arrow_site(f: Finding) -> Optional[Frame]:
+    """Where a report's ``-->`` points for ``f``: the later access's user frame; for a free
+    only library code made (pytest dropping a fixture's value after its teardown), the use."""
+    site = user_site(f.access.stack)
+    if f.kind is Kind.MISSING_RECORD_STREAM and _user_frame(f.access.stack) is None:
+        return _user_frame(f.previous.stack) or site
+    return site
+
+
 def _before(here: Names, access: Optional[Frame]) -> str:
+    if here.next_work_of is not None:
+        return (f"line {here.site.lineno} (the loop queues more work on that stream there, after the work line "
+                f"{here.next_work_of.lineno} needs: a wait at line {here.next_work_of.lineno} would wait for it too, "
+                "and serialize what the loop overlaps)")
     if here.recorded is access or here.site is None:
         return f"line {_line(here.site if here.site is not None else access)}"
     return f"line {here.site.lineno} of {_file(here.site)} (the call that leads to it)"
@@ -764,19 +937,32 @@ def root_cause_title(rc, header: dict) -> str:
 
 
 def root_cause_fix(rc, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
-    """The one fix of a root cause: the wait for several findings, a finding's own fix for one."""
-    if len(rc.groups) == 1:
+    """The one fix of a root cause: the wait for several findings, a finding's own fix for one
+    (or for a missing record_stream with the reuse races it allowed: its record_stream)."""
+    if _own_fix(rc):
         return fix(rc.anchor, header, sources)
-    return wait_fix(rc.anchor, header, sources)
+    return _explain_once(_wait_fix(rc.anchor, header, sources, _peers(rc)), sources)
+
+
+def _own_fix(rc) -> bool:
+    """Whether a root cause's fix is its anchor's own: one finding, or a missing record_stream
+    and only reuse races of the memory it freed (its ``record_stream`` fixes them all)."""
+    return len(rc.groups) == 1 or (rc.anchor.kind is Kind.MISSING_RECORD_STREAM
+                                   and all(g.finding.kind is Kind.REUSE_RACE for g in rc.groups[1:]))
+
+
+def _peers(rc) -> list:
+    """The findings of a root cause besides its anchor: the one wait must fix them too."""
+    return [f for g in rc.groups for f in g.findings if f is not rc.anchor]
 
 
 def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optional[Frame]:
     """The line :func:`root_cause_fix` tells the user to change (its first code line)."""
     f = rc.anchor
-    if len(rc.groups) == 1 and f.kind is not Kind.DATA_RACE:
+    if _own_fix(rc) and f.kind is not Kind.DATA_RACE:
         return user_site(f.previous.stack)  # record_stream right after the use
     if f.access.seq:
-        return wait_site(f, header, sources).recorded
+        return wait_site(f, header, sources, _peers(rc) if len(rc.groups) > 1 else ()).recorded
     return user_site(f.access.stack)
 
 

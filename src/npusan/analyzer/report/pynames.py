@@ -349,6 +349,23 @@ class ScopeIndex:
                         return True
         return False
 
+    def loop_at(self, filename: str, lineno: int) -> Optional[tuple]:
+        """``(header line, first body line, last line)`` of the innermost ``for``/``while``
+        loop whose body holds line ``lineno`` with no def between them, or None."""
+        tree = self._tree(filename)
+        if tree is None or not isinstance(lineno, int):
+            return None
+        best = None
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
+                lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
+                if lo <= lineno <= hi and (best is None or node.lineno > best.lineno):
+                    best = node
+        if best is None or any(isinstance(n, _SCOPES[:3]) and n.lineno <= lineno <= (n.end_lineno or n.lineno)
+                               for n in ast.walk(best)):
+            return None
+        return best.lineno, best.body[0].lineno, best.end_lineno or best.lineno
+
     def fixture_name(self, filename: str, lineno: int, name: Optional[str]) -> Optional[str]:
         """The name a test receives the object made at line ``lineno`` under, when that line is
         in a ``@pytest.fixture`` function that returns or yields it (``name``: the variable the

@@ -212,7 +212,7 @@ class _Writer:
             ": ",
             (D.title(f, header), "bold"),
         )
-        site = user_site(f.access.stack)
+        site = D.arrow_site(f)
         if site is not None:
             self.line(("--> ", "blue"), f"{display_path(site.filename)}:{site.lineno}", indent=1)
         later, earlier = ("later", "earlier")
