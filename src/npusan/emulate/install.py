@@ -1,4 +1,4 @@
-"""Turning the emulator on: ``npusan.emulate.install("cuda")`` before the program runs.
+"""Turning the emulator on: ``npusan.emulate.install("cuda")`` (or ``"npu"``) before the program runs.
 
 Order matters: the emulation mode must sit *below* the recorder's dispatch mode (the
 recorder sees each op, then the emulator runs it and registers its device outputs,
@@ -18,19 +18,43 @@ def installed() -> Optional[str]:
     return _installed
 
 
+#: The devices ``--emulate`` can emulate.
+KINDS = ("cuda", "npu")
+
+
 def install(kind: str = "cuda") -> None:
-    """Emulate a CUDA device in this process (idempotent)."""
+    """Emulate a CUDA device (``cuda``) or an Ascend NPU with its ``torch_npu`` (``npu``)
+    in this process (idempotent)."""
     global _installed, _mode
+    if kind not in KINDS:
+        raise ValueError(f"npusan --emulate {kind}: only {', '.join(KINDS)} are emulated")
     if _installed is not None:
+        if _installed != kind:
+            raise RuntimeError(f"npusan --emulate {kind}: this process already emulates {_installed}")
         return
-    if kind != "cuda":
-        raise ValueError(f"npusan --emulate {kind}: only 'cuda' is emulated")
+    from . import backward, tensor
+    from .mode import EmulationMode
+
+    if kind == "cuda":
+        _install_cuda()
+    else:
+        from . import npu
+
+        npu.install()
+    tensor.patch()
+    backward.install()
+    _mode = EmulationMode()
+    _mode.__enter__()
+    _patch_threads(EmulationMode)
+    _installed = kind
+
+
+def _install_cuda() -> None:
     import importlib
 
     import torch
 
-    from . import backward, cuda, tensor
-    from .mode import EmulationMode
+    from . import cuda
 
     if torch.cuda.is_available() and not hasattr(torch.cuda, "_npusan_emulated"):
         raise RuntimeError("npusan --emulate cuda: this machine has a CUDA device; record it without --emulate")
@@ -45,12 +69,6 @@ def install(kind: str = "cuda") -> None:
     # The CUDA backend reads the current device and stream through these accessors.
     torch._C._cuda_getDevice = lambda: 0
     torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
-    tensor.patch()
-    backward.install()
-    _mode = EmulationMode()
-    _mode.__enter__()
-    _patch_threads(EmulationMode)
-    _installed = kind
 
 
 def _patch_threads(mode_cls: Any) -> None:

@@ -25,6 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cuda as _cuda
+from . import tensor as _tensor
 from .tensor import _dev, register
 from .tensor import storage_key as key
 
@@ -37,10 +38,11 @@ _PIN = {aten._pin_memory.default}
 
 
 def _is_cuda(d: Any) -> bool:
+    """Whether ``d`` names the emulated device (``cuda``, or ``npu`` under --emulate npu)."""
     if isinstance(d, torch.device):
-        return d.type == "cuda"
+        return d.type == _tensor.DEVICE.type
     if isinstance(d, str):
-        return d.startswith("cuda")
+        return d.split(":", 1)[0] == _tensor.DEVICE.type
     return False
 
 

@@ -33,7 +33,8 @@ from . import cuda as _cuda
 
 #: ``StorageImpl`` address -> virtual address of its block (0 for an empty storage).
 _dev: Dict[int, int] = {}
-_CUDA = torch.device("cuda", 0)
+#: The emulated device (``npu:0`` under ``--emulate npu``, set before :func:`patch`).
+DEVICE = torch.device("cuda", 0)
 _CPU = torch.device("cpu")
 
 
@@ -79,7 +80,7 @@ def register_storage(st: Any) -> None:
 def _load_cuda(obj: Any, location: str) -> Any:
     """``torch.load`` of a storage saved from ``cuda``: a host storage that is device memory
     (torch's own deserializer would call into the CUDA runtime)."""
-    if not location.startswith("cuda"):
+    if not location.startswith(DEVICE.type):
         return None
     if getattr(obj, "_torch_load_uninitialized", False):
         obj = torch.UntypedStorage(obj.nbytes())
@@ -127,11 +128,11 @@ def patch() -> None:
 
     def device(self: torch.Tensor) -> torch.device:
         if key(self) in dev:
-            return _CUDA
+            return DEVICE
         return base_device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
-        return key(self) in dev
+        return key(self) in dev and DEVICE.type == "cuda"
 
     def is_cpu(self: torch.Tensor) -> bool:
         return key(self) not in dev and base_is_cpu.__get__(self)
@@ -158,13 +159,13 @@ def patch() -> None:
             return base_to(self, *args, **kwargs)  # dtype only: C++ decides, the mode follows
         fmt = fmt if fmt is not None else torch.preserve_format
         if key(self) not in dev:
-            if d.type != "cuda":
+            if d.type != DEVICE.type:
                 return base_to(self, *args, **kwargs)
             # Host to device: straight to the copy op (C++'s ``to`` would look for a CUDA
             # runtime to check pinned memory); the mode makes its output device memory.
-            return aten_to_copy(self, dtype=dtype or self.dtype, device=_CUDA, non_blocking=nb,
+            return aten_to_copy(self, dtype=dtype or self.dtype, device=DEVICE, non_blocking=nb,
                                 memory_format=fmt)
-        if d.type == "cuda":  # already there: a copy only if dtype/format/copy ask for one
+        if d.type == DEVICE.type:  # already there: a copy only if dtype/format/copy ask for one
             return base_to(self, dtype or self.dtype, non_blocking=nb, copy=copy, memory_format=fmt)
         # To the host: C++ would alias (it is a CPU tensor); an explicit device makes the
         # copy that the emulation mode sees as a device-to-host copy.
@@ -172,7 +173,7 @@ def patch() -> None:
 
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
-        return to(self, _CUDA, non_blocking=non_blocking, memory_format=memory_format)
+        return to(self, DEVICE, non_blocking=non_blocking, memory_format=memory_format)
 
     def cpu(self: torch.Tensor, memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
         return to(self, _CPU, memory_format=memory_format)
@@ -182,7 +183,7 @@ def patch() -> None:
         return st_data_ptr(self) if p is None else p
 
     def st_dev(self: Any) -> torch.device:
-        return _CUDA if self._cdata in dev else st_device.__get__(self)
+        return DEVICE if self._cdata in dev else st_device.__get__(self)
 
     def st_resize_(self: Any, size: int) -> Any:
         old = dev.get(self._cdata)
@@ -198,7 +199,7 @@ def patch() -> None:
         on the host and copy it over (a blocking copy, as on a GPU)."""
         def make(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
             d = kwargs.get("device")
-            if d is None or torch.device(d).type != "cuda":
+            if d is None or torch.device(d).type != DEVICE.type:
                 return orig(data, *args, **kwargs)
             kw = dict(kwargs)
             kw["device"] = None
@@ -206,7 +207,7 @@ def patch() -> None:
             kw.pop("pin_memory", None)
             if isinstance(data, torch.Tensor) and key(data) in dev and orig is torch.as_tensor:
                 return orig(data, *args, **kw)  # already on the device: as_tensor aliases
-            t = to(orig(data, *args, **kw), _CUDA)
+            t = to(orig(data, *args, **kw), DEVICE)
             return t.requires_grad_() if rg else t
         make.__doc__ = orig.__doc__
         make.__name__ = orig.__name__

@@ -24,7 +24,8 @@ run the analyzer in process; alone it records to no file), ``NPUSAN_BACKEND``
 (``auto``/``cuda``/``npu``/``sim``), ``NPUSAN_STACK_DEPTH`` (default 32, 0 = no stacks),
 ``NPUSAN_KEEP_INTERNAL_FRAMES`` (``1``: keep torch's and npusan's frames),
 ``NPUSAN_EMULATE`` (``cuda``: run the program on an emulated CUDA device, recorded by
-the CUDA backend; see :mod:`npusan.emulate`).
+the CUDA backend; ``npu``: on an emulated Ascend NPU with an emulated ``torch_npu``,
+recorded by the NPU backend; see :mod:`npusan.emulate`).
 
 One trace per process (:func:`trace_path_for_process`): ``{pid}``, ``{rank}`` and
 ``{local_rank}`` in the path are expanded (rank: ``RANK``, else ``LOCAL_RANK``, else 0;
@@ -251,7 +252,7 @@ def start_from_env() -> None:
             from ..emulate.install import install
 
             install(emulate)
-            cfg["backend"] = "cuda"
+            cfg["backend"] = emulate
         path = cfg.pop("path")
         if path is not None:
             path = trace_path_for_process(path)
