@@ -149,3 +149,10 @@ def test_environment_and_api_switches(tmp_path):
     p = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=300, env=_env())
     assert p.returncode == 0, p.stderr
     assert _kinds(api) == (1, ["data-race"])
+
+
+def test_checkpoints_threads_dataloader_autocast(tmp_path):
+    p, trace = _record(tmp_path, os.path.join(PROGS, "misc.py"))
+    assert p.returncode == 0, p.stderr
+    assert "ok" in p.stdout
+    assert _kinds(trace) == (0, [])

@@ -235,6 +235,9 @@ def _npu_module() -> types.ModuleType:
         "manual_seed": lambda seed: None,  # emulated tensors draw from the CPU generator
         "manual_seed_all": lambda seed: None,
         "_is_in_bad_fork": lambda: False,  # torch.manual_seed asks the device module
+        # torch.autocast("npu") asks for these; it then runs (the CPU ops keep their dtype)
+        "get_amp_supported_dtype": lambda: [torch.float16, torch.bfloat16],
+        "is_bf16_supported": lambda: True,
         "NPUGraph": unsupported("torch.npu.NPUGraph"),
         "graph": unsupported("torch.npu.graph"),
         "make_graphed_callables": unsupported("torch.npu.make_graphed_callables"),
