@@ -58,7 +58,7 @@ BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 OWNER_ENV = "NPUSAN_TRACE_OWNER"
 #: Set to 1 to turn off recording from the environment (the start-up hook stays inert).
 DISABLE_ENV = "NPUSAN_DISABLE"
-#: ``cuda``: emulate a CUDA device on the CPU (set by ``npusan record --emulate cuda``).
+#: ``cuda``/``npu``: emulate a CUDA device or an Ascend NPU on the CPU (``npusan record --emulate``).
 EMULATE_ENV = "NPUSAN_EMULATE"
 
 
@@ -244,7 +244,8 @@ def start_from_env() -> None:
         if is_launcher():
             status.report(skipped="the torchrun launcher runs no device work; its workers record")
             return
-        if _wait_for_torch_npu(cfg):
+        # Under --emulate the emulated torch_npu is the one: never wait for an installed one.
+        if not os.environ.get(EMULATE_ENV) and _wait_for_torch_npu(cfg):
             _watch_imports()  # the torch_npu watcher calls back when it is imported
             return
         emulate = os.environ.get(EMULATE_ENV) or None
