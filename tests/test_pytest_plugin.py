@@ -272,3 +272,47 @@ def test_the_folded_frames_hint_is_said_once_per_failure():
     text = "\n".join(f"… {n} pytest frames{FOLDED_HINT}" for n in (31, 30, 29))
     assert hint_once(text, FOLDED_HINT).splitlines() == [f"… 31 pytest frames{FOLDED_HINT}", "… 30 pytest frames",
                                                          "… 29 pytest frames"]
+
+
+DEVICE_TESTS = '''import torch
+{imports}
+
+def test_prefetch_without_wait():
+    side = {mod}.Stream()
+    w = torch.randn(64, 64, device="{dev}")
+    with {mod}.stream(side):
+        x = torch.randn(16, 64).pin_memory().to("{dev}", non_blocking=True)
+    y = x @ w                  # the copy on the side stream is not waited for
+
+
+def test_prefetch_clean():
+    side = {mod}.Stream()
+    w = torch.randn(64, 64, device="{dev}")
+    with {mod}.stream(side):
+        x = torch.randn(16, 64).pin_memory().to("{dev}", non_blocking=True)
+    {mod}.current_stream().wait_stream(side)
+    x.record_stream({mod}.current_stream())
+    y = x @ w
+    assert y.device.type == "{dev}"
+'''
+
+
+@pytest.mark.parametrize("dev,mod,imports", [
+    ("cuda", "torch.cuda", ""),
+    ("npu", "torch_npu.npu", "import torch_npu"),
+])
+def test_emulated_device_tests_are_checked_on_the_cpu(pytester, dev, mod, imports):
+    """``pytest --npusan --npusan-emulate cuda`` (or npu): CUDA (torch_npu) tests run on the
+    CPU and a race fails its test as on a GPU (NPU)."""
+    pytester.makepyfile(test_dev=DEVICE_TESTS.format(dev=dev, mod=mod, imports=imports))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--npusan", f"--npusan-emulate={dev}",
+                                           timeout=600)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*data race*", "FAILED test_dev.py::test_prefetch_without_wait*"])
+
+
+def test_emulate_conflicting_backend_is_a_usage_error(pytester):
+    pytester.makepyfile(test_empty="def test_nothing():\n    pass\n")
+    result = pytester.runpytest_subprocess("--npusan", "--npusan-emulate=npu", "--npusan-backend=cuda")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--npusan-emulate npu checks with --npusan-backend npu, not --npusan-backend cuda*"])

@@ -56,14 +56,15 @@ def record(
     it leaves the running recording alone.
 
     ``emulate="cuda"`` runs the program's CUDA work on an emulated device on the CPU
-    (see docs/emulation.md) and records it with the CUDA backend."""
+    (see docs/emulation.md) and records it with the CUDA backend; ``emulate="npu"`` does
+    the same for a torch_npu program (an emulated ``torch_npu``, the NPU backend)."""
     from .recorder.session import Recorder
 
     if emulate is not None:
         from .emulate.install import install
 
         install(emulate)
-        backend = "cuda"
+        backend = emulate
     return Recorder(
         path,
         backend=backend,

@@ -13,6 +13,12 @@ report of it (pytest's, pluggy's and npusan's own frames folded) instead of a tr
 through torch internals. A finding still fails the test if the test caught the exception. ``--npusan-trace-dir DIR`` also
 writes each test's trace to ``DIR`` and keeps it when the test fails. The
 ``no_npusan`` marker runs one test unchecked.
+
+``--npusan-emulate cuda`` (or ``npu``) runs the session on an emulated device on the CPU
+(see docs/emulation.md): CUDA (or torch_npu) tests run in CPU-only CI, and with
+``--npusan`` each is checked as on a GPU. The emulator is installed when pytest is
+configured, before any test module is collected (so before it imports ``torch_npu``),
+and stays for the whole session.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="With --npusan: record each test's trace into DIR and keep those of failing tests.")
     group.addoption("--npusan-backend", choices=("auto", "cuda", "npu", "sim"), default="auto",
                     help="With --npusan: the device to check (default: auto).")
+    group.addoption("--npusan-emulate", choices=("cuda", "npu"), default=None,
+                    help="Run the tests on an emulated CUDA device (or Ascend NPU with torch_npu) on the CPU; "
+                         "with --npusan they are checked as on that device.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -53,6 +62,15 @@ def pytest_configure(config: pytest.Config) -> None:
     trace_dir = config.getoption("npusan_trace_dir")
     if trace_dir and not config.getoption("npusan"):
         raise pytest.UsageError("--npusan-trace-dir needs --npusan")
+    emulate = config.getoption("npusan_emulate")
+    if emulate is not None:
+        backend = config.getoption("npusan_backend")
+        if backend not in ("auto", emulate):
+            raise pytest.UsageError(f"--npusan-emulate {emulate} checks with --npusan-backend {emulate}, "
+                                    f"not --npusan-backend {backend}")
+        from .emulate.install import install
+
+        install(emulate)  # below every recorder the tests start: its mode must be entered first
     if config.getoption("npusan"):
         from .recorder.backends import device_problem
 
@@ -87,7 +105,8 @@ def pytest_runtest_setup(item: pytest.Item):
     if trace_dir:
         os.makedirs(trace_dir, exist_ok=True)
         trace = os.path.join(trace_dir, _trace_name(item.nodeid))
-    rec = session.Recorder(trace, backend=config.getoption("npusan_backend"), online="raise",
+    backend = config.getoption("npusan_emulate") or config.getoption("npusan_backend")
+    rec = session.Recorder(trace, backend=backend, online="raise",
                            metadata={"test": item.nodeid})
     item.stash[_STATE] = _TestState(rec, trace)
     rec.start()

@@ -1,7 +1,7 @@
 """The caching-allocator model decides as CUDA's does (sizes, pools, best fit per stream,
 splitting, merging, record_stream events, empty_cache)."""
 
-from npusan.emulate.allocator import (BASE, CachingAllocator, LARGE_BUFFER, SMALL_BUFFER,
+from npusan.emulate.allocator import (BASE, LARGE_BUFFER, NPU_PAD, SMALL_BUFFER, CachingAllocator,
                                       round_size, segment_size)
 
 MiB = 1 << 20
@@ -12,6 +12,15 @@ def test_rounding_and_segment_sizes():
     assert segment_size(512) == SMALL_BUFFER and segment_size(MiB) == SMALL_BUFFER
     assert segment_size(MiB + 512) == LARGE_BUFFER
     assert segment_size(10 * MiB) == 10 * MiB and segment_size(11 * MiB + 1) == 12 * MiB
+
+
+def test_npu_allocator_pads_32_bytes_before_rounding():
+    """torch_npu's round_size is (size + 32) rounded up to 512: a 512-byte tensor takes 1024."""
+    assert round_size(480, NPU_PAD) == 512 and round_size(481, NPU_PAD) == 1024
+    assert round_size(2048, NPU_PAD) == 2560
+    a = CachingAllocator(pad=NPU_PAD)
+    p = a.malloc(512, stream=0)
+    assert a.malloc(512, stream=0) == p + 1024 and a.allocated_bytes == 2048
 
 
 def test_freed_block_goes_to_next_request_on_same_stream_at_once():

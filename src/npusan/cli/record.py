@@ -124,10 +124,10 @@ class _RecordCommand(click.Command):
               help="Analyze live and stop the program (npusan.RaceError) at the first race.")
 @click.option("--stack-depth", type=click.IntRange(0, 1000), default=32, show_default=True)
 @click.option("--keep-internal-frames", is_flag=True, help="Keep torch's and npusan's own frames in stacks.")
-@click.option("--emulate", type=click.Choice(["cuda"]), default=None,
-              help="Run the program's CUDA work on an emulated CUDA device on the CPU (no GPU needed).")
+@click.option("--emulate", type=click.Choice(["cuda", "npu"]), default=None,
+              help="Run the program's CUDA (or torch_npu) work on an emulated device on the CPU (no GPU/NPU needed).")
 @click.option("--emulate-devices", "emulate_devices", type=click.IntRange(1, 64), default=None, metavar="N",
-              help="With --emulate: how many devices the machine has (default 1); a torchrun rank uses "
+              help="With --emulate cuda: how many devices the machine has (default 1); a torchrun rank uses "
                    "cuda:LOCAL_RANK after set_device.")
 @click.option("--print-env", is_flag=True, help="Print the environment that makes a Python process record, and exit.")
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
@@ -142,6 +142,7 @@ def record(output, backend, online, online_raise, stack_depth, keep_internal_fra
       npusan record -o out/t.npusan -- torchrun --nproc_per_node=8 train.py   # out/t.rank<R>.npusan
       npusan record --backend sim -- python -m npusan.examples.multistream
       npusan record --emulate cuda -- python train.py   # a CUDA program, no GPU
+      npusan record --emulate npu -- python train.py    # a torch_npu program, no NPU
       eval "$(npusan record --print-env -o t.npusan)"; python train.py
     """
     from ..recorder.activate import child_env

@@ -45,8 +45,10 @@ ROUND_LARGE = 2 << 20
 BASE = 0x7F0000000000
 
 
-def round_size(size: int) -> int:
-    """The size a request is served with (512-byte multiples; at least 512)."""
+def round_size(size: int, pad: int = 0) -> int:
+    """The size a request is served with (512-byte multiples; at least 512). ``pad``
+    bytes are added first: torch_npu's allocator adds 32 (see :class:`CachingAllocator`)."""
+    size += pad
     if size < ROUND:
         return ROUND
     return (size + ROUND - 1) // ROUND * ROUND
@@ -76,10 +78,20 @@ class Block:
     events: List[Tuple[int, int]] = field(default_factory=list)  # (stream, position) pending
 
 
-class CachingAllocator:
-    """One device's allocator. Streams are opaque ints (the emulator's raw handles)."""
+#: What torch_npu's ``NPUCachingAllocator`` adds to each request before rounding (its
+#: ``round_size`` is ``size + 32`` rounded up to 512 B); its other rules are CUDA's.
+NPU_PAD = 32
 
-    def __init__(self, base: int = BASE) -> None:
+
+class CachingAllocator:
+    """One device's allocator. Streams are opaque ints (the emulator's raw handles).
+
+    ``pad``: bytes added to each request before rounding -- 0 for CUDA, :data:`NPU_PAD`
+    for torch_npu's allocator (same pools, segment sizes, best fit, split and merge rules
+    and stream-use events as CUDA's; only the rounding differs)."""
+
+    def __init__(self, base: int = BASE, pad: int = 0) -> None:
+        self.pad = pad
         self._next_base = base
         self._blocks: Dict[int, Block] = {}            # ptr -> allocated (or pending) block
         self._free: Dict[Tuple[bool, int], List[Tuple[int, int]]] = {}  # (small, stream) -> sorted (size, ptr)
@@ -131,7 +143,7 @@ class CachingAllocator:
     def malloc(self, size: int, stream: int) -> int:
         """A block of at least ``size`` bytes for use on ``stream``; returns its address."""
         self._process_events()
-        rounded = round_size(size)
+        rounded = round_size(size, self.pad)
         small = rounded <= SMALL_SIZE
         b = self._best_fit(small, stream, rounded)
         if b is None:

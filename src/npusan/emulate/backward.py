@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from . import cuda as _cuda
+from . import tensor as _tensor
 
 _seq = torch._C._autograd._get_sequence_nr
 _tls = threading.local()
@@ -98,7 +99,7 @@ def _record(grads: Any, stream: Any) -> None:
     """A gradient consumed on another stream than it was made on: the engine's input
     buffer calls ``record_stream`` for it (as well as the wait)."""
     for g in grads:
-        if isinstance(g, torch.Tensor) and g.is_cuda:
+        if isinstance(g, torch.Tensor) and _tensor.is_device(g):
             g.record_stream(stream)
 
 

@@ -21,6 +21,9 @@ import torch
 
 from .allocator import CachingAllocator
 
+DEVICE = torch.device("cuda", 0)
+#: The ``--emulate`` kind named in messages (``npu`` when :mod:`.npu` runs on this runtime).
+KIND = "cuda"
 _trace = None  # torch.cuda._gpu_trace, bound at install
 #: Called with (old, new) when a thread's current stream changes (see :mod:`.backward`).
 on_switch: Optional[Callable[["Stream", "Stream"], None]] = None
@@ -36,7 +39,7 @@ class Unsupported(RuntimeError):
 
 def unsupported(api: str) -> Any:
     def stop(*_a: Any, **_k: Any) -> Any:
-        raise Unsupported(f"npusan --emulate cuda: {api} is not emulated")
+        raise Unsupported(f"npusan --emulate {KIND}: {api} is not emulated")
     return stop
 
 
@@ -55,7 +58,7 @@ class _State:
 
     # devices
     def torch_device(self) -> torch.device:
-        return torch.device("cuda", self.device)
+        return torch.device(DEVICE.type, self.device)
 
     def use_device(self, index: Any, explicit: bool = True) -> int:
         """The device a factory, ``set_device`` or a stream names: this process's device.
@@ -99,7 +102,7 @@ class _State:
 
     def current_handle(self, device: int = 0) -> int:
         s = getattr(self.tls, "stream", None)
-        return 0 if s is None else s.cuda_stream
+        return DEFAULT.stream_id if s is None else s.stream_id
 
     def new_event(self) -> int:
         return 0xE0000 + 16 * next(self._events)

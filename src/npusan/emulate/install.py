@@ -1,4 +1,4 @@
-"""Turning the emulator on: ``npusan.emulate.install("cuda")`` before the program runs.
+"""Turning the emulator on: ``npusan.emulate.install("cuda")`` (or ``"npu"``) before the program runs.
 
 Order matters: the emulation mode must sit *below* the recorder's dispatch mode (the
 recorder sees each op, then the emulator runs it and registers its device outputs,
@@ -18,6 +18,8 @@ def installed() -> Optional[str]:
     return _installed
 
 
+#: The devices ``--emulate`` can emulate.
+KINDS = ("cuda", "npu")
 #: How many devices to emulate (``npusan record --emulate-devices N``; default 1).
 DEVICES_ENV = "NPUSAN_EMULATE_DEVICES"
 
@@ -36,20 +38,44 @@ def _devices_from_env() -> int:
 
 
 def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
-    """Emulate ``devices`` CUDA devices in this process (idempotent; default: the
-    ``NPUSAN_EMULATE_DEVICES`` environment variable, else 1). A process uses one of them
+    """Emulate CUDA devices (``cuda``) or an Ascend NPU with its ``torch_npu`` (``npu``) in
+    this process (idempotent). ``devices``: how many CUDA devices (default: the
+    ``NPUSAN_EMULATE_DEVICES`` environment variable, else 1); a process uses one of them
     (``set_device``; a ``torchrun`` rank its ``LOCAL_RANK``)."""
     global _installed, _mode
+    if kind not in KINDS:
+        raise ValueError(f"npusan --emulate {kind}: only {', '.join(KINDS)} are emulated")
     if _installed is not None:
+        if _installed != kind:
+            raise RuntimeError(f"npusan --emulate {kind}: this process already emulates {_installed}")
         return
-    if kind != "cuda":
-        raise ValueError(f"npusan --emulate {kind}: only 'cuda' is emulated")
+    from . import backward, tensor
+    from .mode import EmulationMode
+
+    if kind == "cuda":
+        _install_cuda(devices if devices is not None else _devices_from_env())
+    else:
+        from . import npu
+
+        npu.install()
+    tensor.patch()
+    backward.install()
+    if kind == "cuda":
+        from . import dist
+
+        dist.install()
+    _mode = EmulationMode()
+    _mode.__enter__()
+    _patch_threads(EmulationMode)
+    _installed = kind
+
+
+def _install_cuda(devices: int) -> None:
     import importlib
 
     import torch
 
-    from . import backward, cuda, dist, tensor
-    from .mode import EmulationMode
+    from . import cuda
 
     if torch.cuda.is_available() and not hasattr(torch.cuda, "_npusan_emulated"):
         raise RuntimeError("npusan --emulate cuda: this machine has a CUDA device; record it without --emulate")
@@ -60,20 +86,13 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
 
     for name, fn in cuda.accelerator_api().items():
         setattr(torch.accelerator, name, fn)
-    cuda.STATE.count = devices if devices is not None else _devices_from_env()
     torch.cuda._npusan_emulated = True
     # The CUDA backend reads the current device and stream through these accessors.
+    cuda.STATE.count = devices
     torch._C._cuda_getDevice = lambda: cuda.STATE.device
     # Python callers (FSDP2's default mesh, a backend-less init_process_group) ask it.
     torch._C._get_accelerator = lambda check=False: torch.device("cuda")
     torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
-    tensor.patch()
-    backward.install()
-    dist.install()
-    _mode = EmulationMode()
-    _mode.__enter__()
-    _patch_threads(EmulationMode)
-    _installed = kind
 
 
 def _patch_threads(mode_cls: Any) -> None:

@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import cuda as _cuda
 from . import dist as _dist
+from . import tensor as _tensor
 from .tensor import _dev, register
 from .tensor import storage_key as key
 
@@ -41,10 +42,11 @@ _C10D = ("c10d", "_c10d_functional")
 
 
 def _is_cuda(d: Any) -> bool:
+    """Whether ``d`` names the emulated device (``cuda``, or ``npu`` under --emulate npu)."""
     if isinstance(d, torch.device):
-        return d.type == "cuda"
+        return d.type == _tensor.DEVICE.type
     if isinstance(d, str):
-        return d.startswith("cuda")
+        return d.split(":", 1)[0] == _tensor.DEVICE.type
     return False
 
 

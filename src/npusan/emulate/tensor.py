@@ -33,6 +33,8 @@ from . import cuda as _cuda
 
 #: ``StorageImpl`` address -> virtual address of its block (0 for an empty storage).
 _dev: Dict[int, int] = {}
+#: The emulated device (``npu:0`` under ``--emulate npu``, set before :func:`patch`).
+DEVICE = torch.device("cuda", 0)
 _CPU = torch.device("cpu")
 
 
@@ -78,7 +80,7 @@ def register_storage(st: Any) -> None:
 def _load_cuda(obj: Any, location: str) -> Any:
     """``torch.load`` of a storage saved from ``cuda``: a host storage that is device memory
     (torch's own deserializer would call into the CUDA runtime)."""
-    if not location.startswith("cuda"):
+    if not location.startswith(DEVICE.type):
         return None
     if getattr(obj, "_torch_load_uninitialized", False):
         obj = torch.UntypedStorage(obj.nbytes())
@@ -130,7 +132,7 @@ def patch() -> None:
         return base_device.__get__(self)
 
     def is_cuda(self: torch.Tensor) -> bool:
-        return key(self) in dev
+        return key(self) in dev and DEVICE.type == "cuda"
 
     def is_cpu(self: torch.Tensor) -> bool:
         return key(self) not in dev and base_is_cpu.__get__(self)
@@ -157,13 +159,13 @@ def patch() -> None:
             return base_to(self, *args, **kwargs)  # dtype only: C++ decides, the mode follows
         fmt = fmt if fmt is not None else torch.preserve_format
         if key(self) not in dev:
-            if d.type != "cuda":
+            if d.type != DEVICE.type:
                 return base_to(self, *args, **kwargs)
             # Host to device: straight to the copy op (C++'s ``to`` would look for a CUDA
             # runtime to check pinned memory); the mode makes its output device memory.
             return aten_to_copy(self, dtype=dtype or self.dtype, device=d, non_blocking=nb,
                                 memory_format=fmt)
-        if d.type == "cuda":  # already there: a copy only if dtype/format/copy ask for one
+        if d.type == DEVICE.type:  # already there: a copy only if dtype/format/copy ask for one
             return base_to(self, dtype or self.dtype, non_blocking=nb, copy=copy, memory_format=fmt)
         # To the host: C++ would alias (it is a CPU tensor); an explicit device makes the
         # copy that the emulation mode sees as a device-to-host copy.
@@ -198,7 +200,7 @@ def patch() -> None:
         on the host and copy it over (a blocking copy, as on a GPU)."""
         def make(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
             d = kwargs.get("device")
-            if d is None or torch.device(d).type != "cuda":
+            if d is None or torch.device(d).type != DEVICE.type:
                 return orig(data, *args, **kwargs)
             kw = dict(kwargs)
             kw["device"] = None

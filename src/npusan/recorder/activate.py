@@ -24,7 +24,8 @@ run the analyzer in process; alone it records to no file), ``NPUSAN_BACKEND``
 (``auto``/``cuda``/``npu``/``sim``), ``NPUSAN_STACK_DEPTH`` (default 32, 0 = no stacks),
 ``NPUSAN_KEEP_INTERNAL_FRAMES`` (``1``: keep torch's and npusan's frames),
 ``NPUSAN_EMULATE`` (``cuda``: run the program on an emulated CUDA device, recorded by
-the CUDA backend; see :mod:`npusan.emulate`).
+the CUDA backend; ``npu``: on an emulated Ascend NPU with an emulated ``torch_npu``,
+recorded by the NPU backend; see :mod:`npusan.emulate`).
 
 One trace per process (:func:`trace_path_for_process`): ``{pid}``, ``{rank}`` and
 ``{local_rank}`` in the path are expanded (rank: ``RANK``, else ``LOCAL_RANK``, else 0;
@@ -58,7 +59,7 @@ BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
 OWNER_ENV = "NPUSAN_TRACE_OWNER"
 #: Set to 1 to turn off recording from the environment (the start-up hook stays inert).
 DISABLE_ENV = "NPUSAN_DISABLE"
-#: ``cuda``: emulate a CUDA device on the CPU (set by ``npusan record --emulate cuda``).
+#: ``cuda``/``npu``: emulate a CUDA device or an Ascend NPU on the CPU (``npusan record --emulate``).
 EMULATE_ENV = "NPUSAN_EMULATE"
 
 
@@ -244,7 +245,8 @@ def start_from_env() -> None:
         if is_launcher():
             status.report(skipped="the torchrun launcher runs no device work; its workers record")
             return
-        if _wait_for_torch_npu(cfg):
+        # Under --emulate the emulated torch_npu is the one: never wait for an installed one.
+        if not os.environ.get(EMULATE_ENV) and _wait_for_torch_npu(cfg):
             _watch_imports()  # the torch_npu watcher calls back when it is imported
             return
         emulate = os.environ.get(EMULATE_ENV) or None
@@ -252,7 +254,7 @@ def start_from_env() -> None:
             from ..emulate.install import install
 
             install(emulate)
-            cfg["backend"] = "cuda"
+            cfg["backend"] = emulate
         path = cfg.pop("path")
         if path is not None:
             path = trace_path_for_process(path)
