@@ -44,13 +44,15 @@ def _torchrun() -> list:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "torch.distributed.run"]
 
 
-def launch(tmp: Path, names, nproc: int = 2, backend: str = "sim", prog: Path = PROG, **env) -> list:
+def launch(tmp: Path, names, nproc: int = 2, backend: str = "sim", prog: Path = PROG, emulate=None,
+           **env) -> list:
     """Record ``prog names...`` (``dist_prog.py`` by default) on ``nproc`` ranks; return
-    the rank traces."""
+    the rank traces (``emulate``: record with ``--emulate`` that device)."""
     trace = tmp / "dist.npusan"
     full = {k: v for k, v in os.environ.items() if not k.startswith(("NPUSAN_", "TORCH_NCCL_"))}
     full.update(env, OMP_NUM_THREADS="1")
-    cmd = [*NPUSAN, "record", "--backend", backend, "-o", str(trace), "--", *_torchrun(),
+    cmd = [*NPUSAN, "record", "--backend", backend, *(["--emulate", emulate] if emulate else []),
+           "-o", str(trace), "--", *_torchrun(),
            f"--nproc_per_node={nproc}", f"--master_port={free_port()}", str(prog), *names]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, cwd=str(tmp), timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]

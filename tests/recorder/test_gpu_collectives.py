@@ -24,7 +24,10 @@ pytestmark = [
 
 
 def test_nccl_scenarios_clean_or_found_where_they_race(tmp_path):
-    traces = launch(tmp_path, SCENARIOS, nproc=1, backend="cuda", NPUSAN_TEST_DEVICE="cuda")
+    from npusan.emulate.install import installed
+
+    # On the emulated device (no GPU: test_gpu_emulated.py), the ranks run emulated too.
+    traces = launch(tmp_path, SCENARIOS, nproc=1, backend="cuda", emulate=installed(), NPUSAN_TEST_DEVICE="cuda")
     result = analyze_traces([str(t) for t in traces])
     check_findings(result, "nccl", ranks=1)
     f = by_scenario(result)["bug_use_before_wait"][0]

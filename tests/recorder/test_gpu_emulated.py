@@ -9,8 +9,7 @@ how ``npusan record --emulate cuda`` records. On a GPU machine this test skips a
 files run on the real device as before.
 
 What cannot run emulated, and why (each is a skip of the file itself, checked below):
-two-device tests (the emulator has one device); the NCCL scenarios (this CPU build of
-torch has no NCCL); a reuse test whose allocator happened not to hand the block back
+two-device tests (the emulator has one device); a reuse test whose allocator happened not to hand the block back
 (as on a GPU, it depends on what earlier tests left in the caching allocator).
 """
 
@@ -30,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FILES = ["test_gpu_adapter.py", "test_gpu_streams.py", "test_gpu_collectives.py"]
 #: Skip reasons a file may give under the emulator (see the module docstring).
-EXPECTED_SKIPS = ("needs two CUDA devices", "needs NCCL", "the caching allocator did not hand the block back")
+EXPECTED_SKIPS = ("needs two CUDA devices", "the caching allocator did not hand the block back")
 
 
 @pytest.mark.slow
