@@ -75,9 +75,21 @@ def clean_json(value: Any, limit: int = MAX_TEXT) -> str:
     The walk of :func:`clean_tree` costs more than encoding; when the encoded text holds
     no character or escape that cleaning would change, and is too short to hold a string
     over ``limit``, it is the answer as it is (the timeline writes hundreds of thousands
-    of small events this way).
+    of small events this way, and a JSON report of thousands of findings, one large one).
     """
     text = _compact(value)
-    if len(text) <= limit and not _UNSAFE_IN_JSON.search(text):
+    if not _needs_cleaning(text, limit):
         return text
     return _compact(clean_tree(value, limit))
+
+
+def _needs_cleaning(text: str, limit: int) -> bool:
+    """Whether compact JSON ``text`` may hold a string :func:`clean_tree` would change: one
+    with an unsafe character, or one over ``limit`` characters. Without a backslash, every
+    string is its characters between two quotes, so a longer one is a longer quote-free run
+    (a long run of numbers between strings only costs the full walk)."""
+    if _UNSAFE_IN_JSON.search(text):
+        return True
+    if len(text) <= limit:
+        return False
+    return "\\" in text or max(map(len, text.split('"'))) > limit

@@ -5,6 +5,12 @@ so it opens offline and leaks nothing. Findings are grouped by root cause, each 
 stacks and their source lines, its fix, and a small picture of the streams around it (the
 traces are read again for those, in one bounded streaming pass each). Every string that
 comes from a trace is HTML-escaped.
+
+A root cause with more than :data:`SHOWN_PER_CAUSE` findings shows the first ones in full;
+the others travel in the same file, gzip-compressed JSON in one ``<script
+type="application/gzip+base64">`` data block (never run), and the page's own script
+(allowed by its hash, as ever) draws them on a click, as text nodes only, without their
+timelines. A racy trace of 10,000 findings then makes a page of a few MB, not 50.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ from __future__ import annotations
 import base64
 import bisect
 import datetime
+import gzip
 import hashlib
 import html
+import json
 from typing import Optional
 
 from ..._version import __version__
@@ -70,8 +78,72 @@ document.addEventListener('DOMContentLoaded', function () {
 });
 """
 
+#: Added to :data:`SCRIPT` on pages with findings held back (see the module docstring): on
+#: a click, decompresses the data block once and draws that root cause's other findings.
+MORE_SCRIPT = """
+(function () {
+  var data = null;
+  function load() {
+    if (!data) {
+      var b = atob(document.getElementById('more-findings').textContent.trim());
+      var bytes = new Uint8Array(b.length);
+      for (var i = 0; i < b.length; i++) bytes[i] = b.charCodeAt(i);
+      var s = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+      data = new Response(s).text().then(JSON.parse);
+    }
+    return data;
+  }
+  function el(tag, cls, text) {
+    var x = document.createElement(tag);
+    if (cls) x.className = cls;
+    if (text !== undefined) x.textContent = text;
+    return x;
+  }
+  function finding(f) {
+    var d = el('details', 'finding'), sum = el('summary'), t = el('table');
+    d.id = 'finding-' + f.n;
+    sum.appendChild(el('span', 'tag', f.kind));
+    sum.appendChild(document.createTextNode(' (' + f.n + '/' + f.of + ') '));
+    if (f.status) { sum.appendChild(el('span', 'status', '[' + f.status + ']')); sum.appendChild(document.createTextNode(' ')); }
+    sum.appendChild(document.createTextNode(f.title));
+    d.appendChild(sum);
+    f.rows.forEach(function (r) {
+      var tr = el('tr'), td = el('td');
+      tr.appendChild(el('th', '', r[0]));
+      if (r[2] === 'fix') td.appendChild(el('pre', 'fix', r[1]));
+      else td.appendChild(document.createTextNode(r[1]));
+      if (r[2] && r[2] !== 'fix') {
+        var st = el('div', r[2].length ? 'stack' : 'stack dim', r[2].length ? undefined : '(no stack recorded)');
+        r[2].forEach(function (l) { st.appendChild(el('div', l[0], l[1])); });
+        td.appendChild(st);
+      }
+      tr.appendChild(td); t.appendChild(tr);
+    });
+    d.appendChild(t);
+    return d;
+  }
+  document.addEventListener('click', function (ev) {
+    var b = ev.target.closest && ev.target.closest('button[data-more]');
+    if (!b) return;
+    b.disabled = true;
+    load().then(function (all) {
+      var box = b.parentNode;
+      (all[b.dataset.more] || []).forEach(function (f) { box.parentNode.insertBefore(finding(f), box); });
+      box.remove();
+    });
+  });
+})();
+"""
+
+
+def _script_hash(script: str) -> str:
+    return "sha256-" + base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
+
+
 #: The Content-Security-Policy source that allows exactly :data:`SCRIPT`.
-SCRIPT_HASH = "sha256-" + base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+SCRIPT_HASH = _script_hash(SCRIPT)
+#: Findings of one root cause drawn in full; the others are drawn on demand.
+SHOWN_PER_CAUSE = 20
 
 LANE_H = 22
 SLOT_W = 22
@@ -85,17 +157,20 @@ class HtmlReporter(Reporter):
 
     def render(self, report: Report, options: ReportOptions) -> str:
         sources = options.source_cache()
-        near = _nearby_kernels(report)
+        held = any(len(c.groups) > SHOWN_PER_CAUSE for c in report.causes)
+        shown_groups = [g for c in report.causes for g in c.groups[:SHOWN_PER_CAUSE]]
+        near = _nearby_kernels(report, shown_groups if held else report.groups)
+        script = SCRIPT + MORE_SCRIPT if held else SCRIPT
         out = [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
             # No network, ever: styles only from this page, images only inline, and no
             # script but this page's own (by its hash: a script a trace smuggled in never runs).
             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
-            f"style-src 'unsafe-inline'; script-src '{SCRIPT_HASH}'; img-src data:\">",
+            f"style-src 'unsafe-inline'; script-src '{_script_hash(script)}'; img-src data:\">",
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             "<title>npusan report</title>",
-            f"<style>{CSS}</style><script>{SCRIPT}</script></head><body>",
+            f"<style>{CSS}</style><script>{script}</script></head><body>",
             "<header>",
             f'<h1>npusan report <span class="dim">({e(__version__)})</span></h1>',
             _summary(report),
@@ -105,9 +180,18 @@ class HtmlReporter(Reporter):
             out.append('<nav><strong>Root causes</strong><ol id="toc-list"></ol></nav>')
         out.append("</header><main>")
         numbers = {id(g): i for i, g in enumerate((g for c in report.causes for g in c.groups), 1)}
+        more: dict = {}
         for c in report.causes:
             out.append(_cause(report, c, numbers, sources, near))
+            if len(c.groups) > SHOWN_PER_CAUSE:
+                more[str(c.number)] = [_finding_data(report, g, numbers[id(g)], sources)
+                                       for g in c.groups[SHOWN_PER_CAUSE:]]
         out.append(_traces(report))
+        if more:
+            # gzip with no time or name in it: the same report makes the same page
+            packed = gzip.compress(json.dumps(more, separators=(",", ":"), ensure_ascii=True).encode(), mtime=0)
+            out.append(f'<script type="application/gzip+base64" id="more-findings">'
+                       f"{base64.b64encode(packed).decode()}</script>")
         out.append("</main></body></html>\n")
         return "\n".join(out)
 
@@ -152,8 +236,13 @@ def _cause(report: Report, c: RootCause, numbers: dict, sources: SourceCache, ne
     if len(c.groups) > 1:
         tensors = "".join(f"<li>{e(D.tensor_label(t))}</li>" for t in D.tensors(c, sources))
         parts.append(f"<p>Tensors:</p><ul>{tensors}</ul>")
-    for k, g in enumerate(c.groups):
+    for k, g in enumerate(c.groups[:SHOWN_PER_CAUSE]):
         parts.append(_finding(report, g, numbers[id(g)], sources, near, open_=k == 0))
+    rest = len(c.groups) - SHOWN_PER_CAUSE
+    if rest > 0:
+        parts.append(f'<p class="more"><button type="button" data-more="{c.number}">Show the other {rest} '
+                     f"finding{'s' if rest != 1 else ''} of this root cause</button> "
+                     '<span class="dim">(held in this file, drawn without timelines)</span></p>')
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -193,6 +282,72 @@ def _finding(report: Report, g: Group, i: int, sources: SourceCache, near: dict,
     )
 
 
+def _finding_data(report: Report, g: Group, i: int, sources: SourceCache) -> dict:
+    """What :func:`_finding` shows, as data for the page's script (text, never markup; no timeline)."""
+    f = g.finding
+    header = report.header(f.trace)
+    later, earlier = ("later", "earlier")
+    if f.kind is Kind.MISSING_RECORD_STREAM:
+        later, earlier = ("not freed" if D.is_leak(f) else "freed", "used")
+    elif f.kind is Kind.REUSE_RACE:
+        later, earlier = ("reused", "old use")
+    rows = [[later, _access_text(f.access, f.kind, True, header), _stack_data(f.access.stack, sources)],
+            [earlier, _access_text(f.previous, f.kind, False, header), _stack_data(f.previous.stack, sources)]]
+    alloc = f"block {f.block.address:#x} ({D.human_size(f.block.size)})"
+    if f.block.stream is not None:
+        alloc += f" on {D.stream_name(f.block.stream, header)}"
+    rows.append(["allocated", alloc, _stack_data(f.block.stack, sources)])
+    note = D.merged_ranges_note(g)
+    if note is not None:
+        rows.append(["note", note])
+    rows.append(["fix", "\n".join(D.fix(f, header, sources)), "fix"])
+    others = [D.stream_name(s, h) for s, h in D.other_streams(report, g)]
+    if others:
+        rows.append(["also on", "; ".join(others)])
+    seen = f"{g.count} occurrence{'s' if g.count != 1 else ''} in " + ", ".join(
+        report.trace_path(t) for t in g.traces)
+    rows.append(["seen", f"{seen}; fingerprint {g.fingerprint}"])
+    out = {"n": i, "of": len(report.groups), "kind": f.kind.value, "status": g.status or "",
+           "title": D.title(f, header), "rows": rows}
+    return _clean_data(out)
+
+
+def _clean_data(value):
+    """Strings sanitized as :func:`e` does before escaping (the script sets them as text)."""
+    if isinstance(value, str):
+        return "\n".join(clean(line, 1 << 16) for line in value.split("\n"))
+    if isinstance(value, dict):
+        return {k: _clean_data(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean_data(v) for v in value]
+    return value
+
+
+def _access_text(a: AccessInfo, kind: Kind, is_later: bool, header: dict) -> str:
+    verb = D.access_verb(a, kind, is_later)
+    if verb == "free":
+        what = "".join(D.freed_words(a)) + D.stream_name(a.stream, header)
+    else:
+        what = f"{verb} by {a.op} on {D.stream_name(a.stream, header)}"
+    if a.seq:
+        what += f" [kernel {a.seq}]"
+    return what
+
+
+def _stack_data(stack, sources: SourceCache) -> list:
+    """:func:`_stack` as ``[[css class, line], ...]`` (empty: no stack recorded)."""
+    lines: list = []
+    for item in fold(shown(stack or [])):
+        if isinstance(item, (Folded, Omitted)):
+            lines.append(["dim", str(item)])
+            continue
+        lines.append(["", f"{display_path(item.filename)}:{item.lineno} in {item.function}"])
+        src = sources.frame_line(item)
+        if src is not None:
+            lines.append(["src", f"{item.lineno:>6} | {src}"])
+    return lines
+
+
 def _access_row(label: str, a: AccessInfo, kind: Kind, is_later: bool, header: dict, sources: SourceCache) -> str:
     verb = D.access_verb(a, kind, is_later)
     if verb == "free":
@@ -219,13 +374,14 @@ def _stack(stack, sources: SourceCache) -> str:
     return f'<div class="stack">{"".join(lines)}</div>'
 
 
-def _nearby_kernels(report: Report) -> dict:
-    """``{trace index: Nearby}`` around the reported findings; absent for unreadable traces."""
+def _nearby_kernels(report: Report, groups: list) -> dict:
+    """``{trace index: Nearby}`` around ``groups`` (the findings drawn with a timeline);
+    absent for unreadable traces."""
     from ..export.timeline import kernels_near
     from ...trace_format.errors import TraceFormatError
 
     seqs: dict[int, list] = {}
-    for g in report.groups:
+    for g in groups:
         f = g.finding
         seqs.setdefault(f.trace, []).extend(s for s in (f.access.seq, f.previous.seq, f.first_seq) if s)
     out = {}

@@ -10,7 +10,7 @@ import json
 from typing import Any, Optional
 
 from ..._version import __version__
-from ...trace_format.safe_text import clean_tree
+from ...trace_format.safe_text import clean_json, clean_tree
 from ..findings.model import AccessInfo, BlockInfo, StreamRef
 from ..findings.grouping import Group
 from ..findings.rootcause import RootCause
@@ -203,10 +203,9 @@ def dump_json(doc: dict, findings: int) -> str:
 
     Every string is sanitized on the way out (JSON escapes C0 controls, not C1 or bidi).
     """
-    doc = clean_tree(doc)
     if findings <= PRETTY_MAX_FINDINGS:
-        return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False) + "\n"
+        return json.dumps(clean_tree(doc), indent=2, ensure_ascii=False) + "\n"
+    return clean_json(doc) + "\n"
 
 
 @register

@@ -47,6 +47,7 @@ class JunitReporter(Reporter):
 
     def _render(self, report: Report, options: ReportOptions) -> str:
         plain = ReportOptions(**{**options.__dict__, "color": False})
+        sources = plain.source_cache()
         failures = len(report.groups)
         errors = len(report.errors)  # unreadable traces and arguments that named none: one error case each
         n = max(1, failures + errors)
@@ -80,6 +81,6 @@ class JunitReporter(Reporter):
             failure = ET.SubElement(
                 case, "failure", type=f.kind.value, message=_x(D.title(f, report.header(f.trace)))
             )
-            failure.text = _x(group_text(report, g, plain, i, len(report.groups)))
+            failure.text = _x(group_text(report, g, plain, i, len(report.groups), sources))
         ET.indent(root)
         return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

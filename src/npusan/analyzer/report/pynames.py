@@ -138,6 +138,17 @@ class ScopeIndex:
     def __init__(self, sources) -> None:
         self.sources = sources  # a SourceCache
         self._trees: dict[str, Optional[ast.Module]] = {}
+        #: id(scope node) -> its bindings: a report asks about thousands of lines of one file
+        #: (the trees stay in ``_trees``, so their ids stay theirs).
+        self._bound: dict[int, dict] = {}
+        self._scopes: dict[tuple, Optional[Scope]] = {}  # (filename, lineno) -> scope_at's answer
+
+    def _bindings_of(self, scope: ast.AST, body: Sequence[ast.AST]) -> dict:
+        """:func:`_bindings` of ``body``, computed once per scope (the caller must not change it)."""
+        out = self._bound.get(id(scope))
+        if out is None:
+            out = self._bound[id(scope)] = _bindings(body)
+        return out
 
     def _tree(self, filename: str) -> Optional[ast.Module]:
         if filename in self._trees:
@@ -153,11 +164,18 @@ class ScopeIndex:
         return tree
 
     def scope_at(self, filename: str, lineno: int) -> Optional[Scope]:
-        """The names visible at ``filename:lineno``, or None when the source is unavailable."""
+        """The names visible at ``filename:lineno``, or None when the source is unavailable
+        (computed once per line: a scope is frozen, and fixes ask about a line repeatedly)."""
+        key = (filename, lineno)
+        if key not in self._scopes:
+            self._scopes[key] = self._scope_at(filename, lineno)
+        return self._scopes[key]
+
+    def _scope_at(self, filename: str, lineno: int) -> Optional[Scope]:
         tree = self._tree(filename)
         if tree is None or not isinstance(lineno, int):
             return None
-        names = dict(_bindings(tree.body))
+        names = dict(self._bindings_of(tree, tree.body))
         function = cls = None
         params: frozenset = frozenset()
         local: dict = {}
@@ -179,7 +197,7 @@ class ScopeIndex:
                 function = inner.lineno
                 params = frozenset(_params(inner))
                 local = {p: OTHER for p in params}
-                local.update(_bindings(inner.body))
+                local.update(self._bindings_of(inner, inner.body))
                 names.update(local)
             body = inner.body
         return Scope(names, function, cls, params, frozenset(local))
@@ -475,9 +493,14 @@ def ends_here(stmt: Optional[ast.stmt]) -> bool:
     return isinstance(value, (ast.Yield, ast.YieldFrom))
 
 
+#: Statements that cannot hold a def (not walked when looking for one).
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Return, ast.Delete, ast.Raise, ast.Assert,
+           ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Pass, ast.Break, ast.Continue)
+
+
 def _enclosing_def(body: Sequence[ast.AST], lineno: int):
     for node in body:
-        if isinstance(node, _SCOPES[:3]):
+        if isinstance(node, _SCOPES[:3] + _SIMPLE):
             continue
         if not (getattr(node, "lineno", 0) <= lineno <= (getattr(node, "end_lineno", 0) or 0)):
             continue

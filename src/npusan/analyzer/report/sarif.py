@@ -244,16 +244,19 @@ def message_text(text: str) -> str:
 
 
 def _escape_messages(value) -> None:
-    """Escape, in place, the ``text`` of every ``message`` object of a SARIF document."""
-    if isinstance(value, dict):
-        for key, v in value.items():
-            if key == "message" and isinstance(v, dict) and isinstance(v.get("text"), str):
-                v["text"] = message_text(v["text"])
-            else:
-                _escape_messages(v)
-    elif isinstance(value, list):
-        for v in value:
-            _escape_messages(v)
+    """Escape, in place, the ``text`` of every ``message`` object of a SARIF document (a walk
+    of the containers only: a document of thousands of results has a million leaves)."""
+    todo = [value]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            for key, v in node.items():
+                if key == "message" and isinstance(v, dict) and isinstance(v.get("text"), str):
+                    v["text"] = message_text(v["text"])
+                elif isinstance(v, (dict, list)):
+                    todo.append(v)
+        else:
+            todo.extend(v for v in node if isinstance(v, (dict, list)))
 
 
 @register

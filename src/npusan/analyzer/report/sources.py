@@ -383,11 +383,16 @@ def display_path(filename: str, cwd: Optional[str] = None) -> str:
     if form is not None and cwd is None:
         return form(filename)
     if os.path.isabs(filename):
-        base = cwd or os.getcwd()
-        try:
-            rel = os.path.relpath(filename, base)
-        except ValueError:
-            return filename
-        if not rel.startswith(".."):
-            return rel
+        return _relative(filename, cwd or os.getcwd())
     return filename
+
+
+@functools.lru_cache(maxsize=4096)
+def _relative(filename: str, base: str) -> str:
+    """``filename`` relative to ``base`` when inside it, else as it is (a report names the
+    same few files thousands of times: computed once per pair)."""
+    try:
+        rel = os.path.relpath(filename, base)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel

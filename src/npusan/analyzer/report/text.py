@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import io
+from typing import Optional
 
 from ...trace_format.safe_text import clean
 from ..findings.model import AccessInfo, Kind
@@ -75,9 +76,13 @@ class ShortReporter(Reporter):
         return "".join(out)
 
 
-def group_text(report: Report, g: Group, options: ReportOptions, index: int = 1, total: int = 1) -> str:
-    """One finding as the terminal report shows it (plain unless ``options.color``)."""
-    w = _Writer(options.source_cache(), options)
+def group_text(report: Report, g: Group, options: ReportOptions, index: int = 1, total: int = 1,
+               sources: Optional[SourceCache] = None) -> str:
+    """One finding as the terminal report shows it (plain unless ``options.color``).
+
+    ``sources``: the cache to quote from; pass one when rendering many findings, so that
+    each file is read and parsed once, not once per finding."""
+    w = _Writer(sources if sources is not None else options.source_cache(), options)
     w.group(report, g, index, total)
     return w.render()
 

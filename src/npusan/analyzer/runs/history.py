@@ -5,7 +5,9 @@ missing): the run's label, the traces (rank, kernels, status), and every finding
 fingerprint, kind, title and occurrences per trace, and the kernel at which each trace first
 showed it (table ``first_kernels``). The previous run of the database is
 what "new", "persisting" and "fixed" are measured against; ``npusan history DB`` shows
-the runs and, per fingerprint, when it was first and last seen.
+the runs, what each run changed against the run before it (:meth:`History.changes`: the
+same comparison ``analyze`` made that night), and, per fingerprint, when it was first and
+last seen.
 
 A finding of the previous run that was seen only in traces that cannot show it in this
 run is neither seen nor fixed: the report lists it as *unchecked*, and the run records it
@@ -101,6 +103,22 @@ class Run:
     errors: Optional[int]
     by_kind: dict = field(default_factory=dict)  # kind -> number of distinct findings
     unchecked: int = 0  # findings of the run before, not checked (their traces unreadable)
+
+
+@dataclass
+class Changes:
+    """What one run changed against the run recorded before it (fingerprints, in the
+    order the run recorded them; ``fixed`` in the order the run before recorded them)."""
+
+    new: list = field(default_factory=list)
+    persisting: list = field(default_factory=list)
+    fixed: list = field(default_factory=list)
+    compared: bool = True  # False for the first run: there was nothing before it
+
+    @property
+    def regression(self) -> bool:
+        """A finding the run before did not have (the first run regresses from nothing)."""
+        return self.compared and bool(self.new)
 
 
 @dataclass
@@ -305,6 +323,36 @@ class History:
                 "SELECT COUNT(DISTINCT fingerprint) FROM unchecked WHERE run = ?", (rid,)
             ).fetchone()[0]
             out.append(r)
+        return out
+
+    def changes(self) -> dict:
+        """Run id -> :class:`Changes`, for every run in id order.
+
+        A run is compared with the run before it as ``analyze`` compared it when it was
+        recorded: what the run before saw or carried as unchecked is known; a known finding
+        the run shows persists, one it shows not and did not list as unchecked is fixed,
+        and one the run before did not know is new (every finding of the first run is).
+        Counting distinct findings per run hides a night that fixed four and brought one:
+        these do not.
+        """
+        seen: dict = {}  # run id -> fingerprints it recorded, in order
+        unchecked: dict = {}  # run id -> fingerprints it carried unchecked
+        for run, fp in self.db.execute("SELECT run, fingerprint FROM findings ORDER BY run, rowid"):
+            seen.setdefault(run, {})[_as_text(fp)] = None
+        for run, fp in self.db.execute("SELECT run, fingerprint FROM unchecked ORDER BY run, rowid"):
+            unchecked.setdefault(run, {})[_as_text(fp)] = None
+        out: dict = {}
+        known: dict = {}
+        for (rid,) in self.db.execute("SELECT id FROM runs ORDER BY id"):
+            now = seen.get(rid, {})
+            later = unchecked.get(rid, {})
+            out[rid] = Changes(
+                new=[fp for fp in now if fp not in known],
+                persisting=[fp for fp in now if fp in known],
+                fixed=[fp for fp in known if fp not in now and fp not in later],
+                compared=bool(out),
+            )
+            known = {**now, **later}
         return out
 
     def tracks(self) -> list[Track]:
