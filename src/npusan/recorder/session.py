@@ -344,15 +344,17 @@ class Recorder(EventQueue, RuntimeCallbacks):
         """Pinned memory among an op's non-device tensors (``others``, see :mod:`.host_memory`).
 
         A device op (``acc`` holds its device tensors): its pinned tensors join ``acc``,
-        accessed on the stream; returns whether it is a copy the host waits for (the caller
-        then reports the synchronization where the backend models it). Otherwise the
+        accessed on the stream; returns whether it is a copy between host and device that
+        the host waits for (the caller then reports the stream's synchronization after the
+        copy's record: a runtime reports it from inside the copy, before the recorder
+        records the copy, and the host is ordered after the copy itself). Otherwise the
         watched ones are the host's access, queued as a HOST_ACCESS record; returns False.
         """
         hw = self.backend.host_watch
         if acc:
             pinned = hw.copied(others)
             acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
-            return bool(pinned) and host_memory.blocking_copy(name, args, kwargs)
+            return host_memory.blocking_copy(name, args, kwargs)
         mine = hw.host_side(others)
         if mine and self.active:
             sp = host_memory.spans(mine)
