@@ -49,7 +49,7 @@ def wrap_query(cls: Any, report: Callable[[Any], None]) -> bool:
     query.__doc__ = getattr(original, "__doc__", None)
     setattr(query, _ORIGINAL, original)
     query._npusan_report = box  # type: ignore[attr-defined]
-    setattr(cls, "query", query)
+    cls.query = query
     return True
 
 
