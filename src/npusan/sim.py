@@ -164,6 +164,9 @@ class Stream(torch.Stream):
         trace.fire("stream_synchronization", self.stream_id)
 
     def query(self) -> bool:
+        """Always True (nothing is timed): the host learned the stream's work is done, which
+        orders it as :meth:`synchronize` does, and is recorded as that."""
+        trace.fire("stream_synchronization", self.stream_id)
         return True
 
     def __eq__(self, other) -> bool:
@@ -210,6 +213,10 @@ class Event:
             trace.fire("event_synchronization", self.handle)
 
     def query(self) -> bool:
+        """Always True: recorded as the event's synchronization (the host knows the work is
+        done); nothing for an event never recorded."""
+        if self.handle is not None:
+            trace.fire("event_synchronization", self.handle)
         return True
 
     def elapsed_time(self, end_event: "Event") -> float:

@@ -274,3 +274,23 @@ def test_coexists_with_torch_npu_sanitizer(tmp_path, monkeypatch):
         assert npu._fake.state.activate_calls == [0]
     finally:
         loader.unload()
+
+
+@pytest.mark.parametrize("what", ["event", "stream"])
+def test_a_query_answering_true_is_the_synchronize_false_records_nothing(tmp_path, fake_torch_npu, monkeypatch, what):
+    """torch_npu fires no hook for ``query()``: the adapter wraps it; True orders the host
+    after the work (the free after it is safe), False records nothing."""
+    rt = fake_torch_npu.npu
+
+    def fix(x, s1):
+        if what == "event":
+            assert s1.record_event().query() is answer
+        else:
+            assert s1.query() is answer
+
+    for answer, expected in ((True, set()), (False, {MISSING})):
+        monkeypatch.setattr(rt.Event, "query_answer", answer)
+        path, result = record(tmp_path, seed_example(fake_torch_npu, fix=fix))
+        assert kinds(result) == expected
+        syncs = trace_records(path, R.EVENT_SYNC if what == "event" else R.STREAM_SYNC)
+        assert len(syncs) == (1 if answer else 0)

@@ -147,3 +147,40 @@ def test_pinned_memory_no_stream_touched_costs_no_record(sim_recording):
     rec.stop()
     recs, _ = records(path)
     assert not [r for r in recs if r[0] == R.HOST_ACCESS]
+
+
+def _serve_polling(steps: int, poll) -> None:
+    """The serving loop with a host that never blocks: before reusing the pinned buffer it
+    polls the previous copy's event (or stream) with ``query()`` until it answers True."""
+    copy = sim.Stream()
+    buf = sim.host_tensor(torch.zeros(64))
+    done = None
+    for step in range(steps):
+        if done is not None:
+            while not poll(copy, done):
+                pass
+        buf.fill_(float(step))
+        with sim.stream(copy):
+            x = sim.to_device(buf)
+            done = copy.record_event()
+        sim.current_stream().wait_event(done)
+        x.record_stream(sim.current_stream())
+        x.sum()
+
+
+def test_polling_event_query_until_true_makes_the_loop_clean(sim_recording):
+    rec, path = sim_recording
+    _serve_polling(3, lambda stream, ev: ev.query())
+    _serve_polling(3, lambda stream, ev: stream.query())
+    rec.stop()
+    assert analyze(path) == []
+    recs, _ = records(path)
+    assert [r for r in recs if r[0] == R.EVENT_SYNC] and [r for r in recs if r[0] == R.STREAM_SYNC]
+
+
+def test_a_query_of_a_never_recorded_event_records_nothing(sim_recording):
+    rec, path = sim_recording
+    assert sim.Event().query()
+    rec.stop()
+    recs, _ = records(path)
+    assert not [r for r in recs if r[0] == R.EVENT_SYNC]

@@ -171,7 +171,11 @@ class Stream(torch.Stream):
         return event
 
     def query(self) -> bool:
-        return True  # never treated as a synchronization (conservative)
+        """Work runs at once, so the stream is always done: True. As on a GPU, no trace hook
+        fires (npusan's CUDA backend records a True answer as the stream's synchronization);
+        the allocator learns the host is ordered after the stream."""
+        STATE.allocator.host_observed(self.stream_id)
+        return True
 
     def is_capturing(self) -> bool:
         return False  # graph capture is not emulated
@@ -237,6 +241,10 @@ class Event:
         _fire("EventWaitCallbacks", self._h, stream.stream_id)
 
     def query(self) -> bool:
+        """Always True (see :meth:`Stream.query`); the host is ordered after the recorded
+        work, as after :meth:`synchronize`."""
+        if self._h is not None:
+            STATE.allocator.host_observed(self._stream, self._pos)
         return True
 
     def synchronize(self) -> None:

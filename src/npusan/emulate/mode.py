@@ -14,13 +14,15 @@ only decides, per output, whether it is device memory:
 
 A blocking copy between host and device (``.item()``, ``.cpu()``, ``copy_`` across,
 ``.to("cuda")`` of a host tensor without ``non_blocking``) synchronizes the current
-stream, as CUDA does. Pinned host memory is ordinary host memory that says it is pinned.
+stream, as CUDA does. Pinned host memory is ordinary host memory that says it is pinned
+(its storage is marked, so a view of a pinned buffer is pinned too).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from typing import Any, Iterator
 
 import torch
@@ -89,9 +91,22 @@ def device_factories() -> Iterator[None]:
         _scope.depth -= 1
 
 
+#: ``StorageImpl`` addresses of the pinned host storages: pinned-ness belongs to the
+#: memory, so a view of a pinned buffer (``buf[:n]``) is pinned too, as on a GPU.
+_pinned_storages: set = set()
+
+
 def _pinned(t: torch.Tensor) -> torch.Tensor:
-    t._npusan_pinned = True  # type: ignore[attr-defined]
+    k = key(t)
+    if k and k not in _pinned_storages:
+        _pinned_storages.add(k)
+        weakref.finalize(torch._C.TensorBase.untyped_storage(t), _pinned_storages.discard, k).atexit = False
     return t
+
+
+def is_pinned(t: torch.Tensor) -> bool:
+    """Whether ``t`` lies in emulated pinned host memory."""
+    return key(t) in _pinned_storages
 
 
 class EmulationMode(TorchDispatchMode):
@@ -137,7 +152,7 @@ class EmulationMode(TorchDispatchMode):
         if func in _PIN:
             return _pinned(args[0].clone())  # pinned host memory is host memory
         if func is aten.is_pinned.default:
-            return bool(getattr(args[0], "_npusan_pinned", False))
+            return is_pinned(args[0])
         if kwargs.get("pin_memory"):
             kw = dict(kwargs)
             kw["pin_memory"] = False

@@ -139,6 +139,7 @@ class RecordingMode(TorchDispatchMode):
                             pin.key = None
                     for x in new:
                         acc.append((x, True))
+                dev_t = acc[0][0] if acc else None  # the device the op runs on: its first device tensor's
                 if oth:  # pinned memory: a copy's on the stream, or the host's own access
                     oth = rec.host_op(info.name, oth, acc, args, kwargs)
                 if acc:
@@ -170,7 +171,7 @@ class RecordingMode(TorchDispatchMode):
                         spans.append((base, off, ext, st.nbytes(), w, view))
                     if key is None and stacks.depth:
                         key = stacks.key(1)
-                    device = 0 if be.single_device else be.tensor_device(acc[0][0])
+                    device = 0 if be.single_device else be.tensor_device(dev_t)
                     if rec._kmax == 1 and rec._put is not None:  # durable: in the file before the op returns
                         rec.kernel_now(info.name, device, be.current_stream(device), spans, key)
                     else:
@@ -179,8 +180,11 @@ class RecordingMode(TorchDispatchMode):
                         q.append((rec._kernel_fn, (info.name, device, be.current_stream(device), spans, key)))
                         if len(q) >= rec._kmax:
                             rec._drain_now()
-                    if oth and be.host_read_modeled:  # a blocking copy: the host waits for it
-                        be.host_read()
+                    if oth:  # a blocking copy: the host waits for it, after the copy
+                        if be.host_read_modeled:
+                            be.host_read()
+                        else:  # (the runtime reported its synchronization before the copy's record)
+                            rec.on_stream_sync(be.current_stream(device), device)
         except Exception as e:  # never into user code
             rec._fail(e)
         if rec._findings:

@@ -33,7 +33,7 @@ import threading
 from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
-from ..trace_format.records import HOST_WATCH_TORCH
+from ..trace_format.records import HOST_WATCH_NOTE, HOST_WATCH_TORCH
 from . import host_memory, process_hooks, signals, sinks, status
 from .backends import Backend, select_backend
 from .callbacks import RuntimeCallbacks
@@ -110,6 +110,7 @@ class Recorder(EventQueue, RuntimeCallbacks):
         self.dispatch = None  # the per-thread mode manager (dispatch.ModeInstaller)
         self.collectives = None  # c10d collectives as the process group runs them
         self._recent_works: list = []  # Works kept alive until the next op (collectives.py)
+        self._host_noted = False  # the trace says pinned memory is watched (HOST_WATCH_NOTE)
         self._stopping = False
         #: The recording this one joined (started while another was active): see start().
         self.joined: Optional["Recorder"] = None
@@ -344,15 +345,23 @@ class Recorder(EventQueue, RuntimeCallbacks):
         """Pinned memory among an op's non-device tensors (``others``, see :mod:`.host_memory`).
 
         A device op (``acc`` holds its device tensors): its pinned tensors join ``acc``,
-        accessed on the stream; returns whether it is a copy the host waits for (the caller
-        then reports the synchronization where the backend models it). Otherwise the
+        accessed on the stream; returns whether it is a copy between host and device that
+        the host waits for (the caller then reports the stream's synchronization after the
+        copy's record: a runtime reports it from inside the copy, before the recorder
+        records the copy, and the host is ordered after the copy itself). Otherwise the
         watched ones are the host's access, queued as a HOST_ACCESS record; returns False.
         """
         hw = self.backend.host_watch
         if acc:
             pinned = hw.copied(others)
-            acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
-            return bool(pinned) and host_memory.blocking_copy(name, args, kwargs)
+            if pinned:
+                acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
+                if not self._host_noted:
+                    self._host_noted = True
+                    from .explicit import note_once
+
+                    note_once(self, "host", HOST_WATCH_NOTE)
+            return host_memory.blocking_copy(name, args, kwargs)
         mine = hw.host_side(others)
         if mine and self.active:
             sp = host_memory.spans(mine)

@@ -204,6 +204,11 @@ HOST_ACCESSES_KEY: Final = "host_accesses"
 HOST_WATCH_TORCH: Final = "torch ops"
 HOST_WATCH_FAULTS: Final = "torch ops and page faults"
 
+#: The NOTE text npusan's recorder writes once, at the first pinned host storage a stream
+#: touched (from then on the host's accesses of it are watched); a report then says what
+#: the header's ``host_accesses`` leaves unseen. A convention, not a format rule.
+HOST_WATCH_NOTE: Final = "host: pinned memory watched"
+
 
 def encode_access(bid: int, write: bool, offset: int | None = None, nbytes: int | None = None):
     """Encode one access of a kernel record (see the module docstring)."""

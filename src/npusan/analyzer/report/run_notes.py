@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ...trace_format.records import COARSE_NOTE_PREFIX
+from ...trace_format.records import COARSE_NOTE_PREFIX, HOST_ACCESSES_KEY, HOST_WATCH_NOTE, HOST_WATCH_TORCH
 from .base import Report, ReportOptions
 from .describe import count
 
@@ -64,6 +64,9 @@ def run_notes(report: Report, options: ReportOptions) -> list[RunNote]:
     coarse = _coarse_note(report)
     if coarse is not None:
         notes.append(coarse)
+    host = _host_note(report)
+    if host is not None:
+        notes.append(host)
     for where, why in report.errors:
         notes.append(RunNote(f"{where}: {why}", label="unreadable"))
     return notes
@@ -84,6 +87,20 @@ def _coarse_note(report: Report) -> Optional[RunNote]:
         return None
     where = "" if len(report.traces) == 1 else f" (in {count(traces, 'trace')})"
     return RunNote(f"recorded coarsely{where}: " + "; ".join(texts))
+
+
+def _host_note(report: Report) -> Optional[RunNote]:
+    """Once per report: host accesses of pinned memory were judged, but only those made
+    through torch ops (the header's ``host_accesses``), so a clean verdict does not cover a
+    write through a numpy view or a raw pointer."""
+    traces = [t for t in report.traces
+              if (t.header or {}).get(HOST_ACCESSES_KEY) == HOST_WATCH_TORCH
+              and any(text == HOST_WATCH_NOTE for _, text in getattr(t, "notes", ()))]
+    if not traces:
+        return None
+    where = "" if len(report.traces) == 1 else f" (in {count(len(traces), 'trace')})"
+    return RunNote(f"pinned host memory watched{where}: host accesses outside torch ops "
+                   "(numpy views, raw pointers) are not seen")
 
 
 def _comparison(report: Report) -> RunNote:

@@ -22,8 +22,11 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from ..host_memory import HostWatch
+from . import host_readers
 from .base import Backend, RecorderCallbacks
 from .hooks import COMMON_HOOK_NAMES, TraceHooks
+from .queries import forward_event_query, forward_stream_query, wrap_query
 
 #: Attribute set on the registry module holding our forwarder (registered at most once).
 _HOOKS_ATTR = "_npusan_cuda_hooks"
@@ -54,6 +57,11 @@ class _CudaHooks(TraceHooks):
             self.dev_of[handle] = device
 
 
+def _pinned(t: Any) -> bool:
+    """Whether a host tensor lies in pinned (page-locked) memory."""
+    return t.is_cpu and t.is_pinned()
+
+
 def _torch() -> Any:
     import torch
 
@@ -78,6 +86,9 @@ class CudaBackend(Backend):
 
     There is no kernel-launch hook and no record_stream hook on CUDA: both come from the
     recorder's dispatch mode (``aten.record_stream`` carries the tensor and the stream).
+    Nor is there one for ``Event.query``/``Stream.query``: their methods are wrapped
+    (:mod:`.queries`). Pinned host memory a stream copies from or to is watched
+    (:mod:`..host_memory`): pinned means ``t.is_cpu and t.is_pinned()``.
     """
 
     name = "cuda"
@@ -94,6 +105,8 @@ class CudaBackend(Backend):
         if raw is None:  # very old torch: slower, but correct
             raw = lambda d: torch.cuda.current_stream(d).cuda_stream  # noqa: E731
         self._get_stream: Callable[[int], int] = raw
+        self._rec: Optional[RecorderCallbacks] = None
+        self._readers: Optional[dict] = None  # torch.Tensor host readers wrapped while recording
         self._hooks: Optional[_CudaHooks] = None
         self._handles: Dict[Tuple[int, int], int] = {}
 
@@ -110,11 +123,21 @@ class CudaBackend(Backend):
         hooks = hooks_for(trace_mod, self._get_device, self._get_stream)
         hooks.target = recorder
         self._hooks = hooks
+        cuda = self._torch.cuda
+        wrap_query(cuda.Event, forward_event_query(hooks, lambda ev: getattr(ev, "cuda_event", 0)))
+        wrap_query(cuda.Stream, forward_stream_query(hooks, self.stream_key))
+        self.host_watch = HostWatch(_pinned)
+        self._rec = recorder
+        self._readers = host_readers.patch(self, None)
         # Idempotent (the C++ side keeps the first interpreter); also fine when CSAN
         # already activated it: our callbacks sit next to CSAN's.
         self._torch._C._activate_gpu_trace()
 
     def uninstall(self) -> None:
+        host_readers.unpatch(self._readers)
+        self._readers = None
+        self._rec = None
+        self.host_watch = None
         if self._hooks is not None:
             self._hooks.target = None
             self._hooks = None

@@ -42,8 +42,11 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
+from ..host_memory import HostWatch
+from . import host_readers
 from .base import Backend, RecorderCallbacks
 from .hooks import COMMON_HOOK_NAMES, TraceHooks
+from .queries import forward_event_query, forward_stream_query, wrap_query
 
 _HOOKS_ATTR = "_npusan_npu_hooks"
 #: The sanitizer mode number of ``torch_npu._C._activate_npu_trace`` that npusan activates
@@ -157,6 +160,11 @@ def torch_npu_sanitizer() -> Optional[Any]:
     return None
 
 
+def _pinned(t: Any) -> bool:
+    """Whether a host tensor lies in pinned (page-locked) memory."""
+    return t.is_cpu and t.is_pinned()
+
+
 def _import_torch_npu() -> Any:
     mod = sys.modules.get("torch_npu")
     if mod is not None:
@@ -181,6 +189,8 @@ class NpuBackend(Backend):
         # The no-wait accessor is the only acceptable one (see module docstring); a
         # torch_npu without it cannot be recorded without slowing it to a crawl.
         self._get_stream: Callable[[int], int] = C._npu_getCurrentRawStreamNoWait
+        self._rec: Optional[RecorderCallbacks] = None
+        self._readers: Optional[dict] = None  # torch.Tensor host readers wrapped while recording
         self._hooks: Optional[_NpuHooks] = None
         self._handles: Dict[Tuple[int, int], int] = {}
         self._handles_lock = threading.Lock()
@@ -201,6 +211,14 @@ class NpuBackend(Backend):
         hooks = hooks_for(trace_mod, self._get_device, self._get_stream)
         hooks.target = recorder
         self._hooks = hooks
+        # No hook reports a query answering True, which orders the host as a synchronize:
+        # the methods are wrapped (never ``.npu_stream``, which drains the task queue).
+        npu = self._npu.npu
+        wrap_query(npu.Event, forward_event_query(hooks, lambda ev: getattr(ev, "npu_event", 0)))
+        wrap_query(npu.Stream, forward_stream_query(hooks, self.stream_key))
+        self.host_watch = HostWatch(_pinned)
+        self._rec = recorder
+        self._readers = host_readers.patch(self, None)
         theirs = torch_npu_sanitizer()
         if theirs is None:
             self._C._activate_npu_trace(STREAM_MODE)
@@ -223,6 +241,10 @@ class NpuBackend(Backend):
             )
 
     def uninstall(self) -> None:
+        host_readers.unpatch(self._readers)
+        self._readers = None
+        self._rec = None
+        self.host_watch = None
         if self._hooks is not None:
             self._hooks.target = None
             self._hooks = None

@@ -27,6 +27,7 @@ import operator
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
+from . import host_readers
 from .base import Backend, RecorderCallbacks
 
 
@@ -130,61 +131,15 @@ class SimBackend(Backend):
     def host_read(self) -> None:
         self._fire("stream_synchronization", self._sim.current_handle())
 
-    #: ``torch.Tensor`` methods that read a device tensor on the host without an op the
-    #: dispatch mode sees: ``tolist`` reads CPU memory directly, and printing runs with
-    #: dispatch modes disabled. On CUDA both copy to the host first (``t.to("cpu")``).
-    _HOST_READERS = ("tolist", "__repr__")
-
     def _patch_host_readers(self) -> None:
-        """While recording, the host readers of a device tensor report the synchronization
-        of the blocking copy to the host they make on CUDA."""
-        import torch
-
+        """While recording, the host readers of a device tensor (``tolist``, printing,
+        :mod:`.host_readers`) report the synchronization of the blocking copy to the host
+        they make on CUDA, and their reads of watched pinned memory are host accesses."""
         self._unpatch_host_readers()
-        saved = {}
-        for name in self._HOST_READERS:
-            current = getattr(torch.Tensor, name)
-            original = getattr(current, "_npusan_sim", current)  # a stale patch: unwrap it
-            # torch.Tensor's own method (__repr__), or one it inherits (tolist)
-            saved[name] = (original, getattr(torch.Tensor.__bases__[0], name, None) is not original)
-            setattr(torch.Tensor, name, self._host_reader(original, name))
-        self._patched = saved
-
-    def _host_reader(self, original, name: str):
-        import torch
-
-        backend = self
-
-        def reader(t, *args, **kwargs):
-            out = original(t, *args, **kwargs)
-            try:
-                if backend._rec is not None and isinstance(t, torch.Tensor):
-                    if backend.is_device_tensor(t):
-                        backend.host_read()
-                    elif backend.host_watch is not None:  # the host reads pinned memory
-                        backend._rec.host_op(f"Tensor.{name}", [(t, False)], ())
-            except Exception:  # never into user code
-                pass
-            return out
-
-        reader.__name__ = getattr(original, "__name__", "reader")
-        reader.__doc__ = original.__doc__
-        reader._npusan_sim = original  # type: ignore[attr-defined]
-        return reader
+        self._patched = host_readers.patch(self, self.host_read)
 
     def _unpatch_host_readers(self) -> None:
-        saved = self._patched
-        if not saved:
-            return
-        import torch
-
-        for name, (original, own) in saved.items():
-            if getattr(getattr(torch.Tensor, name), "_npusan_sim", None) is not original:
-                continue  # replaced since by someone else: leave theirs
-            if own:
-                setattr(torch.Tensor, name, original)
-            else:
-                delattr(torch.Tensor, name)  # inherited from torch._C.TensorBase
+        host_readers.unpatch(self._patched)
         self._patched = None
 
     # -- host memory ----------------------------------------------------------------------

@@ -93,6 +93,10 @@ class Stream:
         with _on_device(self.device_index):
             _fake.fire("NPUStreamSynchronizationCallbacks", self._raw)
 
+    def query(self) -> bool:
+        """Done, or not (``query_answer``); like torch_npu's, fires no hook."""
+        return Event.query_answer
+
 
 class Event:
     """Created lazily at its first record, like NPUEvent."""
@@ -122,6 +126,17 @@ class Event:
     def synchronize(self) -> None:
         if self.handle is not None:
             _fake.fire("NPUEventSynchronizationCallbacks", self.handle)
+
+    #: Set by tests: what ``query`` answers (the work is done, or not yet).
+    query_answer = True
+
+    @property
+    def npu_event(self) -> int:
+        return self.handle or 0
+
+    def query(self) -> bool:
+        """Like torch_npu's: fires no hook."""
+        return self.query_answer
 
     def destroy(self) -> None:
         if self.handle is not None:
