@@ -53,7 +53,12 @@ _MAX_PENDING = 4096  # Works a program never waits: forget the oldest beyond thi
 
 _CPP_WAITERS = re.compile(r"[\\/]torch[\\/](autograd|nn[\\/]parallel|distributed[\\/]utils\.py)")
 _SKIP_FRAMES = re.compile(
-    r"[\\/]npusan[\\/]|[\\/]torch[\\/](utils[\\/]_python_dispatch\.py|_ops\.py|_dynamo[\\/]|_compile\.py)")
+    r"[\\/]npusan[\\/]|[\\/]torch[\\/](utils[\\/](_python_dispatch|_device)\.py|_ops\.py|overrides\.py"
+    r"|_dynamo[\\/]|_compile\.py)")
+#: Handlers of torch function and dispatch modes: the recorder re-calls each op from
+#: Python, so every active torch function mode (``torch.set_default_device``'s, a user's)
+#: runs between the recorder's frame and this one; none of them launched the collective.
+_MODE_HANDLERS = frozenset({"__torch_function__", "__torch_dispatch__"})
 
 
 class _Pending:
@@ -74,7 +79,7 @@ def _model() -> Any:
 def _waited_in_cpp() -> bool:
     """Whether C++ launched this collective and waits for it itself (no Python Work)."""
     f: Any = sys._getframe(1)
-    while f is not None and _SKIP_FRAMES.search(f.f_code.co_filename):
+    while f is not None and (f.f_code.co_name in _MODE_HANDLERS or _SKIP_FRAMES.search(f.f_code.co_filename)):
         f = f.f_back
     return f is None or bool(_CPP_WAITERS.search(f.f_code.co_filename))
 

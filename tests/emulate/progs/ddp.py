@@ -29,6 +29,24 @@ def ok_ddp():
     assert all(torch.equal(o.cpu(), w.cpu()) for o in others)
 
 
+def ok_ddp_default_device():
+    """DDP built and trained with ``cuda`` as the default device (a torch function mode, which
+    the recorder's re-dispatch of each op passes through): the broadcasts C++ launches and
+    waits for itself (the constructor's ``_broadcast_coalesced``, the bucket rebuild's
+    index sync in forward) are still waited on the current stream."""
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        ddp = nn.parallel.DistributedDataParallel(
+            nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), bucket_cap_mb=0.0001)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for _ in range(3):
+            x, y = torch.randn(4, 8), torch.randn(4, 2)
+            loss = nn.functional.mse_loss(ddp(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
 def ok_async_waited():
     """An async all_reduce waited before its result is used."""
     g = torch.ones(1024, device="cuda")
