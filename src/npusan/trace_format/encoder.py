@@ -200,8 +200,8 @@ class RecordEncoder:
         """(1.3) Capture of graph ``graph`` begins on stream ``(device, handle)``."""
         self._emit([R.GRAPH_BEGIN, graph, self.stream(handle, device), stack])
 
-    def graph_end(self, graph: int) -> None:
-        """(1.3) The capture of graph ``graph`` ends."""
+    def graph_end(self, graph: int, stack: Optional[int] = None) -> None:
+        """(1.3) The capture of graph ``graph`` ends (the record has no stack)."""
         self._emit([R.GRAPH_END, graph])
 
     def graph_launch(self, graph: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
