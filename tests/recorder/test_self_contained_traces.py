@@ -38,7 +38,7 @@ def test_record_to_zst_writes_a_compressed_trace_that_analyzes(tmp_path):
     assert trace.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"  # zstandard, not plain msgpack
     assert kinds(analyze(trace)) == ["data-race"]
     recs, reader = records(trace)
-    assert reader.ended_cleanly and reader.version == (1, 1)
+    assert reader.ended_cleanly and reader.version == (1, 3)
 
 
 def test_a_killed_run_leaves_a_readable_zst_up_to_its_last_complete_frame(tmp_path):

@@ -391,7 +391,6 @@ class NativeEngine:
         """
         if reader.done:
             return
-        core = self._core
         records0 = reader.records_read - self._core_records()  # records the core did not count
         state = {"py": 0, "start": reader.position, "pos": 0}
         self._replay_chunks(reader, progress, records0, state)
