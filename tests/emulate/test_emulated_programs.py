@@ -52,11 +52,11 @@ def test_missing_record_stream_block_reused_is_a_reuse_race_every_run(tmp_path):
 
 
 def test_unsupported_api_stops_with_one_line(tmp_path):
-    prog = tmp_path / "graph.py"
-    prog.write_text("import torch\ng = torch.cuda.CUDAGraph()\n")
+    prog = tmp_path / "ipc.py"  # (CUDA graphs are emulated: tests/emulate/test_emulated_graphs.py)
+    prog.write_text("import torch\ntorch.cuda.ipc_collect()\n")
     p, _ = _record(tmp_path, str(prog))
     assert p.returncode == 1
-    assert "npusan --emulate cuda: torch.cuda.CUDAGraph is not emulated" in p.stderr
+    assert "npusan --emulate cuda: torch.cuda.ipc_collect (CUDA IPC) is not emulated" in p.stderr
 
 
 def test_device_is_visible_and_values_match_cpu(tmp_path):

@@ -47,7 +47,7 @@ def test_info_json(trace):
     res = run(trace, "--json")
     assert res.exit_code == 0
     d = json.loads(res.output)
-    assert d["format"] == [1, 2] and d["ended_cleanly"] is True and d["truncated"] is False
+    assert d["format"] == [1, 3] and d["ended_cleanly"] is True and d["truncated"] is False
     assert d["header"]["backend"] == "cuda" and d["header"]["default_streams"] == {"0": 0}
     assert d["counts"]["kernel"] == 2 and d["events"] == 14 and d["kernels"] == 2
     streams = {(s["device"], s["handle"]): s for s in d["streams"]}

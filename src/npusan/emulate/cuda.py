@@ -55,6 +55,9 @@ class _State:
         self.count = 1
         self.device = 0
         self._fixed = False  # device memory or a side stream exists: the device is fixed
+        #: The graph capturing now (:mod:`.graphs`), and the graph pools' blocks by address.
+        self.capture: Any = None
+        self.pool_of: Dict[int, CachingAllocator] = {}
 
     # devices
     def torch_device(self) -> torch.device:
@@ -111,21 +114,29 @@ class _State:
     def alloc(self, nbytes: int) -> int:
         self._fixed = True
         with self.lock:
-            ptr = self.allocator.malloc(nbytes, self.current_handle())
+            g = self.capture
+            if g is None:
+                ptr = self.allocator.malloc(nbytes, self.current_handle())
+            else:  # the capturing graph's private pool
+                ptr = g.malloc(nbytes, self.current_handle())
+                self.pool_of[ptr] = g._pool
         _fire("MemoryAllocationCallbacks", ptr)
         return ptr
 
     def free(self, ptr: int) -> None:
         _fire("MemoryDeallocationCallbacks", ptr)
         with self.lock:
-            self.allocator.free(ptr)
+            self.pool_of.pop(ptr, self.allocator).free(ptr)
 
     def record_stream(self, ptr: int, handle: int) -> None:
         with self.lock:
-            self.allocator.record_stream(ptr, handle)
+            self.pool_of.get(ptr, self.allocator).record_stream(ptr, handle)
 
     def host_reads_current_stream(self) -> None:
         """A blocking copy between host and device: CUDA synchronizes the current stream."""
+        from .graphs import forbid_while_capturing
+
+        forbid_while_capturing("a blocking copy between host and device")
         h = self.current_handle()
         _fire("StreamSynchronizationCallbacks", h)
         self.allocator.host_observed(h)
@@ -178,7 +189,7 @@ class Stream(torch.Stream):
         return True
 
     def is_capturing(self) -> bool:
-        return False  # graph capture is not emulated
+        return STATE.capture is not None  # (one capture at a time, on the capturing thread's stream)
 
     def __enter__(self) -> "Stream":
         """``with stream:`` (``torch.Stream`` is a context manager too)."""
@@ -193,6 +204,7 @@ class Stream(torch.Stream):
         STATE.switch(STATE.tls.entered.pop())
 
     def synchronize(self) -> None:
+        _no_capture("Stream.synchronize")
         _fire("StreamSynchronizationCallbacks", self.stream_id)
         STATE.allocator.host_observed(self.stream_id)
 
@@ -248,6 +260,7 @@ class Event:
         return True
 
     def synchronize(self) -> None:
+        _no_capture("Event.synchronize")
         if self._h is None:
             return
         _fire("EventSynchronizationCallbacks", self._h)
@@ -280,7 +293,15 @@ class StreamContext:
             STATE.switch(self._prev)
 
 
+def _no_capture(what: str) -> None:
+    if STATE.capture is not None:
+        from .graphs import forbid_while_capturing
+
+        forbid_while_capturing(what)
+
+
 def synchronize(device: Any = None) -> None:
+    _no_capture("torch.cuda.synchronize")
     _fire("DeviceSynchronizationCallbacks")
     STATE.allocator.host_observed_all()
 
@@ -331,8 +352,16 @@ class _Props:
         return f"_CudaDeviceProperties(name='{self.name}', total_memory={self.total_memory >> 20}MB)"
 
 
+def _graphs_module() -> Any:
+    import torch.cuda.graphs
+
+    return torch.cuda.graphs
+
+
 def api() -> Dict[str, Any]:
     """The ``torch.cuda`` attributes the emulator replaces."""
+    from . import graphs
+
     a = STATE.allocator
     return {
         "is_available": lambda: True,
@@ -364,8 +393,10 @@ def api() -> Dict[str, Any]:
         # calls these): a seed of the CUDA generator alone is not emulated.
         "manual_seed": lambda seed: None,
         "manual_seed_all": lambda seed: None,
-        "graph": unsupported("torch.cuda.graph"),
-        "CUDAGraph": unsupported("torch.cuda.CUDAGraph"),
+        "graph": _graphs_module().graph,
+        "CUDAGraph": graphs.CUDAGraph,
+        "graph_pool_handle": graphs.graph_pool_handle,
+        "is_current_stream_capturing": graphs.is_current_stream_capturing,
         "make_graphed_callables": unsupported("torch.cuda.make_graphed_callables"),
         "ipc_collect": unsupported("torch.cuda.ipc_collect (CUDA IPC)"),
     }

@@ -93,6 +93,13 @@ def _install_cuda(devices: int) -> None:
     # Python callers (FSDP2's default mesh, a backend-less init_process_group) ask it.
     torch._C._get_accelerator = lambda check=False: torch.device("cuda")
     torch._C._cuda_getCurrentRawStream = cuda.STATE.current_handle
+    if not hasattr(torch._C, "_host_emptyCache"):  # (torch.cuda.graph calls it; a CPU build lacks it)
+        torch._C._host_emptyCache = lambda: None
+    import torch.cuda.graphs
+
+    from .graphs import CUDAGraph
+
+    torch.cuda.graphs.CUDAGraph = CUDAGraph  # (make_graphed_callables and the recorder look here)
 
 
 def _patch_threads(mode_cls: Any) -> None:

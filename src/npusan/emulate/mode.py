@@ -109,9 +109,31 @@ def is_pinned(t: torch.Tensor) -> bool:
     return key(t) in _pinned_storages
 
 
+def _noted(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
+    """An op run during a graph capture, kept in the graph's program (:mod:`.graphs`): what
+    a replay runs again (a factory's device is the CPU, as the op ran)."""
+    if kwargs.get("device") is not None and _is_cuda(kwargs["device"]):
+        kwargs = dict(kwargs)
+        kwargs["device"] = _CPU
+        kwargs.pop("pin_memory", None)
+    _cuda.STATE.capture.note(func, args, kwargs, out)
+    return out
+
+
 class EmulationMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _cuda.STATE.capture is not None:
+            device_op = _is_cuda(kwargs.get("device")) or any(k in _dev for k in _inputs(args, kwargs))
+            if device_op and func.namespace in _C10D:
+                _cuda.unsupported("a collective inside a CUDA graph capture")()
+            out = self._run(func, args, kwargs)
+            if device_op and func is not aten.record_stream.default:
+                _noted(func, args, kwargs, out)
+            return out
+        return self._run(func, args, kwargs)
+
+    def _run(self, func, args, kwargs):
         ins = _inputs(args, kwargs)
         dev_in = any(k in _dev for k in ins)
         d = kwargs.get("device")

@@ -86,6 +86,18 @@ class RuntimeCallbacks:
         if len(q) >= self._qmax:
             self._drain_now()
 
+    # CUDA graphs (format 1.3): a capture's kernels come through the dispatch mode as usual
+    # and land between its GRAPH_BEGIN and GRAPH_END; a replay is one GRAPH_LAUNCH.
+
+    def on_graph_begin(self, graph: int, handle: int, device: int) -> None:
+        self._cb("graph_begin", graph, handle, device)
+
+    def on_graph_end(self, graph: int) -> None:
+        self._cb("graph_end", graph)
+
+    def on_graph_launch(self, graph: int, handle: int, device: int) -> None:
+        self._cb("graph_launch", graph, handle, device)
+
     def on_record_stream(self, ptr: int, handle: int, device: int) -> None:
         self._cb("record_stream", ptr, handle, device)
 

@@ -196,6 +196,19 @@ class RecordEncoder:
         counts[_EVENT_WAIT] = counts.get(_EVENT_WAIT, 0) + 1
         self.sink([_EVENT_WAIT, event, sidx, stack])
 
+    def graph_begin(self, graph: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        """(1.3) Capture of graph ``graph`` begins on stream ``(device, handle)``."""
+        self._emit([R.GRAPH_BEGIN, graph, self.stream(handle, device), stack])
+
+    def graph_end(self, graph: int, stack: Optional[int] = None) -> None:
+        """(1.3) The capture of graph ``graph`` ends (the record has no stack)."""
+        self._emit([R.GRAPH_END, graph])
+
+    def graph_launch(self, graph: int, handle: int, device: int = 0, stack: Optional[int] = None) -> None:
+        """(1.3) Graph ``graph`` is replayed on stream ``(device, handle)``: one record, however
+        many kernels it holds."""
+        self._emit([R.GRAPH_LAUNCH, graph, self.stream(handle, device), stack])
+
     def event_synchronized(self, event: int, stack: Optional[int] = None) -> None:
         self._emit([R.EVENT_SYNC, event, stack])
 

@@ -1,4 +1,4 @@
-"""The record vocabulary of trace format v1 (version 1.2), in code.
+"""The record vocabulary of trace format v1 (version 1.3), in code.
 
 ``docs/trace-format.md`` is the normative description; this module is its single source
 of truth inside the package. A trace is the 8-byte :data:`MAGIC`, one msgpack map (the
@@ -38,6 +38,12 @@ Layouts (``stack`` is a stack id or nil; ``sidx`` a stream index; ``bid`` a bloc
                                           next KERNEL: entry = [a, offset, nbytes, run,
                                           n1, s1, ...], or [a, offset, nbytes] for a view
                                           recorded as its hull (see strided.py)
+    [GRAPH_BEGIN, gid, sidx, stack]       (1.3) capture of graph gid begins on stream sidx:
+                                          the KERNEL, VIEWS, EVENT_RECORD and EVENT_WAIT
+                                          records up to its GRAPH_END are its program,
+                                          not run now (docs/semantics.md "Graphs")
+    [GRAPH_END, gid]                      (1.3) the capture of graph gid ends
+    [GRAPH_LAUNCH, gid, sidx, stack]      (1.3) graph gid is replayed on stream sidx
 
 An access is an int ``a`` (the whole block) or a list ``[a, offset, nbytes]`` (a byte
 range of the block); ``a >= 0`` reads block ``a``, ``a < 0`` writes block ``~a`` (``-a-1``).
@@ -49,7 +55,7 @@ from typing import Final
 
 MAGIC: Final = b"NPUSANv\x01"
 FORMAT_MAJOR: Final = 1
-FORMAT_MINOR: Final = 2
+FORMAT_MINOR: Final = 3
 
 STR: Final = 0
 FRAME: Final = 1
@@ -79,6 +85,11 @@ END: Final = 20
 STREAM_LABEL: Final = 22
 VIEWS: Final = 21  # format 1.1
 HOST_ACCESS: Final = 23  # format 1.2
+GRAPH_BEGIN: Final = 24  # format 1.3
+GRAPH_END: Final = 25  # format 1.3
+GRAPH_LAUNCH: Final = 26  # format 1.3
+#: The graph records (format 1.3), replayed by :mod:`npusan.analyzer.replay.graphs`.
+GRAPH_RECORDS: Final = frozenset({GRAPH_BEGIN, GRAPH_END, GRAPH_LAUNCH})
 
 #: The device of the host stream (format 1.2): the pseudo-stream of the host's own accesses.
 HOST_DEVICE: Final = -1
@@ -109,6 +120,9 @@ RECORD_NAMES: Final = {
     STREAM_LABEL: "stream-label",
     VIEWS: "views",
     HOST_ACCESS: "host-access",
+    GRAPH_BEGIN: "graph-begin",
+    GRAPH_END: "graph-end",
+    GRAPH_LAUNCH: "graph-launch",
 }
 
 #: Minimum array length of each known record type (the reader rejects shorter ones).
@@ -137,6 +151,9 @@ MIN_LENGTH: Final = {
     STREAM_LABEL: 4,
     VIEWS: 2,
     HOST_ACCESS: 4,
+    GRAPH_BEGIN: 4,
+    GRAPH_END: 2,
+    GRAPH_LAUNCH: 4,
 }
 
 #: Length of each fixed layout in this format version (KERNEL and VIEWS are open-ended).
@@ -163,6 +180,9 @@ LAYOUT_LENGTH: Final = {
     NOTE: 3,
     END: 2,
     STREAM_LABEL: 4,
+    GRAPH_BEGIN: 4,
+    GRAPH_END: 2,
+    GRAPH_LAUNCH: 4,
 }
 
 #: Where each event record holds its stack (an int or nil; anything else is corrupt).

@@ -730,6 +730,30 @@ class TraceWriter:
             self._check()
             self.encoder.stream_label(_int(stream), str(role), str(label), _int(device))
 
+    def graph_begin(self, graph: int, stream: int, *, device: int = 0, thread: Any = None,
+                    stack: StackArg = None) -> None:
+        """(1.3) Capture of graph ``graph`` (an int the writer chooses) begins on ``stream``:
+        the kernels and event records written until :meth:`graph_end` are its program,
+        run at each :meth:`graph_launch`, not now."""
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.graph_begin(_int(graph), _int(stream), _int(device), self._stack(stack))
+
+    def graph_end(self, graph: int) -> None:
+        """(1.3) The capture of graph ``graph`` ends."""
+        with self.lock:
+            self._check()
+            self.encoder.graph_end(_int(graph))
+
+    def graph_launch(self, graph: int, stream: int, *, device: int = 0, thread: Any = None,
+                     stack: StackArg = None) -> None:
+        """(1.3) Graph ``graph`` is replayed on ``stream`` (its capture stream's work runs there)."""
+        with self.lock:
+            self._check()
+            self._thread(thread)
+            self.encoder.graph_launch(_int(graph), _int(stream), _int(device), self._stack(stack))
+
     def host_access(
         self,
         op: str,

@@ -123,9 +123,9 @@ def test_same_on_corrupted_bytes(ops, data):
 def test_unknown_types_skipped_with_one_warning_and_counted():
     header, recs = split(write_program([("kernel", 0, 0, 3, 0)] * 5))
     end = recs.pop()
-    recs[8:8] = [[25, 1, 2], [25], [26, "x"]]
+    recs[8:8] = [[125, 1, 2], [125], [126, "x"]]  # (24-26: the graph records of 1.3)
     ref = check(join(header, recs + [end]))
-    assert ref.status == "ok" and ref.unknown_types == {25: 2, 26: 1}
+    assert ref.status == "ok" and ref.unknown_types == {125: 2, 126: 1}
     assert sum("unknown type" in w for w in ref.warnings) == 2
 
 
@@ -173,7 +173,7 @@ def test_analyze_traces_matches_the_generator_path(tmp_path):
     data = write_program(ops)
     header, recs = split(data)
     recs.pop()  # the END record: written back below without it
-    recs.insert(50, [24, "future"])
+    recs.insert(50, [124, "future"])
     path = tmp_path / "t.npusan"
     path.write_bytes(join(header, recs))  # no END: truncated
     ref, found = replay_path(path.read_bytes(), "records")

@@ -70,9 +70,11 @@ _op = st.one_of(
 
 
 def write_program(ops) -> bytes:
-    """A valid trace from random operations (races, missing record_streams, reuse)."""
+    """A valid trace from random operations (races, missing record_streams, reuse, graphs:
+    a "capture" op begins a capture, or ends the one open)."""
     buf = io.BytesIO()
     live = {}
+    capturing = None
     with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0, 1: 0}}) as w:
         for b in range(4):
             live[b] = BASE + b * 0x1000
@@ -124,8 +126,19 @@ def write_program(ops) -> bytes:
             elif kind == "record_stream":
                 _, b, s, erase = item
                 (w.erase_stream if erase else w.record_stream)(live[b], HANDLES[s], device=dev(s))
+            elif kind == "capture":
+                if capturing is None:
+                    capturing = item[1]
+                    w.graph_begin(item[1], HANDLES[item[2]], device=dev(item[2]), stack=[("p.py", 60, "capture")])
+                else:
+                    w.graph_end(capturing)
+                    capturing = None
+            elif kind == "launch":
+                w.graph_launch(item[1], HANDLES[item[2]], device=dev(item[2]), stack=[("p.py", 70, "replay")])
             else:
                 w.stream_created(HANDLES[item[1]], device=dev(item[1]), stack=[("p.py", 40, "make")])
+        if capturing is not None:
+            w.graph_end(capturing)
     return buf.getvalue()
 
 
@@ -142,6 +155,24 @@ def check_capped(header: dict, recs: list, max_segments: int) -> None:
 def test_same_findings_on_valid_programs(ops, check_leaks):
     ref = check(write_program(ops), check_leaks)
     assert ref[0] == "ok" and ref[6]
+
+
+#: The operations of valid programs with graphs (format 1.3): captures (begun and ended by
+#: "capture" ops, so any operation may fall inside one) and launches on any stream, of
+#: graphs captured or not.
+_graph_op = st.one_of(
+    _op,
+    st.tuples(st.just("capture"), st.integers(0, 2), st.integers(0, 3)),
+    st.tuples(st.just("launch"), st.integers(0, 2), st.integers(0, 3)),
+    st.tuples(st.just("launch"), st.integers(0, 2), st.integers(0, 3)),
+)
+
+
+@FUZZ
+@given(st.lists(_graph_op, max_size=80), st.booleans())
+def test_same_findings_on_valid_programs_with_graphs(ops, check_leaks):
+    ref = check(write_program(ops), check_leaks)
+    assert ref[0] == "ok" and ref[6] is not None
 
 
 _grid_op = st.one_of(
@@ -800,8 +831,8 @@ def test_trailing_fields_of_a_newer_minor_version_are_ignored(ops, extra):
 def test_traces_of_a_newer_minor_version_replay_through_the_python_engine(capsys):
     from npusan.trace_format.symbols import SymbolTable
 
-    assert native.NATIVE_FORMAT == (1, 2)
-    for fmt in ([1, 0], [1, 1], [1, 2]):  # strided views (1.1) and host accesses (1.2) included
+    assert native.NATIVE_FORMAT == (1, 3)
+    for fmt in ([1, 0], [1, 1], [1, 2], [1, 3]):  # strided views (1.1), host accesses (1.2), graphs (1.3)
         assert isinstance(native.make_engine(SymbolTable(), header={"format": fmt}), native.NativeEngine)
         assert isinstance(native.make_engine(SymbolTable(), file=True, header={"format": fmt}), native.NativeEngine)
         assert native.newer_than_core({"format": fmt}) is None

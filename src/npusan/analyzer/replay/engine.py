@@ -62,6 +62,7 @@ from ...trace_format.errors import TraceFormatError
 from ...trace_format.safe_text import clean
 from ...trace_format.strided import Shape
 from ...trace_format.symbols import MAX_TABLE, SymbolTable, _a
+from . import graphs as G
 from . import strided
 from ..findings.model import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
 from .overlap import Budget, overlaps_range
@@ -272,6 +273,10 @@ class Engine:
         self.direct_tail: tuple = (None, 0)  # see run_direct
         self.pending_views: Optional[tuple] = None  # (seq of the next kernel, its VIEWS table)
         self.overlap_budget = Budget()  # search steps of this trace's overlap tests
+        self.graphs = G.Graphs()  # captured graphs (format 1.3)
+        #: kernel records captured minus kernels replayed by launches: with ``seq`` and
+        #: ``host_accesses``, how many kernel records were read (run_direct)
+        self.unreplayed_kernels = 0
         self._default_streams = _parse_default_streams(self.header.get("default_streams"))
         self._rules = {
             R.STREAM_CREATED: self.stream_created,
@@ -289,6 +294,9 @@ class Engine:
             R.KERNEL: self.kernel,
             R.VIEWS: self.views_declared,
             R.HOST_ACCESS: self.host_access,
+            R.GRAPH_BEGIN: self.graph_begin,
+            R.GRAPH_END: self.graph_end,
+            R.GRAPH_LAUNCH: self.graph_launch,
         }
 
     # ------------------------------------------------------------------ feeding records
@@ -338,6 +346,10 @@ class Engine:
             v = rec[f]
             if v.__class__ is not int and v is not None:
                 raise RecordError(describe(rec, self.seq, bad_stack(v)))
+        if self.graphs.capturing is not None and self.graphs.capture(rec):
+            if rec[0] == R.KERNEL:  # a kernel record read, not replayed (yet)
+                self.unreplayed_kernels += 1
+            return  # device work of a graph being captured: run at its launches
         self._rules[rec[0]](rec)
 
     def run_direct(self, source: Iterable, absorb: Callable) -> bool:
@@ -354,7 +366,7 @@ class Engine:
         """
         it = iter(source)
         rec = None
-        kernels = self.seq - self.host_accesses  # KERNEL records read (host accesses: absorbed)
+        kernels = self.seq - self.host_accesses + self.unreplayed_kernels  # KERNEL records read
         try:
             while True:
                 try:
@@ -474,6 +486,44 @@ class Engine:
                 self.host[S] = max(self.host.get(S, -1), vec[S])
         for vec in self.current.values():
             merge(vec, self.host)
+
+    # ------------------------------------------------------------------ graphs (format 1.3, graphs.py)
+
+    def graph_begin(self, rec: list) -> None:
+        """A capture begins on stream S0: device work up to GRAPH_END is stored, not run."""
+        gid = graph_id(rec, self.seq)
+        check_graph_stack(rec, self.seq)
+        self.stream(rec, 2)
+        problem = self.graphs.begin(gid, rec[2])
+        if problem:
+            raise RecordError(describe(rec, self.seq, problem))
+
+    def graph_end(self, rec: list) -> None:
+        problem = self.graphs.end(graph_id(rec, self.seq))
+        if problem:
+            raise RecordError(describe(rec, self.seq, problem))
+
+    def graph_launch(self, rec: list) -> None:
+        """Replay the graph's program with its origin stream replaced by S (graphs.py)."""
+        gid = graph_id(rec, self.seq)
+        check_graph_stack(rec, self.seq)
+        self.stream(rec, 2)
+        g = self.graphs.find(gid)
+        if g is None:
+            return
+        _, records = g.launch(rec[2], self.block_live)
+        seq, unreplayed = self.seq, self.unreplayed_kernels
+        for r in records:
+            self.apply(r)
+        # the kernels replayed here are no kernel records read (run_direct's count)
+        self.unreplayed_kernels = unreplayed - (self.seq - seq)
+
+    def block_live(self, bid) -> bool:
+        """Would an access of ``bid`` find a block (live, or from a BLOCK_DEF not freed since)?"""
+        if bid in self.blocks:
+            return True
+        defn = self.symbols.blocks.get(bid)
+        return defn is not None and self.stale_defs.get(bid) is not defn
 
     def ordered(self, vec: dict, earlier: Access) -> bool:
         """Happens-before: the stream whose state is ``vec`` has observed ``earlier``."""
@@ -1009,6 +1059,20 @@ def event_id(rec: list, seq: int) -> int:
     if e.__class__ is not int or not 0 <= e <= MAX_U64:
         raise RecordError(describe(rec, seq, bad_event(e)))
     return e
+
+
+def graph_id(rec: list, seq: int) -> int:
+    problem = G.graph_id_problem(rec[1])
+    if problem:
+        raise RecordError(describe(rec, seq, problem))
+    return rec[1]
+
+
+def check_graph_stack(rec: list, seq: int) -> None:
+    """A graph record's stack field (GRAPH_BEGIN, GRAPH_LAUNCH): a stack id or nil."""
+    v = rec[3]
+    if v.__class__ is not int and v is not None:
+        raise RecordError(describe(rec, seq, bad_stack(v)))
 
 
 def check_block(rec, seq: int, bid, ptr, size) -> None:

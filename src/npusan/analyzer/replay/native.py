@@ -33,6 +33,7 @@ from ...trace_format.errors import TraceFormatError
 from ...trace_format.symbols import SymbolTable
 from . import engine as E
 from . import core_codes, overlap, strided
+from . import graphs as G
 from .engine import Access, Engine, RecordError
 from ..findings.model import Finding, Kind
 
@@ -118,11 +119,12 @@ def engine_class() -> type:
 
 
 #: The newest trace format version whose every record the compiled core replays (strided
-#: views, the VIEWS records of format 1.1, and the host accesses of 1.2 included); a trace declaring a newer minor
+#: views, the VIEWS records of format 1.1, the host accesses of 1.2, and the graphs of 1.3
+#: -- their capture and launch handled here, their kernels replayed by the core -- included); a trace declaring a newer minor
 #: version is replayed by the Python engine (same findings, slower); the trace's summary
 #: says so (:func:`newer_than_core`). FRAME's 1.1 source text and root are definitions, which the reader defines for
 #: both engines (the core hands every definition to Python), so they need no core support.
-NATIVE_FORMAT = (1, 2)
+NATIVE_FORMAT = (1, 3)
 
 def make_engine(symbols: SymbolTable, *, file: bool = False, **kwargs):
     """An engine for one trace: ``engine_class()``, unless the trace's format is newer
@@ -244,6 +246,10 @@ class NativeEngine:
         self._sent_streams: dict = {}  # sidx -> the symbols entry given to the core
         self._sent_blocks: dict = {}  # bid -> the symbols entry given to the core
         self._notes = 0  # NOTE records (counted as events, replayed by nobody)
+        self._py_events = 0  # graph records and captured records, handled here (graphs.py)
+        self._hidden_events = 0  # records given to the core that are no record of the trace
+        self._fed = 0  # records of the trace file given to the core from Python (not from the file's bytes)
+        self.graphs = G.Graphs()
         self.notes: list = []  # their distinct (level, text), as the spec engine keeps them
 
     # ------------------------------------------------------------------ counters
@@ -256,7 +262,7 @@ class NativeEngine:
 
     @property
     def events(self) -> int:
-        return self._core.counters()[1] + self._notes
+        return self._core.counters()[1] + self._notes + self._py_events - self._hidden_events
 
     @property
     def dropped(self) -> int:
@@ -275,6 +281,16 @@ class NativeEngine:
         """As the Python engine's: ``gave_up`` counts the strided-view comparisons that ran
         out of search budget and were answered "overlap" (replay.py warns about them)."""
         return _GaveUp(self._core.counters()[5])
+
+    def _core_records(self) -> int:
+        """Records of the trace file the core counted from the file's bytes."""
+        return self._core.counters()[2] - self._fed
+
+    def _core_counters(self) -> tuple:
+        """The core's counters, its record count as :meth:`_core_records`."""
+        c = list(self._core.counters())
+        c[2] -= self._fed
+        return tuple(c)
 
     # ------------------------------------------------------------------ definitions
 
@@ -328,6 +344,10 @@ class NativeEngine:
             self.flush()
             E.check_shape(rec, self.seq)
             raise
+        if t in R.GRAPH_RECORDS or self.graphs.capturing is not None:
+            self.flush()
+            if self._graph_record(rec, t):
+                return
         if t in _EVENT_TYPES:
             self._pending.append(rec)
             if len(self._pending) >= BATCH:
@@ -358,21 +378,7 @@ class NativeEngine:
             parts = [self._pack(r) for r in pending]
         except (TypeError, ValueError, OverflowError) as e:
             raise RecordError(E.describe(pending[0], self.seq, f"a record holds a value a trace cannot ({e})")) from None
-        buf = b"".join(parts)
-        pos, end = 0, len(buf)
-        while pos < end:
-            st = self._core.replay(buf, pos, end)
-            self._announce()
-            if st[0] == _NEED:
-                break
-            if st[0] == _ERROR:
-                rec = pending[_index_at(parts, st[1])]
-                if self._resend(st[3], rec, st[4]):
-                    pos = st[1]
-                    continue
-                raise RecordError(E.describe(rec, self.seq, problem(st[3], rec, st[4])))
-            rec = pending[_index_at(parts, st[1])]  # packed Python values the core refuses
-            raise RecordError(E.describe(rec, self.seq, "a record holds a value a trace cannot"))
+        self._replay_packed(pending, b"".join(parts), parts)
 
     # ------------------------------------------------------------------ trace files
 
@@ -385,11 +391,10 @@ class NativeEngine:
         """
         if reader.done:
             return
-        core = self._core
-        records0 = reader.records_read - core.counters()[2]  # records the core did not count
+        records0 = reader.records_read - self._core_records()  # records the core did not count
         state = {"py": 0, "start": reader.position, "pos": 0}
         self._replay_chunks(reader, progress, records0, state)
-        reader.raw_sync(records0 + state["py"] + core.counters()[2], state["start"] + state["pos"], reader.last_record)
+        reader.raw_sync(records0 + state["py"] + self._core_records(), state["start"] + state["pos"], reader.last_record)
         if progress is not None:
             progress(reader.position)
 
@@ -397,12 +402,13 @@ class NativeEngine:
         # ``state`` ("start": file offset of buf[0], "pos": the position in buf, "py": records
         # handled here) is what replay_file reads back: kept in locals, written at every exit.
         core = self._core
-        replay, counters = core.replay, core.counters
+        replay, counters = core.replay, self._core_counters
         announce = self._announce if self.on_finding is not None else None
         check, define, defined = reader.check_record, reader.absorb_definition, self._defined
         raw_sync = reader.raw_sync
         unpackb = msgpack.unpackb
         definitions = R.DEFINITIONS
+        graph_types = R.GRAPH_RECORDS
         buf = b""
         start = state["start"]  # the file offset of buf[0]
         pos = py = 0
@@ -423,7 +429,14 @@ class NativeEngine:
                             progress(start)
                     else:
                         eof = True
-                st = replay(buf, pos, len(buf))
+                if self.graphs.capturing is None:
+                    st = replay(buf, pos, len(buf))
+                else:  # a capture is open: every record comes back here (graphs.py)
+                    core.set_capturing(True)
+                    try:
+                        st = replay(buf, pos, len(buf))
+                    finally:
+                        core.set_capturing(False)
                 if announce is not None:
                     announce()
                 status, pos = st[0], st[1]
@@ -462,7 +475,12 @@ class NativeEngine:
                     reader.raw_exhausted(start + pos - length, b"")
                     return
                 t = check(rec)
-                if t in definitions:
+                if (t in graph_types or self.graphs.capturing is not None) and self._graph_record(rec, t):
+                    continue
+                if t in _EVENT_TYPES:  # replayed now while a capture is open (not device work)
+                    self.process(rec)
+                    self.flush()
+                elif t in definitions:
                     define(rec)
                     defined(rec)
                 elif t == R.END:
@@ -476,6 +494,92 @@ class NativeEngine:
                 # else: a record of an unknown type, skipped (the reader warned once)
         finally:
             state["start"], state["pos"], state["py"] = start, pos, py
+
+    # ------------------------------------------------------------------ graphs (format 1.3, graphs.py)
+
+    def _graph_record(self, rec: list, t) -> bool:
+        """A graph record, or a record while a capture is open: what Engine.apply does with
+        it (True), or False for a record to replay as usual. The core hands every record
+        back while a capture is open (set_capturing)."""
+        if t not in R.GRAPH_RECORDS:
+            if t not in _EVENT_TYPES:
+                return False
+            f = E.STACK_FIELD.get(t)
+            if f is not None and rec[f].__class__ is not int and rec[f] is not None:
+                raise RecordError(E.describe(rec, self.seq, E.bad_stack(rec[f])))
+            if not self.graphs.capture(rec):
+                return False
+            self._py_events += 1
+            return True
+        self._py_events += 1
+        gid = E.graph_id(rec, self.seq)
+        if t == R.GRAPH_END:
+            problem = self.graphs.end(gid)
+            if problem:
+                raise RecordError(E.describe(rec, self.seq, problem))
+            return True
+        E.check_graph_stack(rec, self.seq)
+        self._check_stream(rec, 2)
+        if t == R.GRAPH_BEGIN:
+            problem = self.graphs.begin(gid, rec[2])
+            if problem:
+                raise RecordError(E.describe(rec, self.seq, problem))
+            return True
+        g = self.graphs.find(gid)
+        if g is not None:
+            self._launch(g, rec[2])
+        return True
+
+    def _check_stream(self, rec: list, field: int) -> None:
+        """The stream a graph record names, known to the core (made there if new, as
+        Engine.stream makes it): a STREAM_CREATED of no stack, which is no record of the
+        trace (a known stream's second creation is ignored)."""
+        S = rec[field]
+        if S.__class__ is not int or S not in self.symbols.streams:
+            raise RecordError(E.describe(rec, self.seq, E.stream_undefined(S)))
+        self._replay_records([[R.STREAM_CREATED, S, None]])
+        self._hidden_events += 1
+
+    def _launch(self, g, stream: int) -> None:
+        """Replay graph ``g`` launched on ``stream``: its records packed once per expansion."""
+        if self.graphs.capturing is not None:  # a launch inside a capture: its work is captured
+            _, records = g.launch(stream, self._core.block_live)
+            for r in records:
+                self.graphs.capture(r)
+                self._py_events += 1
+            return
+        key, records = g.launch(stream, self._core.block_live)
+        entry = g.expansions[key]
+        if entry[1] is None:
+            parts = [self._pack(r) for r in records]
+            entry[1] = (b"".join(parts), parts)
+        self._replay_packed(records, *entry[1])
+
+    def _replay_records(self, records: list) -> None:
+        parts = [self._pack(r) for r in records]
+        self._replay_packed(records, b"".join(parts), parts)
+
+    def _replay_packed(self, records: list, buf: bytes, parts: list) -> None:
+        before = self._core.counters()[2]
+        try:
+            self._replay_buffer(records, buf, parts)
+        finally:
+            self._fed += self._core.counters()[2] - before
+
+    def _replay_buffer(self, records: list, buf: bytes, parts: list) -> None:
+        pos, end = 0, len(buf)
+        while pos < end:
+            st = self._core.replay(buf, pos, end)
+            self._announce()
+            if st[0] == _NEED:
+                break
+            rec = records[_index_at(parts, st[1])]
+            if st[0] == _ERROR:
+                if self._resend(st[3], rec, st[4]):
+                    pos = st[1]
+                    continue
+                raise RecordError(E.describe(rec, self.seq, problem(st[3], rec, st[4])))
+            raise RecordError(E.describe(rec, self.seq, "a record holds a value a trace cannot"))
 
     # ------------------------------------------------------------------ findings
 

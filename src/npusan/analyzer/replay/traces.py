@@ -88,6 +88,9 @@ def analyze_trace(path, index: int = 0, *, check_leaks: bool = False, report=Non
                 warnings.append(capped_warning(engine.capped))
             if engine.hulled:
                 warnings.append(hulled_warning(engine.hulled))
+        graphs = getattr(engine, "graphs", None)  # captured graphs (format 1.3, both engines)
+        if graphs is not None and graphs.warning():
+            warnings.append(graphs.warning())
         budget = getattr(engine, "overlap_budget", None)  # strided views (both engines)
         if budget is not None and budget.gave_up:
             warnings.append(

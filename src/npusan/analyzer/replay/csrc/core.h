@@ -375,6 +375,8 @@ typedef struct {
     size_t poolbytes;  /* the segment pools of all blocks */
     arena_t arena;     /* where they come from (pool_alloc) */
     size_t queue_from; /* can_defer queues while poolbytes is at least this (native.QUEUE_FROM) */
+    /* a graph capture is open (format 1.3): every record goes back to Python (set_capturing) */
+    int slow_all;
     /* error */
     int err, err_field;
 } Core;

@@ -218,7 +218,30 @@ static void Core_dealloc(Core *c) {
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
 
+/* set_capturing(flag): while a graph capture is open, replay hands every record back (ST_SLOW). */
+static PyObject *Core_set_capturing(Core *c, PyObject *flag) {
+    int v = PyObject_IsTrue(flag);
+    if (v < 0) return NULL;
+    c->slow_all = v;
+    Py_RETURN_NONE;
+}
+
+/* block_live(bid): would an access of block bid find a block (live, or from a BLOCK_DEF not
+ * freed since)? What graphs.py asks before a graph launch. */
+static PyObject *Core_block_live(Core *c, PyObject *bid_o) {
+    i128 bid;
+    if (py_i128(bid_o, &bid)) return NULL;
+    if (bid < 0 || bid >= (i128)c->L.max_id) Py_RETURN_FALSE;
+    if (find_block(c, (uint64_t)bid)) Py_RETURN_TRUE;
+    uint64_t di, sg;
+    if (!map_get(&c->defs, (uint64_t)bid, &di)) Py_RETURN_FALSE;
+    if (map_get(&c->stale, (uint64_t)bid, &sg) && sg == c->bdefs[di].gen) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef Core_methods[] = {
+    {"set_capturing", (PyCFunction)Core_set_capturing, METH_O, "set_capturing(flag): hand every record back"},
+    {"block_live", (PyCFunction)Core_block_live, METH_O, "block_live(bid) -> whether an access finds the block"},
     {"replay", (PyCFunction)Core_replay, METH_VARARGS, "replay(buffer, pos, end) -> (status, pos, ...)"},
     {"define_stream", (PyCFunction)Core_define_stream, METH_VARARGS, "define_stream(sidx, device)"},
     {"define_block", (PyCFunction)Core_define_block, METH_VARARGS, "define_block(bid, ptr, size, forget)"},

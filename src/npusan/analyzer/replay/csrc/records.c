@@ -410,6 +410,14 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         if (p >= end) break;
         obj_t o;
         int r, t = -1;
+        if (c->slow_all) { /* capturing a graph: Python stores or replays each record (graphs.py) */
+            r = read_obj(L, &p, end, &o);
+            if (r == MP_OK) r = skip_rest(L, &p, end, &o, 1);
+            if (r == MP_NEED) break;
+            if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
+            status = ST_SLOW; len = p - (base + pos);
+            break;
+        }
         if (quick_type(L, p, end) >= 0) {
             /* an event record as writers write it (a fixarray, then the type as a fixint):
              * what the two read_obj calls below would make of its first two bytes */
