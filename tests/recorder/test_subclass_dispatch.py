@@ -150,3 +150,30 @@ def test_dtensor_local_shard_races_with_side_stream(tmp_path, sync):
     assert user_lines(f.access.stack) == [line_of(code, "# READ")]
     assert user_lines(f.previous.stack) == [line_of(code, "# WRITE")]
     assert f.previous.op == "aten::add_.Tensor" and f.access.op == "aten::mul.Tensor"
+
+
+def _frames(cap, key) -> list:
+    return [fn for _, _, fn in cap.resolve(key)]
+
+
+def test_stack_starts_at_the_caller_of_the_outermost_torch_dispatch():
+    from npusan.recorder.stacks import StackCapture
+
+    def deep(cap, n):
+        return deep(cap, n - 1) if n else cap.key(1)
+
+    class Sub:
+        @classmethod
+        def __torch_dispatch__(cls, cap, n):
+            return deep(cap, n)  # the subclass's own code: folded away
+
+    def user_call(cap, n):
+        return Sub.__torch_dispatch__(cap, n)
+
+    for depth in (32, 2):  # also when the frames inside fill the depth
+        cap = StackCapture(depth=depth)
+        names = _frames(cap, user_call(cap, 5))
+        assert names[-1].endswith(".user_call")
+        assert not [n for n in names if n.endswith((".deep", ".__torch_dispatch__"))]
+    kept = StackCapture(keep_internal=True)
+    assert any(n.endswith("__torch_dispatch__") for n in _frames(kept, user_call(kept, 1)))

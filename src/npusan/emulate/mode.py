@@ -17,7 +17,8 @@ parameters and gradients) is answered ``NotImplemented``: the subclass unwraps a
 its ops on the plain tensors it holds, which come back to the mode and are classified
 like any other (the optimizer state that DTensor's local ops make from a device shard is
 device memory); see :mod:`npusan.tensor_subclasses`. Ops on FakeTensors (DTensor's
-sharding propagation) are run as they are: they allocate nothing.
+sharding propagation), and factories while a fake mode is active (they make FakeTensors),
+are run as they are: they allocate nothing.
 
 A blocking copy between host and device (``.item()``, ``.cpu()``, ``copy_`` across,
 ``.to("cuda")`` of a host tensor without ``non_blocking``) synchronizes the current
@@ -43,6 +44,9 @@ from .tensor import storage_key as key
 aten = torch.ops.aten
 Tensor = torch.Tensor
 _CPU = torch.device("cpu")
+
+_fake_mode = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 _HOST_READS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
 _PIN = {aten._pin_memory.default}
@@ -109,6 +113,8 @@ class EmulationMode(TorchDispatchMode):
                 return NotImplemented  # its inner ops on plain tensors come back here
             if kind != PLAIN:  # fake tensors (DTensor's sharding propagation): no memory
                 return func(*args, **(kwargs or {}))
+        elif _fake_mode(_FAKE) is not None:  # a factory the fake mode below answers
+            return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
         ins = _inputs(args, kwargs)
         dev_in = any(k in _dev for k in ins)

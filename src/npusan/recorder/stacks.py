@@ -99,9 +99,6 @@ class StackCapture:
         # 1: kept, _DISPATCH: a ``__torch_dispatch__`` (it and every frame inside it folded).
         self._keep: Dict[int, int] = {}
         self._codes: Dict[int, CodeType] = {}
-        # Once a __torch_dispatch__ is known, a full stack is walked on to the root: one
-        # further out folds away what was collected.
-        self._dispatch_seen = False
 
     def _classify(self, code: CodeType) -> int:
         path = os.path.abspath(code.co_filename)
@@ -112,7 +109,6 @@ class StackCapture:
         if code.co_name == "__torch_dispatch__" and not self.keep_internal and not path.startswith(_HERE + os.sep):
             # (the recorder's own mode: always innermost, nothing of the user's inside it)
             k = _DISPATCH
-            self._dispatch_seen = True
         self._codes[id(code)] = code
         self._keep[id(code)] = k
         return k
@@ -138,12 +134,10 @@ class StackCapture:
                 if k == _DISPATCH:  # what ran inside it is the work of its caller
                     out.clear()
                     n = 0
-                elif n < depth:
+                elif n < depth:  # full: walked on, a __torch_dispatch__ further out folds it all
                     out.append(id(c))
                     out.append(f.f_lasti)
                     n += 1
-                elif not self._dispatch_seen:
-                    break  # full, and no __torch_dispatch__ exists yet that could be further out
             f = f.f_back
         return tuple(out)
 
