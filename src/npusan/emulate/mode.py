@@ -12,6 +12,14 @@ only decides, per output, whether it is device memory:
   sharing an input's storage -- a view, an in-place or ``out=`` op -- keeps that storage's
   kind, so ``host.copy_(dev)`` stays a host tensor).
 
+An op on a tensor subclass with its own ``__torch_dispatch__`` (DTensor, FSDP2's sharded
+parameters and gradients) is answered ``NotImplemented``: the subclass unwraps and runs
+its ops on the plain tensors it holds, which come back to the mode and are classified
+like any other (the optimizer state that DTensor's local ops make from a device shard is
+device memory); see :mod:`npusan.tensor_subclasses`. Ops on FakeTensors (DTensor's
+sharding propagation), and factories while a fake mode is active (they make FakeTensors),
+are run as they are: they allocate nothing.
+
 A blocking copy between host and device (``.item()``, ``.cpu()``, ``copy_`` across,
 ``.to("cuda")`` of a host tensor without ``non_blocking``) synchronizes the current
 stream, as CUDA does. Pinned host memory is ordinary host memory that says it is pinned
@@ -28,6 +36,8 @@ from typing import Any, Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..tensor_subclasses import PLAIN, SUBCLASS, dispatch_kind
+
 from . import cuda as _cuda
 from . import dist as _dist
 from . import tensor as _tensor
@@ -37,6 +47,9 @@ from .tensor import storage_key as key
 aten = torch.ops.aten
 Tensor = torch.Tensor
 _CPU = torch.device("cpu")
+
+_fake_mode = torch._C._get_dispatch_mode
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
 
 _HOST_READS = {aten._local_scalar_dense.default, aten.equal.default, aten.is_nonzero.default}
 _PIN = {aten._pin_memory.default}
@@ -122,6 +135,14 @@ def _noted(func: Any, args: tuple, kwargs: dict, out: Any) -> Any:
 
 class EmulationMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if types:
+            kind = dispatch_kind(types)
+            if kind == SUBCLASS:
+                return NotImplemented  # its inner ops on plain tensors come back here
+            if kind != PLAIN:  # fake tensors (DTensor's sharding propagation): no memory
+                return func(*args, **(kwargs or {}))
+        elif _fake_mode(_FAKE) is not None:  # a factory the fake mode below answers
+            return func(*args, **(kwargs or {}))
         kwargs = kwargs or {}
         if _cuda.STATE.capture is not None:
             device_op = _is_cuda(kwargs.get("device")) or any(k in _dev for k in _inputs(args, kwargs))

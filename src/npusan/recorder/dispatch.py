@@ -14,6 +14,14 @@ with ``_thread.start_new_thread`` directly, are not seen (record from process st
 
 The mode looks the recorder up at each op (``session._current``), so it is inert (one
 attribute check, then the op) once recording stops, and serves a later recorder too.
+
+Tensor subclasses with their own ``__torch_dispatch__`` (DTensor, AsyncCollectiveTensor, a
+user's wrapper): the mode answers ``NotImplemented`` to an op on one, so the subclass's
+``__torch_dispatch__`` runs with the mode still on the stack and re-dispatches its ops on
+the plain tensors it holds, which reach the mode and are recorded: only those, which touch
+the real memory (see :mod:`npusan.tensor_subclasses`). Ops on FakeTensors (DTensor's
+sharding propagation runs some) are run and not recorded. A ``_make_subclass`` subclass or
+an ``nn.Parameter`` is recorded directly.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any, Optional
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
+from ..tensor_subclasses import PLAIN, SUBCLASS, dispatch_kind
 from . import session
 from .access import RET_NEW, op_info, view_of
 
@@ -49,6 +58,12 @@ class RecordingMode(TorchDispatchMode):
         rec = session._current
         if rec is None or not rec.active:
             return func(*args, **(kwargs or {}))
+        if types:
+            kind = dispatch_kind(types)
+            if kind == SUBCLASS:
+                return NotImplemented  # its inner ops on plain tensors come back here
+            if kind != PLAIN:  # fake tensors: no memory
+                return func(*args, **(kwargs or {}))
         if rec._recent_works:
             rec._recent_works.clear()
         try:
@@ -124,6 +139,8 @@ class RecordingMode(TorchDispatchMode):
                         new = [x for k, x in zip(rets, out) if k == RET_NEW and isinstance(x, Tensor) and is_dev(x)]
                 stacks = rec.stacks
                 key = None
+                if new and not acc and type(new[0]) is not Tensor and dispatch_kind((type(new[0]),)) != PLAIN:
+                    new = ()  # a factory run by the fake mode below: a FakeTensor, no memory
                 if new:
                     if be.observes_outputs:
                         if stacks.depth:

@@ -9,6 +9,12 @@ the first time a key is seen, by :meth:`StackCapture.resolve`.
 
 Frames of torch itself and of npusan are "folded away" (skipped) by default so that stacks
 show the user's code; ``keep_internal=True`` keeps them. ``depth`` counts kept frames.
+
+An op that a tensor subclass (or a program's own dispatch mode) runs from its
+``__torch_dispatch__`` is the work of the call that reached that ``__torch_dispatch__``: by
+default a stack starts at the frame that called the outermost ``__torch_dispatch__``
+(the frames inside it -- the subclass's unwrapping, which may be the user's own code --
+are folded away too).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ _INTERNAL_DIRS = (
     os.path.join(_PKG, "pytest_plugin.py"),  # the frees of a test's fixture values it drops
     os.path.abspath(threading.__file__),  # Thread._bootstrap / run plumbing
 )
+
+#: :meth:`StackCapture._keep` value of a ``__torch_dispatch__`` frame.
+_DISPATCH = 2
 
 _lines_cache: Dict[CodeType, List[Optional[int]]] = {}
 
@@ -86,17 +95,23 @@ class StackCapture:
         self.depth = max(0, int(depth))
         self.keep_internal = keep_internal
         # Keyed by id(code): code objects hash by value (slow); the code object is kept
-        # alive in _codes so that its id is never reused by another one.
-        self._keep: Dict[int, bool] = {}
+        # alive in _codes so that its id is never reused by another one. 0: folded away,
+        # 1: kept, _DISPATCH: a ``__torch_dispatch__`` (it and every frame inside it folded).
+        self._keep: Dict[int, int] = {}
         self._codes: Dict[int, CodeType] = {}
 
-    def _classify(self, code: CodeType) -> bool:
-        keep = self.keep_internal or not os.path.abspath(code.co_filename).startswith(_INTERNAL_DIRS)
+    def _classify(self, code: CodeType) -> int:
+        path = os.path.abspath(code.co_filename)
+        keep = self.keep_internal or not path.startswith(_INTERNAL_DIRS)
         if code.co_filename.startswith("<frozen"):  # runpy/importlib plumbing
             keep = self.keep_internal
+        k = int(keep)
+        if code.co_name == "__torch_dispatch__" and not self.keep_internal and not path.startswith(_HERE + os.sep):
+            # (the recorder's own mode: always innermost, nothing of the user's inside it)
+            k = _DISPATCH
         self._codes[id(code)] = code
-        self._keep[id(code)] = keep
-        return keep
+        self._keep[id(code)] = k
+        return k
 
     def key(self, skip: int = 1) -> Optional[tuple]:
         """The current stack as ``(id(code), lasti, ...)``, innermost first; None if depth is 0."""
@@ -116,11 +131,13 @@ class StackCapture:
             if k is None:
                 k = self._classify(c)
             if k:
-                out.append(id(c))
-                out.append(f.f_lasti)
-                n += 1
-                if n >= depth:
-                    break
+                if k == _DISPATCH:  # what ran inside it is the work of its caller
+                    out.clear()
+                    n = 0
+                elif n < depth:  # full: walked on, a __torch_dispatch__ further out folds it all
+                    out.append(id(c))
+                    out.append(f.f_lasti)
+                    n += 1
             f = f.f_back
         return tuple(out)
 

@@ -1,6 +1,7 @@
 """2-rank NCCL programs run unchanged under ``npusan record --emulate cuda --emulate-devices 2
 -- torchrun --nproc_per_node=2 ddp.py SCENARIO...``: each scenario's findings must point into
-it (``bug_*``) or nowhere (``ok_*``)."""
+it (``bug_*``) or nowhere (``ok_*``); a ``known_*`` scenario is a correct program on which
+npusan reports what it reports on a GPU too, asserted exactly by the test."""
 
 import os
 import sys
@@ -65,10 +66,15 @@ def bug_async_no_wait():
     return y
 
 
-def ok_fsdp2():
+def known_fsdp2():
     """FSDP2: parameter all-gathers on the all-gather stream, gradient reduce-scatters on the
-    reduce-scatter stream, a few AdamW steps (the optimizer's ops on DTensor local tensors
-    run inside DTensor's own dispatch, which no dispatch mode sees: see docs/emulation.md)."""
+    reduce-scatter stream, a few AdamW steps (the optimizer's ops on the DTensors' local
+    tensors are recorded: the modes answer NotImplemented to DTensor). The sharded
+    gradients (the reduce-scatter outputs, allocated on the reduce-scatter stream) are read
+    by the optimizer on the default stream and freed by zero_grad without record_stream:
+    reported as a missing record_stream, a free the caching allocator makes safe (the
+    reduce-scatter stream waits for the default stream before its next allocation): see
+    docs/emulation.md."""
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
@@ -81,9 +87,9 @@ def ok_fsdp2():
     for _ in range(3):
         x = torch.randn(16, 32, device="cuda")
         loss = model(x).square().mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        loss.backward()  # ALLOC:fsdp2_grads
+        opt.step()  # USE:fsdp2_grads
+        opt.zero_grad()  # FREE:fsdp2_grads
 
 
 if __name__ == "__main__":
