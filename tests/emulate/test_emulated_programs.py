@@ -57,6 +57,28 @@ def test_unsupported_api_stops_with_one_line(tmp_path):
     p, _ = _record(tmp_path, str(prog))
     assert p.returncode == 1
     assert "npusan --emulate cuda: torch.cuda.ipc_collect (CUDA IPC) is not emulated" in p.stderr
+    assert "Traceback" not in p.stderr, p.stderr  # one line, not a traceback (a new-user trial got five)
+
+
+def test_apis_a_new_user_tripped_on(tmp_path):
+    """From a new-user trial (timm's PrefetchLoader, vLLM's async_tensor_h2d): the stream
+    context by keyword and ``torch.tensor(..., pin_memory=True)`` on the host."""
+    prog = tmp_path / "apis.py"
+    prog.write_text(
+        "import torch\n"
+        "s = torch.cuda.Stream()\n"
+        "with torch.cuda.stream(stream=s):\n"
+        "    x = torch.ones(4, device='cuda')\n"
+        "torch.cuda.current_stream().wait_stream(s)\n"
+        "h = torch.tensor([1, 2, 3], dtype=torch.int64, pin_memory=True, device='cpu')\n"
+        "assert h.is_pinned() and h.device.type == 'cpu'\n"
+        "d = h.to('cuda', non_blocking=True)\n"
+        "torch.cuda.synchronize()\n"
+        "print('ok', x.sum().item(), d.tolist())\n")
+    p, trace = _record(tmp_path, str(prog))
+    assert p.returncode == 0 and "ok 4.0 [1, 2, 3]" in p.stdout, p.stderr
+    rc, kinds = _kinds(trace)
+    assert rc == 0, kinds
 
 
 def test_device_is_visible_and_values_match_cpu(tmp_path):

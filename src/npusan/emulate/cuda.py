@@ -378,7 +378,7 @@ def api() -> Dict[str, Any]:
         "Stream": Stream,
         "Event": Event,
         "StreamContext": StreamContext,
-        "stream": lambda s: StreamContext(s),
+        "stream": lambda stream=None: StreamContext(stream),  # torch's signature: stream(stream)
         "current_stream": lambda device=None: STATE.current(),
         "default_stream": lambda device=None: DEFAULT,
         "set_stream": set_stream,

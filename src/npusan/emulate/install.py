@@ -67,7 +67,26 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
     _mode = EmulationMode()
     _mode.__enter__()
     _patch_threads(EmulationMode)
+    _say_unsupported_in_one_line()
     _installed = kind
+
+
+def _say_unsupported_in_one_line() -> None:
+    """A program that stops at an API the emulator does not emulate ends with one line
+    naming it (exit status 1, as for any uncaught exception), not a traceback."""
+    import sys
+
+    from .cuda import Unsupported
+
+    previous = sys.excepthook
+
+    def hook(exc_type: Any, exc: BaseException, tb: Any) -> None:
+        if isinstance(exc, Unsupported):
+            sys.stderr.write(f"npusan: error: {exc}\n")
+        else:
+            previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
 
 
 def _install_cuda(devices: int) -> None:

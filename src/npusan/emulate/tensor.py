@@ -201,6 +201,10 @@ def patch() -> None:
         def make(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
             d = kwargs.get("device")
             if d is None or torch.device(d).type != DEVICE.type:
+                if kwargs.get("pin_memory"):  # C++ would ask for a pinned allocator: pin it here
+                    kw = dict(kwargs)
+                    kw.pop("pin_memory")
+                    return orig(data, *args, **kw).pin_memory()
                 return orig(data, *args, **kwargs)
             kw = dict(kwargs)
             kw["device"] = None
