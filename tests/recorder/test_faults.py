@@ -73,8 +73,8 @@ while time.monotonic() - t0 < 60:
 """
 
 
-def _spawn(tmp_path, code, trace=None, **env):
-    script = write_script(tmp_path, code)
+def _spawn(tmp_path, code, trace=None, name="prog.py", **env):
+    script = write_script(tmp_path, code, name)
     e = _env(trace, **env) if trace is not None else dict(os.environ)
     return subprocess.Popen([sys.executable, str(script)], env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -134,8 +134,10 @@ def _exit_on_sigint(tmp_path, traces):
     exit statuses and stderr, in order."""
     procs = []
     try:
-        for trace in traces:
-            procs.append(_spawn(tmp_path, LOOP, trace))
+        for i, trace in enumerate(traces):
+            # a script file each: rewriting one file while an earlier process is still reading
+            # it can hand that process an empty program (it exits 0 without printing "ready")
+            procs.append(_spawn(tmp_path, LOOP, trace, name=f"prog{i}.py"))
         for p in procs:
             _ready(p).send_signal(signal.SIGINT)
         return [(_finish(p, 30), p.stderr.read()) for p in procs]
