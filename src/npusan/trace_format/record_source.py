@@ -144,6 +144,12 @@ class RecordSource:
             body = data.rstrip(b"\0")
             if not body:
                 self._held += len(data)
+                due = -(self._start + self.out) % self.PAGE
+                if due and self._held >= due + self.ZERO_RUN:
+                    # Those before the page boundary are handed out whatever follows (at the
+                    # end too): at once, so that a record ending in zero bytes (END's last
+                    # float) is complete without reading the rest of a long zero run.
+                    self._zeros_due, self._held = due, self._held - due
                 continue
             self._zeros_due, self._due, self._held = self._held, body, len(data) - len(body)
 
