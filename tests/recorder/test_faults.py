@@ -606,3 +606,35 @@ def test_a_signal_in_a_finalizer_or_the_sim_hook_registry_waits_for_the_program(
     trace.fire("event_deletion", 1)
     assert seen == [True, True]
     assert not signals.inside_recorder(sys._getframe(0))  # the program's own frames do not
+
+
+RACE_THEN_RAISE = RACE_THEN_KILL.replace("os.kill(os.getpid(), signal.SIGKILL)", "raise ValueError('bad batch')")
+
+
+def test_an_uncaught_exception_is_noted_in_the_end_record(tmp_path):
+    """A program that crashes with an exception has a complete trace, but it did not finish
+    its work: the trace used to read "ended cleanly". END now names the exception, and the
+    reader (analyze, info) says the run ended early; an exit by SystemExit is not a crash."""
+    script = write_script(tmp_path, RACE_THEN_RAISE)
+    trace = tmp_path / "raised.npusan"
+    out = subprocess.run([sys.executable, str(script)], env=_env(trace), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 1 and "ValueError: bad batch" in out.stderr
+    reader = TraceReader(str(trace))
+    list(reader.records())
+    assert reader.ended_cleanly and reader.end_stats["raised"] == "ValueError"
+    assert reader.warnings == ["the recording ended early: the program ended with an uncaught ValueError; "
+                               "analyzed up to that point"]
+    assert kinds(analyze(trace)) == ["data-race"]
+    info = subprocess.run([*NPUSAN, "info", str(trace)], capture_output=True, text=True, timeout=120)
+    assert "ended early" in info.stdout and "uncaught ValueError" in info.stdout, info.stdout
+
+    script = write_script(tmp_path, RACE_THEN_KILL.replace("os.kill(os.getpid(), signal.SIGKILL)", "raise SystemExit(3)"),
+                          name="exits.py")
+    trace = tmp_path / "exits.npusan"
+    out = subprocess.run([sys.executable, str(script)], env=_env(trace), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 3
+    reader = TraceReader(str(trace))
+    list(reader.records())
+    assert reader.ended_cleanly and "raised" not in reader.end_stats and not reader.warnings

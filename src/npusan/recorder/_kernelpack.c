@@ -267,7 +267,7 @@ static PyObject *pack(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-/* The fields of the spec tuple Recorder builds at start (session.py, _drain_spec). */
+/* The fields of the spec tuple Recorder builds at start (event_queue.py, _compiled_drain_spec). */
 enum {
     S_ENC, S_EV_CREATED, S_EV_DELETED, S_EV_RECORDED, S_EV_WAITED, S_REC, S_ALLOC, S_FREE,
     S_STREAMS, S_STACK_IDS, S_BLOCKS, S_BASES, S_FREE_BIDS, S_COUNTS, S_HEAPPUSH, S_HEAPPOP,

@@ -45,8 +45,25 @@ def _at_exit() -> None:
 
 
 def stop_at_exit(rec) -> None:
-    """Stop ``rec`` as the process exits, noting a Ctrl-C that ends it (see below)."""
-    rec.stop(signum=signal.SIGINT if ended_by_keyboard_interrupt() else None)
+    """Stop ``rec`` as the process exits, noting a Ctrl-C that ends it (see below), or the
+    uncaught exception it ends with (else its trace would read as a run that finished)."""
+    if ended_by_keyboard_interrupt():
+        rec.stop(signum=signal.SIGINT)
+    else:
+        rec.stop(raised=uncaught_exception())
+
+
+def uncaught_exception() -> "str | None":
+    """The type name of the uncaught exception the program is ending with, if any (Python
+    prints it, setting ``sys.last_exc`` / ``sys.last_value``, before the exit handlers run);
+    ``SystemExit`` is an exit, not a crash."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if exc is None or isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        return None
+    try:
+        return type(exc).__qualname__[:100]
+    except Exception:  # pragma: no cover - a type whose name cannot be read
+        return "exception"
 
 
 def ended_by_keyboard_interrupt() -> bool:

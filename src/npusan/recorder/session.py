@@ -193,7 +193,8 @@ class Recorder(EventQueue, RuntimeCallbacks):
             )
         return self
 
-    def stop(self, *, signum: Optional[int] = None, reason: Optional[str] = None) -> None:
+    def stop(self, *, signum: Optional[int] = None, reason: Optional[str] = None,
+             raised: Optional[str] = None) -> None:
         """Stop recording: write the END record and close the trace.
 
         Idempotent and re-entrant: a second call -- from a signal handler, from a callback
@@ -201,7 +202,8 @@ class Recorder(EventQueue, RuntimeCallbacks):
         :data:`STOP_WAIT` for another thread that is writing; past that, the trace is
         left with everything committed so far and no END record. ``signum``: the signal
         that is ending the process (noted in the END record); ``reason``: why recording
-        stops before the program does (a NOTE and the END record's ``stopped``). A joined
+        stops before the program does (a NOTE and the END record's ``stopped``); ``raised``: the
+        uncaught exception the program ends with (the END record's ``raised``). A joined
         recorder (see :meth:`start`) only leaves the recording it joined.
         """
         global _current
@@ -230,6 +232,8 @@ class Recorder(EventQueue, RuntimeCallbacks):
                     if reason:
                         self.writer.note("warning", f"recording stopped: {reason}")
                         end["stopped"] = reason
+                    if raised:
+                        end["raised"] = raised
                     self.writer.close(end=end or None)
             except Exception as e:
                 self._fail(e)

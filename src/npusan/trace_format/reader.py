@@ -759,12 +759,15 @@ def _kib(n: int) -> str:
 
 
 def _end_reason(stats: Optional[dict]) -> Optional[str]:
-    """The END statistics' ``signal`` / ``stopped`` keys as one phrase (capped), or None."""
+    """The END statistics' ``signal`` / ``stopped`` / ``raised`` keys as one phrase
+    (capped), or None."""
     if not stats:
         return None
-    sig, stopped = stats.get("signal"), stats.get("stopped")
+    sig, stopped, raised = stats.get("signal"), stats.get("stopped"), stats.get("raised")
     if isinstance(sig, str) and sig:
         return f"the process was ended by {sig[:40]}"
     if isinstance(stopped, str) and stopped:
         return f"recording stopped: {stopped[:300]}"
+    if isinstance(raised, str) and raised:
+        return f"the program ended with an uncaught {raised[:100]}"
     return None

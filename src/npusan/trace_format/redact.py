@@ -77,6 +77,7 @@ NOTE_LEVELS = ("info", "warning", "error")
 #: What the END statistics' ``stopped`` reason (free text) becomes.
 STOP_PLACEHOLDER = "(reason redacted)"
 _SIGNAL = re.compile(r"SIG[A-Z0-9]{1,12}")
+_EXCEPTION = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}")  # a type name, nothing that could be data
 #: Header strings kept only in the shape npusan writes them: (key, shape, replacement).
 _HEADER_TEXT = (
     ("writer", re.compile(r"npusan \d{1,4}\.\d{1,4}\.\d{1,4}[a-z0-9.+-]{0,24}"), "another writer"),
@@ -224,6 +225,9 @@ def _redact_end(stats: object) -> dict:
     stopped = stats.get("stopped")
     if isinstance(stopped, str) and stopped:
         out["stopped"] = STOP_PLACEHOLDER
+    raised = stats.get("raised")
+    if isinstance(raised, str) and raised:
+        out["raised"] = raised if _EXCEPTION.fullmatch(raised) else "an exception"
     return out
 
 
