@@ -149,3 +149,24 @@ def test_info_a_compressed_trace_cut_after_its_end_record(tmp_path):
     assert "cut after its end record" in text and "checksum is missing" in text
     d = json.loads(run(cut, "--json").output)
     assert d["truncated"] is True and d["ended_cleanly"] is True and d["warnings"]
+
+
+def test_info_shows_the_notes_of_a_trace_distinct_and_bounded(tmp_path):
+    """A NOTE is the writer's message to whoever reads the trace ("recording stopped: disk
+    full", what was recorded only coarsely): info shows each distinct one once, with how
+    often it came, and keeps the first 20 distinct ones (a trace is untrusted)."""
+    p = tmp_path / "notes.npusan"
+    with TraceWriter(str(p), backend="cuda", header={"default_streams": {0: 0}}) as w:
+        w.kernel(0, "fill", writes=[(0x1000, 16)])
+        for _ in range(3):
+            w.note("warning", "recording stopped: disk full")
+        for i in range(30):
+            w.note("info", f"coarse: region {i} [red]x[/red]")
+    res = run(p, "--no-color")
+    assert res.exit_code == 0, res.output
+    assert "note (warning): recording stopped: disk full (3 times)" in res.output
+    assert "note (info): coarse: region 18 [red]x[/red]" in res.output  # markup shown, not applied
+    assert "region 19" not in res.output
+    doc = json.loads(run(p, "--json").output)
+    assert doc["notes"][0] == ["warning", "recording stopped: disk full", 3]
+    assert len(doc["notes"]) == 20 and doc["notes"][-1] == ["info", "coarse: region 18 [red]x[/red]", 1]

@@ -211,6 +211,10 @@ def _render(s, no_color: bool) -> None:
             line += ", none recorded as their hull"
         console.print(line)
 
+    for level, text, n in s.notes:
+        style = {"warning": "yellow", "error": "red"}.get(level, "dim")
+        times = f" ({n:,} times)" if n > 1 else ""
+        console.print(f"[{style}]note ({_escape(str(level))})[/{style}]: {_escape(text)}{times}")
     if s.threads:
         console.print("[bold]Threads[/bold]: " + ", ".join(f"{_escape(n)} ({t})" for t, n in sorted(s.threads.items())))
     for w in s.warnings:

@@ -68,6 +68,14 @@ class TraceInfo:
     threads: dict  # tid -> name
     unknown_types: dict = field(default_factory=dict)  # record type -> records skipped
     views: ViewsSummary = field(default_factory=ViewsSummary)
+    #: The trace's distinct NOTE messages, in order, as [level, text, times seen] (the
+    #: first :data:`MAX_NOTES`; the writer's "recording stopped: disk full" is one).
+    notes: list = field(default_factory=list)
+
+
+#: Distinct NOTE messages kept by :func:`summarize` (a trace is untrusted: a million
+#: different notes must not make ``npusan info`` print a million lines).
+MAX_NOTES = 20
 
 
 def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = None) -> TraceInfo:
@@ -79,8 +87,9 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
         live: dict[Any, Optional[int]] = {}  # bid -> size
         mem = MemorySummary()
         views = ViewsSummary()
+        notes: dict = {}
         try:
-            _scan(reader, counts, per_stream, created, live, mem, views)
+            _scan(reader, counts, per_stream, created, live, mem, views, notes)
         except ValueError as e:  # a malformed VIEWS entry (parse_entry's reason is ours)
             raise TraceFormatError(f"{reader.where()}: malformed record ({e})") from None
         except (TypeError, KeyError, IndexError, AttributeError):
@@ -126,12 +135,13 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
             threads=dict(sym.threads),
             unknown_types=reader.unknown_types,
             views=views,
+            notes=[[level, text, n] for (level, text), n in notes.items()],
         )
 
 
 def _scan(
     reader: TraceReader, counts: dict, per_stream: dict, created: set, live: dict, mem: MemorySummary,
-    views: ViewsSummary,
+    views: ViewsSummary, notes: dict,
 ) -> None:
     """The one pass over the records.
 
@@ -170,6 +180,10 @@ def _scan(
         elif t == R.STREAM_CREATED:
             if rec[1].__class__ is int:
                 created.add(rec[1])
+        elif t == R.NOTE:
+            key = (rec[1], rec[2])  # (both strings: the reader checked them and capped the text)
+            if key in notes or len(notes) < MAX_NOTES:
+                notes[key] = notes.get(key, 0) + 1
         elif t == R.VIEWS:
             for e in rec[1:]:
                 if parse_entry(e)[1] is None:
@@ -220,6 +234,7 @@ def info_dict(info: TraceInfo) -> dict:
             "threads": info.threads,
             "unknown_record_types": info.unknown_types,
             "views": asdict(info.views),
+            "notes": info.notes,
         }
     )
 
