@@ -95,7 +95,7 @@ def source_options(command=None, *, root_help: str = SOURCE_ROOT_HELP):
 @click.option("--check-leaks", is_flag=True,
               help="Also check blocks still alive when a trace ends for missing record_stream.")
 @click.option("--no-group", is_flag=True, help="List every occurrence instead of one entry per bug.")
-@click.option("--full-stacks", is_flag=True, help="Show torch/npusan/Python frames instead of folding them.")
+@click.option("--full-stacks", is_flag=True, help="Show torch/npusan/Python frames instead of folding them (only those the recorder kept: `record --keep-internal-frames`).")
 @click.option("--expand", is_flag=True,
               help="Text report: show every finding of a shared root cause in full, not only the first.")
 @click.option("--no-color", is_flag=True, help="Plain text even on a terminal.")
