@@ -51,3 +51,32 @@ def test_a_host_sync_inside_a_capture_raises_as_cuda_does(tmp_path):
     p, _ = _record(tmp_path, str(prog))
     assert p.returncode == 0, p.stderr
     assert "raised" in p.stdout
+
+
+CALLABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "graphed_callables.py")
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [
+    ("train", 0, []),  # a graphed module trains to the eager module's losses (the program asserts it)
+    ("clean", 0, []),  # the static input's writer on another stream is waited for
+    ("race", 1, ["data-race"]),  # ... and is not
+])
+def test_make_graphed_callables(tmp_path, variant, rc, kinds):
+    p, trace = _record(tmp_path, CALLABLES, variant)
+    assert p.returncode == 0, p.stderr
+    assert _kinds(trace) == (rc, kinds)
+
+
+def test_a_graphed_callable_race_points_at_the_captured_op(tmp_path):
+    import io
+
+    from npusan.analyzer.replay import traces as replay
+
+    p, trace = _record(tmp_path, CALLABLES, "race")
+    assert p.returncode == 0, p.stderr
+    with open(trace, "rb") as f:
+        found, _ = replay.analyze_trace(io.BytesIO(f.read()))
+    reads = [f for f in found if f.access.op == "aten::mul.Tensor"]
+    assert reads, [(f.access.op, f.previous.op) for f in found]
+    assert any(fr.lineno == 40 and fr.filename.endswith("graphed_callables.py") for fr in reads[0].access.stack)
+    assert reads[0].previous.op == "aten::fill_.Scalar"

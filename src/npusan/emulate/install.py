@@ -116,9 +116,10 @@ def _install_cuda(devices: int) -> None:
         torch._C._host_emptyCache = lambda: None
     import torch.cuda.graphs
 
-    from .graphs import CUDAGraph
+    from .graphs import CUDAGraph, graph_pool_handle
 
     torch.cuda.graphs.CUDAGraph = CUDAGraph  # (make_graphed_callables and the recorder look here)
+    torch.cuda.graphs.graph_pool_handle = graph_pool_handle  # (make_graphed_callables calls it)
 
 
 def _patch_threads(mode_cls: Any) -> None:
