@@ -80,3 +80,48 @@ def test_a_graphed_callable_race_points_at_the_captured_op(tmp_path):
     assert reads, [(f.access.op, f.previous.op) for f in found]
     assert any(fr.lineno == 40 and fr.filename.endswith("graphed_callables.py") for fr in reads[0].access.stack)
     assert reads[0].previous.op == "aten::fill_.Scalar"
+
+
+NPU_PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "npu_graphs.py")
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [
+    ("values", 0, []),
+    ("clean", 0, []),
+    ("race", 1, ["data-race"]),
+    ("unjoined", 1, ["data-race"]),
+])
+def test_npu_graph_programs(tmp_path, variant, rc, kinds):
+    """torch_npu's NPUGraph and torch.npu.graph on the emulated NPU, recorded by the NPU
+    backend as CUDA graphs are: one GRAPH_BEGIN/GRAPH_END per capture, one GRAPH_LAUNCH
+    per replay."""
+    import io
+
+    from npusan.trace_format import TraceReader
+    from npusan.trace_format import records as R
+    from tests.emulate.test_emulated_npu import _kinds as npu_kinds
+    from tests.emulate.test_emulated_npu import _record as npu_record
+
+    p, trace = npu_record(tmp_path, NPU_PROG, variant)
+    assert p.returncode == 0, p.stderr
+    with open(trace, "rb") as f:
+        types = [r[0] for r in TraceReader(io.BytesIO(f.read())).records()]
+    assert types.count(R.GRAPH_BEGIN) == types.count(R.GRAPH_END) == 1 and types.count(R.GRAPH_LAUNCH) == 3
+    assert npu_kinds(trace) == (rc, kinds)
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [("train", 0, []), ("race", 1, ["data-race"])])
+def test_npu_make_graphed_callables(tmp_path, variant, rc, kinds):
+    """torch.npu.make_graphed_callables: the CUDA program with torch_npu's names."""
+    from tests.emulate.test_emulated_npu import _kinds as npu_kinds
+    from tests.emulate.test_emulated_npu import _record as npu_record
+
+    with open(CALLABLES) as f:
+        src = f.read()
+    src = src.replace("import torch\n", "import torch\nimport torch_npu  # noqa: F401\n", 1)
+    src = src.replace("torch.cuda", "torch.npu").replace('device="cuda"', 'device="npu"').replace(".cuda()", ".npu()")
+    prog = tmp_path / "graphed_npu.py"
+    prog.write_text(src)
+    p, trace = npu_record(tmp_path, str(prog), variant)
+    assert p.returncode == 0, p.stderr
+    assert npu_kinds(trace) == (rc, kinds)
