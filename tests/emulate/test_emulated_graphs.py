@@ -125,3 +125,37 @@ def test_npu_make_graphed_callables(tmp_path, variant, rc, kinds):
     p, trace = npu_record(tmp_path, str(prog), variant)
     assert p.returncode == 0, p.stderr
     assert npu_kinds(trace) == (rc, kinds)
+
+
+@pytest.mark.parametrize("variant", ["race", "unjoined", "clean"])
+@pytest.mark.parametrize("device", ["cuda", "npu"])
+def test_online_check_reports_what_offline_reports(tmp_path, variant, device):
+    """``--online`` (the live engine, the compiled core) on a program with a captured
+    graph warns of the same findings, worded and with streams and kernels numbered alike,
+    as ``npusan analyze`` finds in the trace the same run wrote."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    from npusan.analyzer.replay import native
+    from tests.emulate.test_emulated_programs import _env
+
+    if not native.available():
+        pytest.skip("compiled core not built")
+    prog = PROG if device == "cuda" else NPU_PROG
+    out = tmp_path / "t.npusan"
+    p = subprocess.run([sys.executable, "-m", "npusan", "record", "--emulate", device, "--online", "-o", str(out),
+                        "--", prog, variant], env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    a = subprocess.run([sys.executable, "-m", "npusan", "analyze", "--format", "json", str(out)], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    offline = json.loads(a.stdout)["findings"]
+    online = [ln[len("npusan: warning: "):] for ln in p.stderr.splitlines() if ln.startswith("npusan: warning: ")]
+    assert sorted(online) == sorted(f["title"] for f in offline), (online, [f["title"] for f in offline])
+    assert (len(online) > 0) == (variant != "clean") and a.returncode == (0 if variant == "clean" else 1)
+    if online:  # the first warning is in full: its kernels are numbered as offline
+        first = p.stderr[p.stderr.index("npusan: warning: "):].split("\n  fix:", 1)[0]
+        seqs = [int(n) for n in re.findall(r"^  (?:later|earlier):.*\[kernel (\d+)\]$", first, re.M)]
+        f = next(f for f in offline if f["title"] == online[0])
+        assert seqs == [f["access"]["seq"], f["previous"]["seq"]], (seqs, f["access"], f["previous"])
