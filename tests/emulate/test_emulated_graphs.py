@@ -159,3 +159,24 @@ def test_online_check_reports_what_offline_reports(tmp_path, variant, device):
         seqs = [int(n) for n in re.findall(r"^  (?:later|earlier):.*\[kernel (\d+)\]$", first, re.M)]
         f = next(f for f in offline if f["title"] == online[0])
         assert seqs == [f["access"]["seq"], f["previous"]["seq"]], (seqs, f["access"], f["previous"])
+
+
+@pytest.mark.parametrize("variant,rc", [("clean", 0), ("race", 1)])
+def test_reduce_overhead_runs_eagerly_and_says_so(tmp_path, variant, rc):
+    """torch.compile(mode="reduce-overhead"): no CUDA graph trees on the emulated device
+    (npusan/emulate/compiled.py): one line on stderr, a coarse note in the report."""
+    import subprocess
+    import sys
+
+    from tests.emulate.test_emulated_programs import _env
+
+    prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "reduce_overhead.py")
+    p, trace = _record(tmp_path, prog, variant)
+    assert p.returncode == 0, p.stderr
+    assert "ok" in p.stdout
+    assert p.stderr.count("npusan: note: torch.compile(mode='reduce-overhead') runs eagerly") == 1, p.stderr
+    a = subprocess.run([sys.executable, "-m", "npusan", "analyze", "--no-color", str(trace)], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert a.returncode == rc, a.stdout
+    assert "recorded coarsely: torch.compile(mode='reduce-overhead') runs eagerly" in a.stdout, a.stdout
+    assert ("data race" in a.stdout) == bool(rc)

@@ -49,7 +49,7 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
         if _installed != kind:
             raise RuntimeError(f"npusan --emulate {kind}: this process already emulates {_installed}")
         return
-    from . import backward, tensor
+    from . import backward, compiled, tensor
     from .mode import EmulationMode
 
     if kind == "cuda":
@@ -60,6 +60,7 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
         npu.install()
     tensor.patch()
     backward.install()
+    compiled.patch()  # torch.compile runs eagerly here: says so where CUDA graphs are asked for
     if kind == "cuda":
         from . import dist
 
