@@ -46,9 +46,9 @@ from typing import Callable, Optional
 
 from ...trace_format import records as R
 
-#: Graphs kept per trace (a capture past it is counted, its launches replay nothing).
+#: Graphs whose records are stored (a capture past it is summarized only: see above).
 MAX_GRAPHS = 1024
-#: Records kept per graph (past it the rest of the capture is counted and left out).
+#: Records stored per graph (past it the rest of the capture is summarized).
 MAX_GRAPH_RECORDS = 1 << 20
 #: (stream, block) entries summarizing the records left out of all graphs (see above).
 MAX_SUMMARY_ENTRIES = 1 << 20
