@@ -14,8 +14,9 @@ What is lost is what ``mode="reduce-overhead"`` (and ``"max-autotune"``, and the
 compiled code from static buffers in a private pool and overwrite a previous call's
 outputs at the next replay. Emulating them would need Inductor to generate code for a
 device its C++ side sees as the CPU, and the CUDA caching allocator's private-pool and
-checkpoint entry points that cudagraph trees call (``_cuda_beginAllocateToPool``,
-``_cuda_getCheckpointState``...), which a CPU build of torch lacks. So such a call runs
+checkpoint entry points that cudagraph trees call
+(``torch._C._cuda_beginAllocateCurrentThreadToPool``, ``_cuda_getCheckpointState``...),
+which work on real CUDA memory: a CPU build of torch lacks some and cannot run the others. So such a call runs
 eagerly too, and says so once: a line on stderr and a ``coarse:`` NOTE in the trace,
 which the report repeats (races of the graph trees' static buffers are not checked).
 """
