@@ -51,3 +51,132 @@ def test_a_host_sync_inside_a_capture_raises_as_cuda_does(tmp_path):
     p, _ = _record(tmp_path, str(prog))
     assert p.returncode == 0, p.stderr
     assert "raised" in p.stdout
+
+
+CALLABLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "graphed_callables.py")
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [
+    ("train", 0, []),  # a graphed module trains to the eager module's losses (the program asserts it)
+    ("clean", 0, []),  # the static input's writer on another stream is waited for
+    ("race", 1, ["data-race"]),  # ... and is not
+])
+def test_make_graphed_callables(tmp_path, variant, rc, kinds):
+    p, trace = _record(tmp_path, CALLABLES, variant)
+    assert p.returncode == 0, p.stderr
+    assert _kinds(trace) == (rc, kinds)
+
+
+def test_a_graphed_callable_race_points_at_the_captured_op(tmp_path):
+    import io
+
+    from npusan.analyzer.replay import traces as replay
+
+    p, trace = _record(tmp_path, CALLABLES, "race")
+    assert p.returncode == 0, p.stderr
+    with open(trace, "rb") as f:
+        found, _ = replay.analyze_trace(io.BytesIO(f.read()))
+    reads = [f for f in found if f.access.op == "aten::mul.Tensor"]
+    assert reads, [(f.access.op, f.previous.op) for f in found]
+    assert any(fr.lineno == 40 and fr.filename.endswith("graphed_callables.py") for fr in reads[0].access.stack)
+    assert reads[0].previous.op == "aten::fill_.Scalar"
+
+
+NPU_PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "npu_graphs.py")
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [
+    ("values", 0, []),
+    ("clean", 0, []),
+    ("race", 1, ["data-race"]),
+    ("unjoined", 1, ["data-race"]),
+])
+def test_npu_graph_programs(tmp_path, variant, rc, kinds):
+    """torch_npu's NPUGraph and torch.npu.graph on the emulated NPU, recorded by the NPU
+    backend as CUDA graphs are: one GRAPH_BEGIN/GRAPH_END per capture, one GRAPH_LAUNCH
+    per replay."""
+    import io
+
+    from npusan.trace_format import TraceReader
+    from npusan.trace_format import records as R
+    from tests.emulate.test_emulated_npu import _kinds as npu_kinds
+    from tests.emulate.test_emulated_npu import _record as npu_record
+
+    p, trace = npu_record(tmp_path, NPU_PROG, variant)
+    assert p.returncode == 0, p.stderr
+    with open(trace, "rb") as f:
+        types = [r[0] for r in TraceReader(io.BytesIO(f.read())).records()]
+    assert types.count(R.GRAPH_BEGIN) == types.count(R.GRAPH_END) == 1 and types.count(R.GRAPH_LAUNCH) == 3
+    assert npu_kinds(trace) == (rc, kinds)
+
+
+@pytest.mark.parametrize("variant,rc,kinds", [("train", 0, []), ("race", 1, ["data-race"])])
+def test_npu_make_graphed_callables(tmp_path, variant, rc, kinds):
+    """torch.npu.make_graphed_callables: the CUDA program with torch_npu's names."""
+    from tests.emulate.test_emulated_npu import _kinds as npu_kinds
+    from tests.emulate.test_emulated_npu import _record as npu_record
+
+    with open(CALLABLES) as f:
+        src = f.read()
+    src = src.replace("import torch\n", "import torch\nimport torch_npu  # noqa: F401\n", 1)
+    src = src.replace("torch.cuda", "torch.npu").replace('device="cuda"', 'device="npu"').replace(".cuda()", ".npu()")
+    prog = tmp_path / "graphed_npu.py"
+    prog.write_text(src)
+    p, trace = npu_record(tmp_path, str(prog), variant)
+    assert p.returncode == 0, p.stderr
+    assert npu_kinds(trace) == (rc, kinds)
+
+
+@pytest.mark.parametrize("variant", ["race", "unjoined", "clean"])
+@pytest.mark.parametrize("device", ["cuda", "npu"])
+def test_online_check_reports_what_offline_reports(tmp_path, variant, device):
+    """``--online`` (the live engine, the compiled core) on a program with a captured
+    graph warns of the same findings, worded and with streams and kernels numbered alike,
+    as ``npusan analyze`` finds in the trace the same run wrote."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    from npusan.analyzer.replay import native
+    from tests.emulate.test_emulated_programs import _env
+
+    if not native.available():
+        pytest.skip("compiled core not built")
+    prog = PROG if device == "cuda" else NPU_PROG
+    out = tmp_path / "t.npusan"
+    p = subprocess.run([sys.executable, "-m", "npusan", "record", "--emulate", device, "--online", "-o", str(out),
+                        "--", prog, variant], env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    a = subprocess.run([sys.executable, "-m", "npusan", "analyze", "--format", "json", str(out)], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    offline = json.loads(a.stdout)["findings"]
+    online = [ln[len("npusan: warning: "):] for ln in p.stderr.splitlines() if ln.startswith("npusan: warning: ")]
+    assert sorted(online) == sorted(f["title"] for f in offline), (online, [f["title"] for f in offline])
+    assert (len(online) > 0) == (variant != "clean") and a.returncode == (0 if variant == "clean" else 1)
+    if online:  # the first warning is in full: its kernels are numbered as offline
+        first = p.stderr[p.stderr.index("npusan: warning: "):].split("\n  fix:", 1)[0]
+        seqs = [int(n) for n in re.findall(r"^  (?:later|earlier):.*\[kernel (\d+)\]$", first, re.M)]
+        f = next(f for f in offline if f["title"] == online[0])
+        assert seqs == [f["access"]["seq"], f["previous"]["seq"]], (seqs, f["access"], f["previous"])
+
+
+@pytest.mark.parametrize("variant,rc", [("clean", 0), ("race", 1)])
+def test_reduce_overhead_runs_eagerly_and_says_so(tmp_path, variant, rc):
+    """torch.compile(mode="reduce-overhead"): no CUDA graph trees on the emulated device
+    (npusan/emulate/compiled.py): one line on stderr, a coarse note in the report."""
+    import subprocess
+    import sys
+
+    from tests.emulate.test_emulated_programs import _env
+
+    prog = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "reduce_overhead.py")
+    p, trace = _record(tmp_path, prog, variant)
+    assert p.returncode == 0, p.stderr
+    assert "ok" in p.stdout
+    assert p.stderr.count("npusan: note: torch.compile(mode='reduce-overhead') runs eagerly") == 1, p.stderr
+    a = subprocess.run([sys.executable, "-m", "npusan", "analyze", "--no-color", str(trace)], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert a.returncode == rc, a.stdout
+    assert "recorded coarsely: torch.compile(mode='reduce-overhead') runs eagerly" in a.stdout, a.stdout
+    assert ("data race" in a.stdout) == bool(rc)

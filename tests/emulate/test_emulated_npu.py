@@ -113,8 +113,8 @@ def test_torch_npu_hook_registry_and_allocator(tmp_path):
 
 
 @pytest.mark.parametrize("code,line", [
-    ("import torch, torch_npu\ng = torch.npu.NPUGraph()\n",
-     "npusan --emulate npu: torch.npu.NPUGraph is not emulated"),
+    ("import torch, torch_npu\ng = torch.npu.NPUGraph()\ng.update(None)\n",
+     "npusan --emulate npu: torch.npu.NPUGraph.update is not emulated"),
     ("import torch, torch_npu, torch.distributed as dist\n"
      "dist.init_process_group('hccl', init_method='tcp://127.0.0.1:{port}', rank=0, world_size=1)\n",
      "npusan --emulate npu: the hccl process-group backend is not emulated"),

@@ -376,3 +376,28 @@ def test_old_torch_npu_without_record_stream_hooks_still_installs(fake_torch_npu
         NpuBackend().install(log)
     p = fake_torch_npu._fake.alloc()
     assert log.of("on_alloc")[0][0] == p
+
+
+def test_npu_graph_capture_and_replay_reach_the_graph_callbacks(fake_torch_npu):
+    """NPUGraph's capture_begin/capture_end/replay are wrapped: the recorder hears of each
+    (graph id, current stream), and the graph still does what it did."""
+    log = CallLog()
+    b = NpuBackend()
+    b.install(log)
+    npu = fake_torch_npu.npu
+    g = npu.NPUGraph()
+    side = npu.Stream()
+    with npu.stream(side):
+        g.capture_begin()
+        g.capture_end()
+    raw = b.stream_key(side)[1]
+    g.replay()
+    g.replay()
+    assert g.state == "captured" and g.replays == 2
+    assert log.of("on_graph_begin") == [(id(g), raw, 0)]
+    assert log.of("on_graph_end") == [(id(g),)]
+    default = b.current_stream(0)
+    assert log.of("on_graph_launch") == [(id(g), default, 0)] * 2
+    b.uninstall()
+    g.replay()  # uninstalled: the wrapper forwards to nothing
+    assert len(log.of("on_graph_launch")) == 2 and g.replays == 3

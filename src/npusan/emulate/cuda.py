@@ -397,7 +397,7 @@ def api() -> Dict[str, Any]:
         "CUDAGraph": graphs.CUDAGraph,
         "graph_pool_handle": graphs.graph_pool_handle,
         "is_current_stream_capturing": graphs.is_current_stream_capturing,
-        "make_graphed_callables": unsupported("torch.cuda.make_graphed_callables"),
+        "make_graphed_callables": _graphs_module().make_graphed_callables,
         "ipc_collect": unsupported("torch.cuda.ipc_collect (CUDA IPC)"),
     }
 

@@ -49,7 +49,7 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
         if _installed != kind:
             raise RuntimeError(f"npusan --emulate {kind}: this process already emulates {_installed}")
         return
-    from . import backward, tensor
+    from . import backward, compiled, tensor
     from .mode import EmulationMode
 
     if kind == "cuda":
@@ -60,6 +60,7 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
         npu.install()
     tensor.patch()
     backward.install()
+    compiled.patch()  # torch.compile runs eagerly here: says so where CUDA graphs are asked for
     if kind == "cuda":
         from . import dist
 
@@ -116,9 +117,10 @@ def _install_cuda(devices: int) -> None:
         torch._C._host_emptyCache = lambda: None
     import torch.cuda.graphs
 
-    from .graphs import CUDAGraph
+    from .graphs import CUDAGraph, graph_pool_handle
 
     torch.cuda.graphs.CUDAGraph = CUDAGraph  # (make_graphed_callables and the recorder look here)
+    torch.cuda.graphs.graph_pool_handle = graph_pool_handle  # (make_graphed_callables calls it)
 
 
 def _patch_threads(mode_cls: Any) -> None:

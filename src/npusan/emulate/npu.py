@@ -16,7 +16,9 @@ differs on an NPU:
 * stream ids are ``aclrtStream`` pointers, the default stream's is not 0, and the
   current one is read with ``torch_npu._C._npu_getCurrentRawStreamNoWait(device)``;
 * the allocator adds 32 bytes to each request before rounding (torch_npu's
-  ``round_size``); its other rules are CUDA's.
+  ``round_size``); its other rules are CUDA's;
+* graphs (``NPUGraph``, ``graph``, ``make_graphed_callables``) are the emulated CUDA
+  graphs under torch_npu's names (:mod:`.npu_graphs`).
 
 So npusan's NPU backend records an emulated run exactly as it records one on Ascend
 hardware. No real ``torch_npu`` is ever imported: the modules built here are put in
@@ -207,7 +209,8 @@ def _stream(s: Optional[Stream]) -> Iterator[Optional[Stream]]:
 
 
 def _npu_module() -> types.ModuleType:
-    unsupported = _cuda.unsupported
+    from . import npu_graphs
+
     attrs = {
         "is_available": lambda: True,
         "is_initialized": lambda: True,
@@ -238,9 +241,11 @@ def _npu_module() -> types.ModuleType:
         # torch.autocast("npu") asks for these; it then runs (the CPU ops keep their dtype)
         "get_amp_supported_dtype": lambda: [torch.float16, torch.bfloat16],
         "is_bf16_supported": lambda: True,
-        "NPUGraph": unsupported("torch.npu.NPUGraph"),
-        "graph": unsupported("torch.npu.graph"),
-        "make_graphed_callables": unsupported("torch.npu.make_graphed_callables"),
+        "NPUGraph": npu_graphs.NPUGraph,
+        "graph": npu_graphs.graph,
+        "graph_pool_handle": npu_graphs.graph_pool_handle,
+        "is_current_stream_capturing": npu_graphs.is_current_stream_capturing,
+        "make_graphed_callables": npu_graphs.make_graphed_callables,
     }
     return _module("torch_npu.npu", attrs, "torch_npu.npu (emulated): one NPU on the CPU.")
 

@@ -20,10 +20,20 @@ GRAPH_LAUNCH record per replay. The rules (docs/semantics.md, "Graphs"):
   outside the graph can name the block).
 
 Each replayed kernel is a kernel of the engine: a sequence number of its own, checked by
-the ordinary rules, reported at the captured record's op and stack. Bounds: at most
-:data:`MAX_GRAPHS` graphs and :data:`MAX_GRAPH_RECORDS` records per graph are stored; a
-capture past either cap is not replayed in full and the engine counts it (the report
-warns: races in the records left out are not reported).
+the ordinary rules, reported at the captured record's op and stack.
+
+Bounds, conservative past them: at most :data:`MAX_GRAPH_RECORDS` records of a graph and
+those of :data:`MAX_GRAPHS` graphs are stored. The records of a capture past either cap
+are not stored but *summarized*: per stream, each block they access, written or only read,
+with the op and stack of one record that accessed it (a writer's when there is one). A
+launch replays the stored records, then one kernel per (stream, op, stack) of the summary
+that accesses each of its blocks whole (a write where any left-out record wrote it). So a
+race a left-out record takes part in is still reported, at whole-block granularity and at
+that op's line; what the summary loses -- the left-out event records and byte ranges --
+can only add findings (a join back to the launching stream that the summary does not
+replay), never hide one. The report says so. The summaries themselves are bounded by
+:data:`MAX_SUMMARY_ENTRIES` (stream, block) entries in all: a capture past that too is
+*unchecked*, and the report says how many launches of such graphs were not fully checked.
 
 The Python engine applies the launched records itself; the compiled core's binding
 (:mod:`.native`) packs them once per (graph, launching stream, dead blocks) and replays the
@@ -36,10 +46,12 @@ from typing import Callable, Optional
 
 from ...trace_format import records as R
 
-#: Graphs kept per trace (a capture past it is counted, its launches replay nothing).
+#: Graphs whose records are stored (a capture past it is summarized only: see above).
 MAX_GRAPHS = 1024
-#: Records kept per graph (past it the rest of the capture is counted and left out).
+#: Records stored per graph (past it the rest of the capture is summarized).
 MAX_GRAPH_RECORDS = 1 << 20
+#: (stream, block) entries summarizing the records left out of all graphs (see above).
+MAX_SUMMARY_ENTRIES = 1 << 20
 #: Launch expansions kept per graph (launching stream, dead blocks): one is the usual case.
 MAX_EXPANSIONS = 8
 
@@ -57,30 +69,69 @@ def graph_id_problem(g) -> Optional[str]:
 
 
 class Graph:
-    """One captured program: its records as the trace has them, its origin stream."""
+    """One captured program: its records as the trace has them, its origin stream, and
+    the summary of the records left out past the cap (see the module docstring)."""
 
-    __slots__ = ("gid", "origin", "records", "blocks", "truncated", "expansions")
+    __slots__ = ("gid", "origin", "records", "blocks", "truncated", "expansions", "limit", "summary",
+                 "unchecked", "_summary_records")
 
-    def __init__(self, gid: int, origin: int) -> None:
+    def __init__(self, gid: int, origin: int, limit: int = MAX_GRAPH_RECORDS) -> None:
         self.gid = gid
         self.origin = origin
         self.records: list = []
         self.blocks: set = set()  # the block ids its kernels access
-        self.truncated = 0  # records left out past MAX_GRAPH_RECORDS
+        self.truncated = 0  # records left out past ``limit``
         self.expansions: dict = {}  # (stream, dead blocks) -> what an engine made of a launch
+        self.limit = limit  # records stored (0: a graph past MAX_GRAPHS, summarized only)
+        #: (stream, block) -> [written, op_sid, stack] of the kernels left out
+        self.summary: dict = {}
+        self.unchecked = False  # records left out and not summarized (past MAX_SUMMARY_ENTRIES)
+        self._summary_records: Optional[list] = None
 
-    def add(self, rec: list) -> bool:
-        """Store one record of the capture (False: past the cap, left out)."""
-        if len(self.records) >= MAX_GRAPH_RECORDS:
-            self.truncated += 1
-            return False
-        self.records.append(rec)
-        if rec[0] == _KERNEL:
-            for a in rec[4:]:
-                x = a[0] if a.__class__ is list and a else a
-                if x.__class__ is int:
-                    self.blocks.add(~x if x < 0 else x)
-        return True
+    def add(self, rec: list, budget: int = MAX_SUMMARY_ENTRIES) -> int:
+        """Store one record of the capture, or summarize it past the cap. Returns how many
+        summary entries it added (``budget``: how many more may be added)."""
+        if len(self.records) < self.limit:
+            self.records.append(rec)
+            if rec[0] == _KERNEL:
+                for a in rec[4:]:
+                    x = a[0] if a.__class__ is list and a else a
+                    if x.__class__ is int:
+                        self.blocks.add(~x if x < 0 else x)
+            return 0
+        self.truncated += 1
+        if rec[0] != _KERNEL or self.unchecked:
+            return 0  # (event records and views: what a summary leaves out)
+        added = 0
+        stream, summary = rec[1], self.summary
+        for a in rec[4:]:
+            x = a[0] if a.__class__ is list and a else a
+            if x.__class__ is not int:
+                continue
+            key = (stream, ~x if x < 0 else x)
+            ent = summary.get(key)
+            if ent is None:
+                if added >= budget:
+                    self.unchecked = True
+                    return added
+                summary[key] = [x < 0, rec[2], rec[3]]
+                self.blocks.add(key[1])
+                added += 1
+            elif x < 0 and not ent[0]:
+                summary[key] = [True, rec[2], rec[3]]  # a writer's op and stack
+        return added
+
+    def program(self) -> list:
+        """The stored records, then the summary's kernels (one per stream, op and stack)."""
+        if not self.summary:
+            return self.records
+        if self._summary_records is None:
+            groups: dict = {}
+            for (stream, block), (written, op, stack) in self.summary.items():
+                groups.setdefault((stream, op, stack), []).append(~block if written else block)
+            self._summary_records = [[_KERNEL, stream, op, stack, *accesses]
+                                     for (stream, op, stack), accesses in groups.items()]
+        return self.records + self._summary_records
 
     def launch(self, stream: int, live: Callable[[int], bool]) -> tuple:
         """``(key, records)``: the program as launched on ``stream`` (key: what the
@@ -90,7 +141,7 @@ class Graph:
         hit = self.expansions.get(key)
         if hit is not None:
             return key, hit[0]
-        out = [self._mapped(rec, stream, dead) for rec in self.records]
+        out = [self._mapped(rec, stream, dead) for rec in self.program()]
         if len(self.expansions) >= MAX_EXPANSIONS:
             self.expansions.clear()
         self.expansions[key] = [out, None]
@@ -118,24 +169,28 @@ def _bid(a) -> object:
 class Graphs:
     """The graphs of one trace and the capture open now (see the module docstring)."""
 
-    __slots__ = ("graphs", "capturing", "truncated", "dropped", "launches", "unknown")
+    __slots__ = ("graphs", "capturing", "truncated", "dropped", "launches", "unknown", "summarized",
+                 "unchecked_launches", "unchecked_graphs")
 
     def __init__(self) -> None:
         self.graphs: dict = {}
         self.capturing: Optional[Graph] = None
-        self.truncated = 0  # captured records left out past MAX_GRAPH_RECORDS
-        self.dropped = 0  # captures not kept past MAX_GRAPHS
+        self.truncated = 0  # captured records summarized past MAX_GRAPH_RECORDS
+        self.dropped = 0  # captures summarized only, past MAX_GRAPHS
         self.launches = 0
-        self.unknown = 0  # launches of a graph not kept (past the cap, or never captured)
+        self.unknown = 0  # launches of a graph never captured
+        self.summarized = 0  # summary entries held by the kept graphs (MAX_SUMMARY_ENTRIES)
+        self.unchecked_launches = 0  # launches of a graph with records neither kept nor summarized
+        self.unchecked_graphs: set = set()
 
     def begin(self, gid: int, origin: int) -> Optional[str]:
         """A capture begins (a problem in words, or None)."""
         if self.capturing is not None:
             return f"graph {gid} begins while graph {self.capturing.gid} is being captured"
-        g = Graph(gid, origin)
-        if gid not in self.graphs and len(self.graphs) >= MAX_GRAPHS:
+        full = gid not in self.graphs and len(self.graphs) >= MAX_GRAPHS
+        g = Graph(gid, origin, 0 if full else MAX_GRAPH_RECORDS)
+        if full:
             self.dropped += 1
-            g.truncated = -1  # not kept: GRAPH_END drops it
         self.capturing = g
         return None
 
@@ -144,9 +199,11 @@ class Graphs:
         if g is None or g.gid != gid:
             return f"graph {gid} ends but is not being captured"
         self.capturing = None
-        if g.truncated < 0:
-            return None
-        self.truncated += g.truncated
+        if g.limit:
+            self.truncated += g.truncated
+        old = self.graphs.get(gid)
+        if old is not None:
+            self.summarized -= len(old.summary)
         self.graphs[gid] = g  # a graph captured again replaces its program
         return None
 
@@ -155,8 +212,7 @@ class Graphs:
         g = self.capturing
         if g is None or rec[0] not in CAPTURED:
             return False
-        if g.truncated >= 0:
-            g.add(rec)
+        self.summarized += g.add(rec, MAX_SUMMARY_ENTRIES - self.summarized)
         return True
 
     def find(self, gid: int) -> Optional[Graph]:
@@ -164,6 +220,9 @@ class Graphs:
         g = self.graphs.get(gid)
         if g is None:
             self.unknown += 1
+        elif g.unchecked:
+            self.unchecked_launches += 1
+            self.unchecked_graphs.add(gid)
         return g
 
     def warning(self) -> Optional[str]:
@@ -172,7 +231,14 @@ class Graphs:
         if self.truncated:
             parts.append(f"{self.truncated} captured graph records past the cap of {MAX_GRAPH_RECORDS} per graph")
         if self.dropped:
-            parts.append(f"{self.dropped} graph captures past the cap of {MAX_GRAPHS} graphs")
+            parts.append(f"the records of {self.dropped} graph captures past the cap of {MAX_GRAPHS} graphs")
         if not parts:
             return None
-        return " and ".join(parts) + " were not replayed: races in them are not reported"
+        text = (" and ".join(parts) + " were replayed coarsely, as whole-block accesses of the blocks they "
+                "touched on their streams, without their event records: races in them are still reported, "
+                "and some reported on those graphs may be ordered by the events left out")
+        if self.unchecked_launches:
+            text += (f"; {self.unchecked_launches} launches of {len(self.unchecked_graphs)} graphs were NOT fully "
+                     f"checked (their left-out records passed the cap of {MAX_SUMMARY_ENTRIES} summarized "
+                     "accesses): races in those records are not reported")
+        return text

@@ -72,6 +72,18 @@ class RecorderCallbacks(Protocol):
     def on_erase_stream(self, ptr: int, handle: int, device: int) -> None:
         """NPU/HCCL ``erase_stream``: forget a stream previously recorded on the block."""
 
+    def on_graph_begin(self, graph: int, handle: int, device: int) -> None:
+        """The capture of graph ``graph`` (an id the backend chooses: the graph object's)
+        began on stream ``(device, handle)``; the kernels until :meth:`on_graph_end` are its
+        program, not work run now (format 1.3)."""
+
+    def on_graph_end(self, graph: int) -> None:
+        """The capture of graph ``graph`` ended."""
+
+    def on_graph_launch(self, graph: int, handle: int, device: int) -> None:
+        """Graph ``graph`` was replayed on stream ``(device, handle)`` (called before the
+        replay enqueues its work)."""
+
 
 #: The callback names, in the order listed above (used by adapters to register them).
 CALLBACK_NAMES: Tuple[str, ...] = (
@@ -87,7 +99,14 @@ CALLBACK_NAMES: Tuple[str, ...] = (
     "on_free",
     "on_record_stream",
     "on_erase_stream",
+    "on_graph_begin",
+    "on_graph_end",
+    "on_graph_launch",
 )
+
+#: The graph callbacks: no runtime fires them through a trace hook; a backend wraps the
+#: graph class's capture and replay methods instead (:mod:`.graphs`).
+GRAPH_CALLBACK_NAMES: Tuple[str, ...] = ("on_graph_begin", "on_graph_end", "on_graph_launch")
 
 
 class Backend(ABC):

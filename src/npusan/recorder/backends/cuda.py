@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..host_memory import HostWatch
 from . import host_readers
+from .graphs import patch_graphs
 from .base import Backend, RecorderCallbacks
 from .hooks import COMMON_HOOK_NAMES, TraceHooks
 from .queries import forward_event_query, forward_stream_query, wrap_query
@@ -79,51 +80,6 @@ def hooks_for(trace_mod: Any, get_device: Callable[[], int], get_stream: Callabl
     else:
         hooks.get_device, hooks.get_stream = get_device, get_stream
     return hooks
-
-
-#: Attribute set on a patched graph class (patched at most once per class).
-_GRAPHS_ATTR = "_npusan_graph_hooks"
-
-
-def patch_graphs(graph_cls: Any, hooks: _CudaHooks) -> None:
-    """Make ``graph_cls`` (``torch.cuda.graphs.CUDAGraph``) tell the recorder of each capture
-    and replay (format 1.3): GRAPH_BEGIN once the capture has begun (the capture's kernels
-    follow, from the dispatch mode), GRAPH_END once it has ended, GRAPH_LAUNCH before a replay
-    enqueues its work; the stream is the current one. A graph is named by its object's id
-    (a graph captured again replaces its program). Patched once per class; the wrappers
-    forward to whichever recorder the hooks point at, or to nothing."""
-    if not isinstance(graph_cls, type) or graph_cls.__dict__.get(_GRAPHS_ATTR) is not None:
-        return
-    begin, end, replay = graph_cls.capture_begin, graph_cls.capture_end, graph_cls.replay
-
-    def where() -> tuple:
-        dev = hooks.get_device()
-        return dev, hooks.get_stream(dev)
-
-    def capture_begin(self: Any, *a: Any, **k: Any) -> Any:
-        r = begin(self, *a, **k)
-        t = hooks.target
-        if t is not None:
-            dev, handle = where()
-            t.on_graph_begin(id(self), handle, dev)
-        return r
-
-    def capture_end(self: Any) -> Any:
-        r = end(self)
-        t = hooks.target
-        if t is not None:
-            t.on_graph_end(id(self))
-        return r
-
-    def replay_(self: Any) -> Any:
-        t = hooks.target
-        if t is not None:
-            dev, handle = where()
-            t.on_graph_launch(id(self), handle, dev)
-        return replay(self)
-
-    graph_cls.capture_begin, graph_cls.capture_end, graph_cls.replay = capture_begin, capture_end, replay_
-    setattr(graph_cls, _GRAPHS_ATTR, hooks)
 
 
 class CudaBackend(Backend):

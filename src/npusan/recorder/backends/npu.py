@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from ..host_memory import HostWatch
 from . import host_readers
+from .graphs import patch_graphs
 from .base import Backend, RecorderCallbacks
 from .hooks import COMMON_HOOK_NAMES, TraceHooks
 from .queries import forward_event_query, forward_stream_query, wrap_query
@@ -219,6 +220,10 @@ class NpuBackend(Backend):
         self.host_watch = HostWatch(_pinned)
         self._rec = recorder
         self._readers = host_readers.patch(self, None)
+        try:  # NPUGraph captures and replays (format 1.3), as CUDA graphs are recorded
+            patch_graphs(getattr(npu, "NPUGraph", None), hooks)
+        except Exception:  # (a torch_npu without graphs: nothing to patch)
+            pass
         theirs = torch_npu_sanitizer()
         if theirs is None:
             self._C._activate_npu_trace(STREAM_MODE)

@@ -176,3 +176,22 @@ def synchronize(device: Optional[int] = None) -> None:
     dev = _st().device if device is None else int(device)
     with _on_device(dev):
         _fake.fire("NPUDeviceSynchronizationCallbacks")
+
+
+class NPUGraph:
+    """``torch_npu.npu.NPUGraph``: capture and replay only change its state (no device)."""
+
+    def __init__(self) -> None:
+        self.state = "new"
+        self.replays = 0
+
+    def capture_begin(self, pool=None, capture_error_mode: str = "global") -> None:
+        self.state = "capturing"
+
+    def capture_end(self) -> None:
+        self.state = "captured"
+
+    def replay(self) -> None:
+        if self.state != "captured":
+            raise RuntimeError("NPUGraph.replay: not captured")
+        self.replays += 1

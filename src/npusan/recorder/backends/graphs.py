@@ -1,0 +1,58 @@
+"""CUDA and NPU graph captures and replays, told to the recorder (format 1.3).
+
+Neither runtime has a trace hook for graphs, so the graph class's ``capture_begin``,
+``capture_end`` and ``replay`` are wrapped (once per class, for the life of the process)
+and forward to whichever recorder the backend's hooks point at. The wrappers never
+change what the graph does: they call the original first (begin, end) or last (replay)
+and let its exceptions through unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hooks import TraceHooks
+
+#: Attribute set on a patched graph class (patched at most once per class).
+_GRAPHS_ATTR = "_npusan_graph_hooks"
+
+
+def patch_graphs(graph_cls: Any, hooks: TraceHooks) -> None:
+    """Make ``graph_cls`` (``torch.cuda.graphs.CUDAGraph``, torch_npu's ``NPUGraph``) tell
+    the recorder of each capture and replay (format 1.3): GRAPH_BEGIN once the capture has begun (the capture's kernels
+    follow, from the dispatch mode), GRAPH_END once it has ended, GRAPH_LAUNCH before a replay
+    enqueues its work; the stream is the current one. A graph is named by its object's id
+    (a graph captured again replaces its program). Patched once per class; the wrappers
+    forward to whichever recorder the hooks point at, or to nothing."""
+    if not isinstance(graph_cls, type) or graph_cls.__dict__.get(_GRAPHS_ATTR) is not None:
+        return
+    begin, end, replay = graph_cls.capture_begin, graph_cls.capture_end, graph_cls.replay
+
+    def where() -> tuple:
+        dev = hooks.get_device()
+        return dev, hooks.get_stream(dev)
+
+    def capture_begin(self: Any, *a: Any, **k: Any) -> Any:
+        r = begin(self, *a, **k)
+        t = hooks.target
+        if t is not None:
+            dev, handle = where()
+            t.on_graph_begin(id(self), handle, dev)
+        return r
+
+    def capture_end(self: Any) -> Any:
+        r = end(self)
+        t = hooks.target
+        if t is not None:
+            t.on_graph_end(id(self))
+        return r
+
+    def replay_(self: Any) -> Any:
+        t = hooks.target
+        if t is not None:
+            dev, handle = where()
+            t.on_graph_launch(id(self), handle, dev)
+        return replay(self)
+
+    graph_cls.capture_begin, graph_cls.capture_end, graph_cls.replay = capture_begin, capture_end, replay_
+    setattr(graph_cls, _GRAPHS_ATTR, hooks)
