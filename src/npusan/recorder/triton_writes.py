@@ -41,10 +41,13 @@ STORES = frozenset({"store", "store_tensor_descriptor", "atomic_add", "atomic_an
 LOADS = frozenset({"load", "load_tensor_descriptor", "gather"})
 #: ``tl`` functions that hand back (a reshaped, selected, annotated or advanced form of)
 #: the pointers they are given: the result carries every operand's parameters.
-KEEPS = frozenset({"make_block_ptr", "advance", "make_tensor_descriptor", "where", "broadcast_to",
+KEEPS = frozenset({"where", "broadcast_to",
                    "broadcast", "reshape", "view", "expand_dims", "multiple_of", "max_contiguous",
                    "max_constancy", "permute", "trans", "ravel", "split", "join", "cat", "interleave",
                    "cast", "to", "pointer_type", "minimum", "maximum", "clamp"})
+#: ``tl`` functions that build a block pointer or descriptor from (or advance) their
+#: ``base`` operand: the result carries that operand's parameters (not its shape's).
+BASED = frozenset({"make_block_ptr", "make_tensor_descriptor", "advance"})
 #: ``tl`` functions that neither access memory nor return a pointer.
 VALUES = frozenset({
     "program_id", "num_programs", "arange", "zeros", "zeros_like", "full", "full_like", "cdiv", "dot",
@@ -316,8 +319,8 @@ class _Flow:
     def _call(self, c: ast.Call) -> FrozenSet[str]:
         args = c.args
         kw = {k.arg: k.value for k in c.keywords if k.arg is not None}
-        arg_taints = [self._expr(a) for a in args]
-        kw_taints = {k: self._expr(v) for k, v in kw.items()}
+        arg_taints = [self._arg(a) for a in args]
+        kw_taints = {k: self._arg(v) for k, v in kw.items()}
         for k in c.keywords:
             if k.arg is None:  # **kwargs
                 kw_taints["**"] = self._expr(k.value)
@@ -330,6 +333,8 @@ class _Flow:
                 return _EMPTY
             if name in LOADS:
                 return _EMPTY
+            if name in BASED:
+                return arg_taints[0] if arg_taints else kw_taints.get("base", _EMPTY)
             if name in KEEPS:
                 return every
             if name in VALUES:
@@ -351,6 +356,14 @@ class _Flow:
             what = f"{name}()" if name else "a call"
             self._mark_unclear(every, f"is passed to {what}, which npusan does not follow", c)
         return every
+
+    def _arg(self, a: ast.expr) -> FrozenSet[str]:
+        """A call operand: a tuple or list written out in the call (a block's shape,
+        ``boundary_check=(0, 1)``) is the call's to model, not a container the pointer
+        escapes into (a call npusan does not model counts its operands unclear anyway)."""
+        if isinstance(a, (ast.Tuple, ast.List)):
+            return self._union(a.elts)
+        return self._expr(a)
 
     def _resolve(self, func: ast.expr) -> Tuple[str, str, Optional[ast.expr]]:
         """``(kind, name, receiver)`` of a call's callee: ``tl`` (a ``triton.language``
