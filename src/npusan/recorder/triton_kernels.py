@@ -27,6 +27,8 @@ import sys
 import threading
 from typing import Any, Iterator, List, NamedTuple, Optional
 
+from torch import Tensor
+
 from ..trace_format.records import COARSE_NOTE_PREFIX
 from . import session
 from .explicit import note_once, record_accesses
@@ -174,8 +176,6 @@ def _plan(rec: Any, kernel: Any, args: tuple, kwargs: dict) -> Optional[Launch]:
 def _tensors(value: Any, depth: int) -> Iterator[Any]:
     """The tensors an argument passes: a tensor, the tensors of a tuple or list argument,
     the base of a host-side tensor descriptor or ``triton.reinterpret`` wrapper."""
-    from torch import Tensor
-
     if isinstance(value, Tensor):
         yield value
     elif isinstance(value, (tuple, list)):

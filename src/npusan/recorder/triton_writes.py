@@ -84,6 +84,7 @@ _lock = threading.Lock()
 def writes_of(fn: Any) -> KernelWrites:
     """The :class:`KernelWrites` of the Python function behind a kernel (cached per
     function; never raises: an unreadable kernel is all written)."""
+    fn = getattr(fn, "__func__", fn)  # a bound method is a new object at each access
     try:
         with _lock:
             got = _cache.get(fn)
