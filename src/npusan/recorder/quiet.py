@@ -8,8 +8,8 @@ included) and, on a device, a synchronization of the stream at each launch -- ne
 which the compiled kernel does. :mod:`.triton_kernels` records the launch as the one
 kernel it stands for and mutes the recording, in that thread only, while it runs.
 
-Muted: the dispatch mode's ops (:mod:`.dispatch`) and the runtime's stream, event and
-device synchronizations (:mod:`.callbacks`). Allocations and frees are not muted: a block
+Muted: the dispatch mode's ops (:mod:`.dispatch`) and the runtime hooks that carry a stack
+(:mod:`.callbacks`: stream, event and device synchronizations, stream creation). Allocations and frees are not muted: a block
 the runtime allocates is real memory.
 """
 
@@ -25,15 +25,32 @@ class _Quiet(threading.local):
     depth = 0
 
 
-#: Read on the dispatch mode's per-op path: ``QUIET.depth`` is one attribute look-up.
+#: The calling thread's mute depth (a thread-local: costly to read, so read it only when
+#: :data:`ANY` says some thread is muted).
 QUIET = _Quiet()
+#: ``[n]``: how many threads are in a :func:`muted` block now -- the per-op check on the
+#: dispatch mode's path is ``ANY[0] and QUIET.depth``, one list look-up when none is.
+ANY = [0]
+_lock = threading.Lock()
+
+
+def is_muted() -> bool:
+    """Whether the calling thread is muted."""
+    return bool(ANY[0] and QUIET.depth)
 
 
 @contextmanager
 def muted() -> Iterator[None]:
     """Mute the recording in the calling thread for the block (nests)."""
-    QUIET.depth += 1
+    q = QUIET
+    if q.depth == 0:
+        with _lock:
+            ANY[0] += 1
+    q.depth += 1
     try:
         yield
     finally:
-        QUIET.depth -= 1
+        q.depth -= 1
+        if q.depth == 0:
+            with _lock:
+                ANY[0] -= 1

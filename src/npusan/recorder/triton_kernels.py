@@ -32,7 +32,7 @@ from torch import Tensor
 from ..trace_format.records import COARSE_NOTE_PREFIX
 from . import session
 from .explicit import note_once, record_accesses
-from .quiet import QUIET, muted
+from .quiet import is_muted, muted
 from .triton_writes import writes_of
 
 #: Module -> the class whose ``run`` launches a kernel (``True``: runs the interpreter).
@@ -113,7 +113,7 @@ def _package_dir(mod: Any) -> str:
 def _wrap(run: Any, interpreted: bool) -> Any:
     def launch(self, *args, grid, warmup, **kwargs):
         rec = session._current
-        if rec is None or not rec.active or warmup or QUIET.depth:
+        if rec is None or not rec.active or warmup or is_muted():
             return run(self, *args, grid=grid, warmup=warmup, **kwargs)
         plan = _plan(rec, self, args, kwargs)
         if interpreted:
