@@ -82,6 +82,13 @@ with triton.knobs.runtime.scope():
         tl.store(both[1] + tl.arange(0, BLOCK), 1.0)
 
 
+    @triton.heuristics({"BLOCK": lambda args: triton.next_power_of_2(args["n"])})
+    @triton.jit
+    def copy_scaled_sized(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
 def _written(kernel) -> tuple:
     """The pointer parameters (``*_ptr``) written and unclear, and whether all are written.
     (Integer parameters that flow into addresses -- strides, sizes -- show up among the
@@ -246,6 +253,26 @@ def test_atomic_kernel_writes_only_its_counter(tmp_path):
     assert [(f.access.op, f.previous.op, f.previous.type) for f in found] == [
         ("aten::sum", "triton:count_positive", "write")]
     assert found[0].access.stack[-1].lineno != found[0].previous.stack[-1].lineno
+
+
+def test_heuristics_wrapper_records_the_kernel_at_the_launch_line(tmp_path):
+    """A ``@triton.heuristics`` kernel ends in the same launch; its frames are not the
+    user's, so the stack still starts at the launch line."""
+    import inspect
+
+    trace = tmp_path / "t.npusan"
+    x, y = torch.randn(100), torch.zeros(100)
+    with npusan.record(str(trace), backend="sim"):
+        side = sim.Stream()
+        with sim.stream(side):
+            copy_scaled_sized[(1,)](x, y, 100)
+        line = inspect.currentframe().f_lineno - 1
+        y.add_(1)
+    assert torch.allclose(y, x * 2 + 1)
+    found = analyze_traces([str(trace)]).findings
+    assert [(f.access.op, f.previous.op, f.previous.type) for f in found] == [
+        ("aten::add_.Tensor", "triton:copy_scaled_sized", "write")]
+    assert (found[0].previous.stack[-1].filename, found[0].previous.stack[-1].lineno) == (__file__, line)
 
 
 def test_hooks_only_while_recording(tmp_path):
