@@ -89,6 +89,22 @@ with triton.knobs.runtime.scope():
         tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
 
 
+    @triton.jit
+    def _halve(v):
+        return v * 0.5
+
+    @triton.jit
+    def locked_accumulate(x_ptr, acc_ptr, lock_ptr, n, BLOCK: tl.constexpr):
+        """The spin lock of Triton's layer-norm tutorial: atomic_cas/atomic_xchg write the lock."""
+        offs = tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+        while tl.atomic_cas(lock_ptr, 0, 1) == 1:
+            pass
+        acc = tl.load(acc_ptr + offs, mask=offs < n) + _halve(x.to(acc_ptr.dtype.element_ty))
+        tl.store(acc_ptr + offs, acc, mask=offs < n)
+        tl.atomic_xchg(lock_ptr, 0)
+
+
 def _written(kernel) -> tuple:
     """The pointer parameters (``*_ptr``) written and unclear, and whether all are written.
     (Integer parameters that flow into addresses -- strides, sizes -- show up among the
@@ -135,6 +151,11 @@ def test_store_through_a_loaded_pointer_writes_everything():
 def test_pointers_put_into_a_tuple_are_unclear():
     written, unclear, _ = _written(pointers_in_a_tuple)
     assert written == ["x_ptr", "y_ptr"] and unclear == ["x_ptr", "y_ptr"]
+
+
+def test_spin_lock_and_a_helper_on_values():
+    """A helper given loaded values (their dtype taken from a pointer) is no escape."""
+    assert _written(locked_accumulate) == (["acc_ptr", "lock_ptr"], [], False)
 
 
 def test_kernel_without_source_writes_everything():

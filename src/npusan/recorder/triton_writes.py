@@ -62,6 +62,9 @@ VALUES = frozenset({
 #: Python builtins that return values, never a pointer (``range(n)``, ``len(t)``...).
 _BUILTIN_VALUES = frozenset({"range", "len", "isinstance", "print", "int", "float", "bool", "str",
                              "hasattr", "type"})
+#: Attributes of a pointer (or any value) that describe it and are no pointer themselves.
+_METADATA = frozenset({"dtype", "type", "shape", "element_ty", "numel", "ndim", "primitive_bitwidth",
+                       "block_shape", "value"})
 #: Tensor-descriptor and tensor methods that store through the object they are called on.
 _METHOD_STORES = STORES - {"store_tensor_descriptor"}
 
@@ -291,8 +294,9 @@ class _Flow:
         if isinstance(e, ast.IfExp):
             self._expr(e.test)
             return self._expr(e.body) | self._expr(e.orelse)
-        if isinstance(e, ast.Attribute):  # p.dtype, p.T
-            return self._expr(e.value)
+        if isinstance(e, ast.Attribute):
+            t = self._expr(e.value)
+            return _EMPTY if e.attr in _METADATA else t  # p.dtype.element_ty: no pointer; p.T: one
         if isinstance(e, ast.Subscript):  # p[:, None], a tuple parameter's t[0]
             return self._expr(e.value) | self._expr(e.slice)
         if isinstance(e, ast.Slice):
