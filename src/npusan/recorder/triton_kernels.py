@@ -25,7 +25,7 @@ import importlib.abc
 import os
 import sys
 import threading
-from typing import Any, Iterator, List, NamedTuple, Optional
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional
 
 from torch import Tensor
 
@@ -49,6 +49,8 @@ _lock = threading.Lock()
 #: (class, the original ``run``) of each class patched now.
 _patched: List[tuple] = []
 _triton_dir: Optional[str] = None
+#: File name -> whether it is Triton's (the frames skipped to reach the launch line).
+_triton_files: Dict[str, bool] = {}
 
 
 class Launch(NamedTuple):
@@ -195,7 +197,7 @@ def _launch_key(rec: Any) -> Any:
     skip = 3
     tdir = _triton_dir
     walked = 0
-    while tdir and f is not None and walked < _MAX_WALK and os.path.abspath(f.f_code.co_filename).startswith(tdir):
+    while tdir and f is not None and walked < _MAX_WALK and _in_triton(f.f_code.co_filename, tdir):
         f = f.f_back
         skip += 1
         walked += 1
@@ -204,9 +206,20 @@ def _launch_key(rec: Any) -> Any:
     return rec.stacks.key(skip)
 
 
+def _in_triton(filename: str, tdir: str) -> bool:
+    got = _triton_files.get(filename)
+    if got is None:
+        got = _triton_files[filename] = os.path.abspath(filename).startswith(tdir)
+    return got
+
+
 def _record(rec: Any, plan: Launch) -> None:
+    """Record ``plan``; raises only the online mode's deliberate ``RaceError``."""
     if record_accesses(plan.name, plan.reads, plan.writes, key=plan.key) and plan.unclear:
-        _note_unclear(rec, plan.name, plan.unclear)
+        try:
+            _note_unclear(rec, plan.name, plan.unclear)
+        except Exception as e:  # never into user code
+            rec._fail(e)
 
 
 def _note_unclear(rec: Any, name: str, why: str) -> None:
