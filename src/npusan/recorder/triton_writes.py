@@ -73,6 +73,8 @@ class KernelWrites(NamedTuple):
     """What the analysis of one kernel found."""
 
     #: Parameter names the kernel may write (stores and atomics, and the unclear ones).
+    #: Integer parameters that enter an address (strides, offsets) are among them: the
+    #: source does not say which parameters are pointers; a launch keeps the tensors.
     written: FrozenSet[str]
     #: Parameter name -> why it counts as written without a store through it being seen.
     unclear: Dict[str, str]
