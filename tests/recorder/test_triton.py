@@ -363,3 +363,20 @@ def test_not_recording_runs_as_usual():
     x, y = torch.randn(100), torch.zeros(100)
     copy_scaled[(1,)](x, y, 100, BLOCK=128)
     assert torch.allclose(y, x * 2)
+
+
+def test_online_mode_raises_at_the_racing_launch():
+    """``npusan.enable(mode="raise")``: the race is raised at the launch, after the kernel ran."""
+    x, y = torch.randn(100), torch.zeros(100)
+    npusan.enable(mode="raise", backend="sim")
+    try:
+        side = sim.Stream()
+        side.wait_stream(sim.current_stream())
+        x.mul_(3)
+        with pytest.raises(npusan.RaceError) as ei, sim.stream(side):
+            copy_scaled[(1,)](x, y, 100, BLOCK=128)
+    finally:
+        npusan.disable()
+    assert torch.allclose(y, x * 2)
+    msg = str(ei.value)
+    assert "triton:copy_scaled" in msg and "aten::mul_.Tensor" in msg
