@@ -174,6 +174,9 @@ class EmulationMode(TorchDispatchMode):
                 if not kwargs.get("non_blocking"):
                     _cuda.STATE.host_reads_current_stream()
                 return func(*args, **kwargs)
+            # A factory that names the host (``x.new_empty(0, device="cpu")``, ``empty_like(x,
+            # device="cpu")``) makes host memory, whatever tensor lends it its shape.
+            dev_in = False
         if dev_in:
             if func.namespace in _C10D:  # a collective: as ProcessGroupNCCL runs it
                 return _dist.run(func, args, kwargs, _register_new, ins)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+from .quiet import is_muted
+
 
 def _event_hook(meth: str) -> Callable[..., None]:
     """The hook that queues the encoder's ``meth`` with the hook's own arguments.
@@ -33,7 +35,7 @@ class RuntimeCallbacks:
     """The backend-facing hooks (see the module docstring)."""
 
     def _cb(self, meth: str, *args) -> None:
-        if not self.active:
+        if not self.active or is_muted():  # a runtime's own synchronizations (see .quiet)
             return
         try:
             key = self.stacks.key(2)

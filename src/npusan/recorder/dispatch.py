@@ -35,6 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from ..tensor_subclasses import PLAIN, SUBCLASS, dispatch_kind
 from . import session
 from .access import RET_NEW, op_info, view_of
+from .quiet import ANY as _MUTED_ANY
+from .quiet import QUIET
 
 _tls = threading.local()
 
@@ -56,7 +58,7 @@ class RecordingMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = session._current
-        if rec is None or not rec.active:
+        if rec is None or not rec.active or (_MUTED_ANY[0] and QUIET.depth):  # (see .quiet)
             return func(*args, **(kwargs or {}))
         if types:
             kind = dispatch_kind(types)

@@ -166,6 +166,9 @@ class Recorder(EventQueue, RuntimeCallbacks):
             from . import compiled
 
             compiled.install()
+            from . import triton_kernels
+
+            triton_kernels.install()
             process_hooks.install()
         except Exception as e:  # a broken runtime hook must not stop the program
             self._fail(e)
@@ -260,6 +263,9 @@ class Recorder(EventQueue, RuntimeCallbacks):
             self.backend.uninstall()
         except Exception:
             pass
+        from . import triton_kernels
+
+        triton_kernels.uninstall()
 
     def __enter__(self) -> "Recorder":
         return self.start()
