@@ -128,7 +128,7 @@ def pytest_runtest_teardown(item: pytest.Item):
                     "gave up): what ran after that was not checked"))
             _release_fixture_values(item)
             state.recorder.settle()
-            state.recorder.stop()
+            state.recorder.stop(keep_findings=True)  # (frees judged at the end: in the report too)
 
 
 def _release_fixture_values(item: pytest.Item) -> None:

@@ -104,13 +104,15 @@ def test_ddp_clean_async_result_used_before_wait_races_fsdp2_grads_free_reported
         assert user_site(f.previous.stack).lineno == _line("EARLIER:async_no_wait")
     # FSDP2's sharded gradients: reduce-scatter outputs allocated on the reduce-scatter
     # stream in backward, read by the optimizer on the default stream, freed by zero_grad
-    # without record_stream. A GPU run reports the same (the free-time check); the caching
-    # allocator makes it safe (the reduce-scatter stream waits for the default stream before
-    # its next allocation), so no reuse race follows: see docs/emulation.md.
+    # without record_stream. The reduce-scatter stream waits for the default stream before
+    # its next allocation, so the frees of the first two steps are judged clean there; the
+    # last step's free sees no later allocation and is judged at the end of the trace,
+    # where nothing has ordered it: see docs/emulation.md. No reuse race follows.
     fs = found["known_fsdp2"]
     assert {f.kind.value for f in fs} == {"missing-record-stream"}
     assert {t for f in fs for t in f.traces} == {0, 1}
     for f in fs:
+        assert len({occ[0] for occ in f.occurrences}) == 1  # one free: the last step's
         assert user_site(f.access.stack).lineno == _line("FREE:fsdp2_grads")
         assert user_site(f.previous.stack).lineno == _line("USE:fsdp2_grads")
         assert f.previous.op in OPTIMIZER_OPS and f.previous.type == "read" and f.previous.stream.is_default

@@ -159,8 +159,9 @@ def test_seed_worked_example(tmp_path, rt):
         with rt.use(s1):
             y = x + 1
         del x
+        nxt = torch.empty(1 << 20)  # the default stream's next allocation: it could get x's block
         rt.synchronize()
-        del y
+        del y, nxt
 
     result = record(tmp_path, rt, prog)
     assert kinds(result) == {MISSING}
@@ -235,8 +236,9 @@ def test_device_synchronize_covers_only_the_current_device(tmp_path, rt):
             y = x * 2  # x (device 0's block) used on device 1's default stream
         rt.synchronize(devices=(0,))
         del x  # device 0's default stream never waited for device 1's use
+        nxt = torch.empty(1 << 20)  # ... when it allocates again: it could get x's block
         rt.synchronize(devices=(1,))
-        del y
+        del y, nxt
 
     result = record(tmp_path, rt, prog)
     assert kinds(result) == {MISSING}

@@ -103,8 +103,9 @@ def test_seed_worked_example_missing_record_stream(tmp_path, dev):
         with dev.api.stream(s1):
             y = x + 1
         del x
+        nxt = torch.empty(N, device=dev.device)  # the default stream's next allocation: it could get x's block
         dev.api.synchronize()
-        del y
+        del y, nxt
 
     f = run(tmp_path, dev, prog)
     assert kinds(f) == {MISSING}
@@ -173,8 +174,10 @@ def test_missing_record_stream_prefetched_tensor(tmp_path, dev):
         dev.cur().wait_stream(s1)
         y = x * 2
         del x
+        with dev.api.stream(s1):
+            nxt = torch.empty(N, device=dev.device)  # the side stream's next allocation: it could get x's block
         dev.api.synchronize()
-        del y
+        del y, nxt
 
     assert kinds(run(tmp_path, dev, prog)) == {MISSING}
 

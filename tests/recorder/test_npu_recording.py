@@ -105,8 +105,9 @@ def seed_example(npu, *, fix=None):
         if fix is not None:
             fix(x, s1)
         del x  # freed; default never waited for stream1
+        nxt = torch.empty(1 << 20)  # the default stream's next allocation: it could get x's block
         rt.synchronize()
-        del y
+        del y, nxt
 
     return prog
 

@@ -18,6 +18,7 @@ s1.wait_stream(sim.current_stream())
 with sim.stream(s1):
     y = x + 1                           # USE on s1
 del x                                   # FREE with the default stream unaware of s1's use
+z = torch.empty(256)                    # the default stream allocates again: it could get x's block
 sim.synchronize()
 print(float(y.sum()))
 """

@@ -197,7 +197,7 @@ class Recorder(EventQueue, RuntimeCallbacks):
         return self
 
     def stop(self, *, signum: Optional[int] = None, reason: Optional[str] = None,
-             raised: Optional[str] = None) -> None:
+             raised: Optional[str] = None, keep_findings: bool = False) -> None:
         """Stop recording: write the END record and close the trace.
 
         Idempotent and re-entrant: a second call -- from a signal handler, from a callback
@@ -206,8 +206,11 @@ class Recorder(EventQueue, RuntimeCallbacks):
         left with everything committed so far and no END record. ``signum``: the signal
         that is ending the process (noted in the END record); ``reason``: why recording
         stops before the program does (a NOTE and the END record's ``stopped``); ``raised``: the
-        uncaught exception the program ends with (the END record's ``raised``). A joined
-        recorder (see :meth:`start`) only leaves the recording it joined.
+        uncaught exception the program ends with (the END record's ``raised``);
+        ``keep_findings``: online mode, the findings of the end of the recording (frees
+        judged then) go to ``found`` for a caller that reports them itself, like the pytest
+        plugin, instead of being warned about. A joined recorder (see :meth:`start`) only
+        leaves the recording it joined.
         """
         global _current
         if self.joined is not None:
@@ -249,7 +252,10 @@ class Recorder(EventQueue, RuntimeCallbacks):
                 _current = None
         signals.uninstall()
         if self.online is not None and self._findings:
-            self._report_findings(allow_raise=False)
+            if keep_findings:
+                self._take_new_findings()
+            else:
+                self._report_findings(allow_raise=False)
         self.checker.summarize()
 
     def _unhook(self) -> None:

@@ -62,6 +62,8 @@ _op = st.one_of(
     st.tuples(st.just("free"), st.integers(0, 5), st.integers(0, 3), st.integers(0, 2), st.booleans()),
     st.tuples(st.just("record_stream"), st.integers(0, 5), st.integers(0, 3), st.booleans()),
     st.tuples(st.just("created"), st.integers(0, 3)),
+    # an allocation on stream s, never used: where the frees pending on s are judged
+    st.tuples(st.just("alloc"), st.integers(0, 3)),
     # the host's accesses (format 1.2): whole blocks and byte ranges, a write or a read
     st.tuples(st.just("host"), st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=0, max_size=3)),
     st.tuples(st.just("host-ranged"), st.lists(
@@ -75,6 +77,7 @@ def write_program(ops) -> bytes:
     buf = io.BytesIO()
     live = {}
     capturing = None
+    fresh = 0
     with TraceWriter(buf, backend="cuda", header={"default_streams": {0: 0, 1: 0}}) as w:
         for b in range(4):
             live[b] = BASE + b * 0x1000
@@ -123,6 +126,9 @@ def write_program(ops) -> bytes:
                 if b < 4 or shift:  # re-allocated at the same base or overlapping it
                     live[b] = live[b] + 0x80 * shift
                     w.memory_allocated(live[b], HANDLES[s], size=SIZE if known else None, device=dev(s))
+            elif kind == "alloc":
+                fresh += 1
+                w.memory_allocated(BASE + 0x200000 + fresh * 0x1000, HANDLES[item[1]], size=SIZE, device=dev(item[1]))
             elif kind == "record_stream":
                 _, b, s, erase = item
                 (w.erase_stream if erase else w.record_stream)(live[b], HANDLES[s], device=dev(s))
@@ -685,6 +691,17 @@ def test_same_on_kernel_records_cut_at_every_byte():
     start = len(join(header, recs[:4]))
     for cut in range(start, len(full) + 1):
         check(full[:cut])
+
+
+def test_same_findings_for_frees_judged_at_a_later_allocation_or_at_the_end():
+    """Frees pending on two streams, judged at allocations on their own stream (one after a
+    wait that covers the use, one not) and at the end of the trace, in the order found."""
+    ops = [("kernel", 1, [(0, False), (1, False), (2, False)]), ("kernel", 2, [(1, False), (0, False)]),
+           ("free", 0, 3, 0, True), ("free", 1, 3, 0, True), ("free", 2, 3, 0, True),
+           ("alloc", 2), ("record", 7, 1), ("wait", 7, 0), ("alloc", 0), ("alloc", 1)]
+    for check_leaks in (False, True):
+        ref = check(write_program(ops), check_leaks)
+        assert [f[0].value for f in ref[1]].count("missing-record-stream") == 3, ref[1]
 
 
 def test_the_generator_produces_every_kind_of_finding():

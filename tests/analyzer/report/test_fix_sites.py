@@ -204,6 +204,7 @@ def main():
     side = sim.Stream()
     outs = []
     stage(side, outs)
+    outs.append(torch.ones(64) * 3)
     sim.synchronize()
     print(float(outs[0].sum()))
 
@@ -259,8 +260,9 @@ def main():
     with sim.stream(STREAM):
         out = tmp * 2
     del tmp
+    more = torch.ones(64)
     sim.current_stream().wait_stream(side)
-    print(float(out.sum()))
+    print(float(out.sum() + more.sum()))
 
 
 main()

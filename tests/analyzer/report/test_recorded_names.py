@@ -31,8 +31,9 @@ def main():
     with sim.stream(copy_stream):
         y = xd * 2
     del xd
+    z = torch.zeros(8)
     sim.synchronize()
-    print(float(total), float(y.sum()))
+    print(float(total), float(y.sum()), float(z.sum()))
 
 
 main()

@@ -71,10 +71,10 @@ def known_fsdp2():
     reduce-scatter stream, a few AdamW steps (the optimizer's ops on the DTensors' local
     tensors are recorded: the modes answer NotImplemented to DTensor). The sharded
     gradients (the reduce-scatter outputs, allocated on the reduce-scatter stream) are read
-    by the optimizer on the default stream and freed by zero_grad without record_stream:
-    reported as a missing record_stream, a free the caching allocator makes safe (the
-    reduce-scatter stream waits for the default stream before its next allocation): see
-    docs/emulation.md."""
+    by the optimizer on the default stream and freed by zero_grad without record_stream;
+    the reduce-scatter stream waits for the default stream before its next allocation, so
+    only the last step's free, which no allocation follows before the trace ends, is
+    reported as a missing record_stream: see docs/emulation.md."""
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)

@@ -2,7 +2,8 @@
 
 argv[1]: "clean" (wait_stream + record_stream), "no-record" (wait, no record_stream),
 "no-wait" (record_stream, no wait), "reuse" (no record_stream; the freed block is
-re-allocated on the same stream and written).
+re-allocated on the same stream and written). "no-record" is safe: each step's ``.item()``
+synchronizes before the side stream allocates again.
 """
 import sys
 

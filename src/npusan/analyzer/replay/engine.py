@@ -18,6 +18,10 @@ State (streams are the trace's stream indexes, one per (device, handle)):
 * per live block (:class:`Block`): its allocation (stream, stack), the accesses that later
   accesses must be ordered after, the latest use per other stream (for the missing
   ``record_stream`` check at free), the streams ``record_stream`` named, and reuse ghosts.
+* ``pending_frees[S]``: frees of blocks allocated on S whose unrecorded use by another
+  stream was not yet ordered before S (:class:`PendingFree`). The caching allocator hands
+  a freed block only to a later allocation on its own stream, so such a free is judged
+  when S next allocates (or at the end of the trace), not at the free.
 
 Memory state of a block, for the data-race rules: in *whole* mode, the last write and the
 latest read per stream since that write (a stream's own accesses are in program order, so
@@ -161,6 +165,18 @@ class Ghost(NamedTuple):
     use: Access
 
 
+class PendingFree(NamedTuple):
+    """A free whose use by another stream was not yet ordered before the allocation stream:
+    reported as a missing ``record_stream`` only if that stream still has not waited for
+    the use when it next allocates. ``block`` keeps what a finding names of the freed block
+    (a :class:`Block` with no state); ``order`` numbers pending frees in the order found."""
+
+    block: "Block"
+    free: Access
+    use: Access
+    order: int
+
+
 class Block:
     """The replay state of one live block (see the module docstring)."""
 
@@ -212,7 +228,9 @@ class _Occurrences:
     def add(self, acc: Access, earlier: Access, b: Block) -> None:
         addr = b.ptr
         self.count += 1
-        self.last = acc.seq
+        # (a pending free is reported when judged: after later findings, with its own seq)
+        self.first = min(self.first, acc.seq)
+        self.last = max(self.last, acc.seq)
         self.merged = self.merged or (self.kind is Kind.DATA_RACE and (b.capped or b.hulled))
         if len(self.addresses) < MAX_ADDRESSES and addr not in self.addresses:
             self.addresses.append(addr)
@@ -268,6 +286,8 @@ class Engine:
         self.stale_defs: dict[int, object] = {}  # bid -> BLOCK_DEF entry whose block was freed
         self.ghosts: deque = deque()
         self.ghosts_since_prune = 0
+        self.pending_frees: dict[int, list] = {}  # allocation stream -> [PendingFree], in order
+        self.pending_count = 0  # pending frees found so far (their order)
         self.found: dict[tuple, _Occurrences] = {}
         self.leaks_checked = False
         self.direct_tail: tuple = (None, 0)  # see run_direct
@@ -391,18 +411,19 @@ class Engine:
             self.direct_tail = (rec, kernels)
 
     def finish(self) -> list:
-        """End of trace: the leak check (once, if ``check_leaks``), then the resolved findings.
+        """End of trace: the pending frees are judged (:meth:`judge_at_end`), the leak check
+        (once, if ``check_leaks``), then the resolved findings.
 
         Findings come sorted by first occurrence. Calling it again (e.g. online mode at
-        exit after an earlier look) returns the findings so far; the leak check is not
-        repeated.
+        exit after an earlier look) returns the findings so far; neither check is repeated.
         """
+        self.judge_at_end()
         if self.check_leaks and not self.leaks_checked:
             self.leaks_checked = True
             for bid in sorted(self.blocks):
                 b = self.blocks[bid]
                 if b.stream is not None:
-                    self.check_free(b, Access(self.seq, b.stream, LEAK_OP, None, True), ghosts=False)
+                    self.check_free(b, Access(self.seq, b.stream, LEAK_OP, None, True), pending=False)
         out = []
         for occ in self.found.values():
             f = occ.finding or self._build(occ)
@@ -539,17 +560,21 @@ class Engine:
         bid, ptr, size, stack = rec[1], rec[2], rec[3], stack_id(rec[5])
         check_block(rec, self.seq, bid, ptr, size)
         S = rec[4]
-        self.stream(rec, 4)
+        vec = self.stream(rec, 4)
+        pending = self.pending_frees.pop(S, None) if self.pending_frees else None
+        if pending:
+            self.judge(pending, vec)
         b = self.new_block(bid, ptr, size, S, stack, None)
         if self.ghosts:
             self.attach_ghosts(b)
 
     def freed(self, rec: list) -> None:
-        """The missing-record_stream check (skipped for memory allocated before recording)."""
+        """The missing-record_stream check, left pending until the block could be handed
+        out again (skipped for memory allocated before recording)."""
         b = self.block(rec, rec[1])
         if b.stream is not None:
             free = Access(self.seq, b.stream, FREE_OP, stack_id(rec[2]), True)
-            self.check_free(b, free, ghosts=True)
+            self.check_free(b, free, pending=True)
         self.drop_block(b)
 
     def record_stream(self, rec: list) -> None:
@@ -787,17 +812,46 @@ class Engine:
 
     # ------------------------------------------------------------------ record_stream and reuse
 
-    def check_free(self, b: Block, free: Access, ghosts: bool) -> None:
+    def check_free(self, b: Block, free: Access, pending: bool) -> None:
         """Each use of another stream must be recorded or ordered before the allocation
         stream's current state, compared with the use's own seq (0 means "knew the stream
-        existed", not "synchronized")."""
+        existed", not "synchronized"). At a free (``pending``) a use that is not is left
+        pending for :meth:`judge` and remembered as a reuse ghost; at the end of the trace
+        (the leak check) it is reported at once."""
         avec = self.current[b.stream]
+        kept = None
         for P, use in b.uses.items():
             if P in b.recorded or self.ordered(avec, use):
                 continue
-            self.report(_MISSING, free, use, b)
-            if ghosts:
-                self.add_ghost(Ghost(b.ptr, b.size, use))
+            if not pending:
+                self.report(_MISSING, free, use, b)
+                continue
+            if kept is None:
+                kept = Block(b.bid, b.ptr, b.size, b.stream, b.stack, None)
+            self.pending_frees.setdefault(b.stream, []).append(PendingFree(kept, free, use, self.pending_count))
+            self.pending_count += 1
+            self.add_ghost(Ghost(b.ptr, b.size, use))
+
+    def judge(self, pending: list, vec: dict) -> None:
+        """Pending frees of blocks allocated on a stream, when that stream (state ``vec``)
+        allocates again or the trace ends: the allocator could hand the block out now, so
+        a use the stream has still not waited for is a missing ``record_stream``, reported
+        with the free's stack as if found at the free."""
+        for p in pending:
+            if not self.ordered(vec, p.use):
+                self.report(_MISSING, p.free, p.use, p.block)
+
+    def judge_at_end(self) -> None:
+        """The end of the trace, for every stream, counts as the next allocation: the trace
+        shows nothing after it, and a recording is often a window of a longer program (one
+        step of a loop), so a block freed unsynchronized could be handed out next. Judged
+        in the order the frees were found."""
+        if not self.pending_frees:
+            return
+        pending = sorted((p for ps in self.pending_frees.values() for p in ps), key=lambda p: p.order)
+        self.pending_frees = {}
+        for p in pending:
+            self.judge([p], self.current[p.block.stream])
 
     def add_ghost(self, g: Ghost) -> None:
         if len(self.ghosts) >= MAX_GHOSTS:

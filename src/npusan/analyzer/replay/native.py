@@ -598,10 +598,12 @@ class NativeEngine:
                                addresses, occurrences, merged)
 
     def finish(self) -> list:
-        """As :meth:`Engine.finish`: the leak check (once, if asked), then the findings."""
+        """As :meth:`Engine.finish`: the pending frees, the leak check (once, if asked), then the findings."""
         self.flush()
+        self._core.judge_at_end()
         if self.check_leaks:
             self._core.check_leaks()
+        self._announce()  # (findings of the end of the trace, as the Python engine tells them)
         out = []
         for i, item in enumerate(self._core.findings(0)):
             if i < len(self._built):

@@ -1,13 +1,14 @@
 /* The compiled replay core: npusan's rules (src/npusan/analyzer/replay/engine.py) over msgpack records.
  *
  * engine.py is the specification, and tests/analyzer/replay/differential.py holds the two to
- * the same findings and the same errors on every engine path. 27 functions here carry the
+ * the same findings and the same errors on every engine path. 28 functions here carry the
  * name of the engine.py function whose rule they implement: stream,
  * ordered, ordered_everywhere, merge, report, event_id (streams.c); block, new_block,
- * drop_block, check_free, add_ghost, prune_ghosts, attach_ghosts, check_ghosts, ghost_meets,
- * overlaps (state.c); whole_access, to_segments, split, coalesce, merge_pair, same_state
- * (rules.c); range_access (grid.c); strided_access, demote (strided.c); apply, check_block
- * (records.c). check_earlier (rules.c) is engine.py's check_race. (flush, in
+ * drop_block, check_free, judge_at_end, add_ghost, prune_ghosts, attach_ghosts, check_ghosts,
+ * ghost_meets, overlaps (state.c); whole_access, to_segments, split, coalesce, merge_pair,
+ * same_state (rules.c); range_access (grid.c); strided_access, demote (strided.c); apply, check_block
+ * (records.c). check_earlier (rules.c) is engine.py's check_race; judge_stream and judge_one
+ * (state.c) are engine.py's judge. (flush, in
  * queue.c, is not Engine.flush: it makes the queued accesses.) The rest, about 180, are
  * C's own: the msgpack reader, hash maps and dense id arrays where Python uses dicts
  * (insertion order is kept, because the order of findings depends on it), memory pools,

@@ -158,6 +158,13 @@ _Static_assert(sizeof(seg_t) == 64, "a segment's state is one cache line");
 
 typedef struct { uint64_t ptr, size; uint8_t size_known; acc_t use; } ghost_t;
 
+/* engine.PendingFree: a free whose use by another stream was not yet ordered before the
+ * allocation stream, judged when that stream next allocates (or at the end of the trace);
+ * the freed block's ptr, size, stream and stack, as a finding names them, and the order
+ * in which pending frees were found. */
+typedef struct { acc_t free, use; uint64_t ptr, size, order; uint8_t size_known; int32_t stream, stack; } pfree_t;
+typedef struct { pfree_t *v; uint32_t n, cap; } pflist_t; /* the pending frees of one allocation stream */
+
 #define MAX_DIMS 8
 typedef struct { i128 lo, run; uint8_t nd; i128 n[MAX_DIMS], s[MAX_DIMS]; } shape_t; /* values < 2^64 */
 typedef struct { acc_t acc; shape_t shape; } vent_t; /* a strided access kept beside a block's state */
@@ -351,6 +358,8 @@ typedef struct {
     uint64_t gen;
     /* ghosts: a ring */
     ghost_t *ring; long ghead, gcount, gsince;
+    /* pending frees by allocation stream slot (pfl[slot], npfl entries allocated) */
+    pflist_t *pfl; uint32_t npfl; uint64_t pfcount; size_t pfpending;
     /* findings */
     finding_t *found; size_t nfound;
     int32_t *ftab; size_t ftabcap;

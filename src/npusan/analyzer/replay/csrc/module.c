@@ -148,6 +148,13 @@ static PyObject *Core_check_leaks(Core *c, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* finish's judgment of the frees still pending (engine.Engine.judge_at_end). */
+static PyObject *Core_judge_at_end(Core *c, PyObject *unused) {
+    c->err = E_NONE;
+    if (judge_at_end(c)) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyObject *Core_created_stack(Core *c, PyObject *arg) {
     i128 sidx;
     uint64_t v;
@@ -210,6 +217,8 @@ static void Core_dealloc(Core *c) {
     for (size_t i = 0; i < c->nsnaps; i++) free(c->snaps[i].v);
     free(c->snaps); free(c->free_snaps); free(c->bdefs);
     for (size_t i = 0; i < c->nfound; i++) { free(c->found[i].addrs); free(c->found[i].occ); }
+    for (uint32_t s = 0; s < c->npfl; s++) free(c->pfl[s].v);
+    free(c->pfl);
     free(c->found); free(c->ftab); free(c->ring); free(c->gscratch);
     free(c->targets); free(c->afields); free(c->sigs); free(c->reported); for (int k = 0; k < 2; k++) { free(c->pv[k].v); free(c->pv[k].tab); }
     free(c->bdense); free(c->sdense); free(c->ascr); free(c->pend); free(c->allvec);
@@ -247,6 +256,7 @@ static PyMethodDef Core_methods[] = {
     {"define_block", (PyCFunction)Core_define_block, METH_VARARGS, "define_block(bid, ptr, size, forget)"},
     {"findings", (PyCFunction)Core_findings, METH_VARARGS, "findings(start) -> list of tuples"},
     {"check_leaks", (PyCFunction)Core_check_leaks, METH_NOARGS, "the end-of-trace leak check (once)"},
+    {"judge_at_end", (PyCFunction)Core_judge_at_end, METH_NOARGS, "judge the pending frees (end of trace)"},
     {"created_stack", (PyCFunction)Core_created_stack, METH_O, "created_stack(sidx) -> stack id or None"},
     {"counters", (PyCFunction)Core_counters, METH_NOARGS, "(seq, events, records, dropped, findings, gave_up, capped, hulled)"},
     {NULL, NULL, 0, NULL},

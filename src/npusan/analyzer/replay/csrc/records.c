@@ -329,6 +329,7 @@ static int apply(Core *c, int t, const field_t *f, uint32_t nacc) {
     }
     case T_ALLOC: {
         if (check_block(c, f) || stream(c, &f[4], 4, &S)) return -1;
+        if (c->pfpending && judge_stream(c, S)) return -1;
         block_t *b = new_block(c, (uint32_t)f[1].v, (uint64_t)f[2].v, f[3].t == F_INT ? (uint64_t)f[3].v : 0,
                                f[3].t == F_INT, S, id_or_none(c, &f[5]), 0, 0);
         if (!b) return oom(c);

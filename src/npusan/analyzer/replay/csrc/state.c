@@ -426,7 +426,9 @@ static int check_ghosts(Core *c, block_t *b, int32_t S, const int64_t *vec, cons
     return 0;
 }
 
-static int check_free(Core *c, block_t *b, const acc_t *free_acc, int ghosts) {
+/* engine.Engine.check_free: pending (a free) leaves each use not ordered pending and a
+ * reuse ghost; otherwise (the leak check at the end) it is reported at once. */
+static int check_free(Core *c, block_t *b, const acc_t *free_acc, int pending) {
     const int64_t *avec = c->cur[b->stream];
     acc_t *uses = av_items(&b->uses);
     for (uint32_t i = 0; i < b->uses.n; i++) {
@@ -434,8 +436,73 @@ static int check_free(Core *c, block_t *b, const acc_t *free_acc, int ghosts) {
         int rec = 0;
         for (uint32_t k = 0; k < b->nrec; k++) if (b->recorded[k] == use->stream) { rec = 1; break; }
         if (rec || ordered(avec, use)) continue;
-        if (report(c, K_MISSING, free_acc, use, b)) return -1;
-        if (ghosts) add_ghost(c, b, use);
+        if (!pending) {
+            if (report(c, K_MISSING, free_acc, use, b)) return -1;
+            continue;
+        }
+        if ((uint32_t)b->stream >= c->npfl) { /* (a list per slot, grown with the slots) */
+            uint32_t n = c->scap;
+            pflist_t *l = realloc(c->pfl, n * sizeof(pflist_t));
+            if (!l) return oom(c);
+            memset(l + c->npfl, 0, (n - c->npfl) * sizeof(pflist_t));
+            c->pfl = l; c->npfl = n;
+        }
+        pflist_t *L = &c->pfl[b->stream];
+        if (L->n == L->cap) {
+            uint32_t cap = L->cap ? L->cap * 2 : 4;
+            pfree_t *v = realloc(L->v, cap * sizeof(pfree_t));
+            if (!v) return oom(c);
+            L->v = v; L->cap = cap;
+        }
+        pfree_t *p = &L->v[L->n++];
+        p->free = *free_acc; p->use = *use; p->order = c->pfcount++;
+        p->ptr = b->ptr; p->size = b->size; p->size_known = b->size_known; p->stream = b->stream; p->stack = b->stack;
+        c->pfpending++;
+        add_ghost(c, b, use);
     }
     return 0;
+}
+
+/* engine.Engine.judge, for one pending free: a missing record_stream unless the allocation
+ * stream (its state vec) has waited for the use by now */
+static int judge_one(Core *c, const pfree_t *p, const int64_t *vec) {
+    if (ordered(vec, &p->use)) return 0;
+    block_t t; /* what report reads of a block */
+    memset(&t, 0, sizeof t);
+    t.ptr = p->ptr; t.size = p->size; t.size_known = p->size_known; t.stream = p->stream; t.stack = p->stack;
+    return report(c, K_MISSING, &p->free, &p->use, &t);
+}
+
+/* The allocation stream S allocates: its pending frees are judged and forgotten. */
+static int judge_stream(Core *c, int32_t S) {
+    if ((uint32_t)S >= c->npfl || !c->pfl[S].n) return 0;
+    pflist_t *L = &c->pfl[S];
+    uint32_t n = L->n;
+    L->n = 0;
+    c->pfpending -= n;
+    for (uint32_t i = 0; i < n; i++) if (judge_one(c, &L->v[i], c->cur[S])) return -1;
+    return 0;
+}
+
+static int cmp_order(const void *a, const void *b) {
+    uint64_t x = (*(pfree_t *const *)a)->order, y = (*(pfree_t *const *)b)->order;
+    return x < y ? -1 : x > y;
+}
+
+/* engine.Engine.judge_at_end: every pending free, in the order found, against its
+ * allocation stream's state at the end of the trace. */
+static int judge_at_end(Core *c) {
+    if (!c->pfpending) return 0;
+    pfree_t **all = malloc(c->pfpending * sizeof(pfree_t *));
+    if (!all) return oom(c);
+    size_t k = 0;
+    for (uint32_t s = 0; s < c->npfl; s++)
+        for (uint32_t i = 0; i < c->pfl[s].n; i++) all[k++] = &c->pfl[s].v[i];
+    qsort(all, k, sizeof(pfree_t *), cmp_order);
+    int rc = 0;
+    for (size_t i = 0; i < k && !rc; i++) rc = judge_one(c, all[i], c->cur[all[i]->stream]);
+    free(all);
+    for (uint32_t s = 0; s < c->npfl; s++) c->pfl[s].n = 0;
+    c->pfpending = 0;
+    return rc;
 }

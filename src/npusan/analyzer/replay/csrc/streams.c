@@ -185,7 +185,9 @@ static int fkey_eq(const finding_t *f, int kind, const acc_t *a, const acc_t *p,
 static int occ_add(Core *c, finding_t *f, const acc_t *acc, const acc_t *earlier, const block_t *b) {
     uint64_t addr = b->ptr;
     f->count++;
-    f->last = acc->seq;
+    /* (a pending free is reported when judged: after later findings, with its own seq) */
+    if (acc->seq < f->first) f->first = acc->seq;
+    if (acc->seq > f->last) f->last = acc->seq;
     f->merged |= f->kind == K_DATA_RACE && (b->capped || b->hulled);
     if ((long)f->naddr < c->L.max_addresses) {
         int seen = 0;
