@@ -288,10 +288,13 @@ def _span(t: Tensor, is_dev: Any, write: bool = False) -> Optional[tuple]:
     None for a tensor off the device, of no size or without memory."""
     if not is_dev(t):
         return None
-    t = _payload(t)
-    if t is None:
-        return None
-    sp = span(t)
+    try:
+        sp = span(t)
+    except (RuntimeError, NotImplementedError):  # a wrapper subclass: its payload
+        t = _payload(t)
+        if t is None:
+            return None
+        sp = span(t)
     if sp is None or not sp[0]:
         return None
     base, off, ext, total, view = sp
