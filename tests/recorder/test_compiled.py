@@ -213,3 +213,33 @@ def test_mode_stays_on_in_a_region_that_syncs_or_communicates(body, quiet):
 
     assert _may_suspend(_FakeGraph(body)) is quiet
     assert _may_suspend(object()) is False  # no code to read: the mode stays on
+
+
+def test_program_mode_on_top_keeps_the_recording_mode_in_the_region(tmp_path):
+    """The recording mode comes off only from the top of the stack: under a program's own
+    mode (pushed after recording started) a region's extern kernels reach both modes, and
+    are recorded one by one as before."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Count(TorchDispatchMode):
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            return True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    f = torch.compile(_matmul_bias)
+    x, w, b = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+    f(x, w, b)
+    trace = tmp_path / "own.npusan"
+    with npusan.record(str(trace), backend="sim"):
+        with Count():
+            out = f(x, w, b)
+    assert torch.allclose(out, _matmul_bias(x, w, b))
+    assert any("addmm" in s for s in seen), seen
+    names = _kernel_names(trace)
+    assert "compiled:_matmul_bias" in names and "aten::addmm.out" in names, names

@@ -115,7 +115,8 @@ def _patch(mod: Any) -> None:
     cls = mod.CompiledFxGraph
     call = cls.__call__
     post_compile = cls.post_compile
-    from torch._C import _len_torch_dispatch_stack, _pop_torch_dispatch_stack, _push_on_torch_dispatch_stack
+    from torch._C import (_get_dispatch_stack_at, _len_torch_dispatch_stack, _pop_torch_dispatch_stack,
+                          _push_on_torch_dispatch_stack)
 
     from .dispatch import RecordingMode
 
@@ -146,12 +147,13 @@ def _patch(mod: Any) -> None:
         except Exception:  # no name, no stack: the region is still recorded
             pass
         mode = None
-        if g.quiet and _len_torch_dispatch_stack():
+        if g.quiet:
             try:
-                mode = _pop_torch_dispatch_stack(None)
-                if type(mode) is not RecordingMode:  # the program's own mode is on top: leave it
-                    _push_on_torch_dispatch_stack(mode)
-                    mode = None
+                n = _len_torch_dispatch_stack()
+                # Only the recording mode itself comes off, and only from the top (the top
+                # of the stack is the top user mode where there is one: what a pop takes).
+                if n and type(_get_dispatch_stack_at(n - 1)) is RecordingMode:
+                    mode = _pop_torch_dispatch_stack(None)
             except Exception:
                 mode = None
         if mode is None:
