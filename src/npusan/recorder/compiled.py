@@ -4,8 +4,8 @@ Dynamo refuses to compile while a ``TorchDispatchMode`` is active unless the mod
 ignores compile internals; the recording mode says so (:mod:`.dispatch`), so a program
 compiles to the same graphs with and without npusan. The mode is then off while Dynamo
 traces and Inductor compiles, and on again while the compiled code runs, where it sees
-what that code still dispatches (extern kernels such as ``aten::mm.out``, AOTAutograd's
-eager epilogues) but not Inductor's fused kernels, which are called directly.
+what runs around the graphs (AOTAutograd's eager epilogues) but not Inductor's fused
+kernels, which are called directly.
 
 Those are recorded here: every call of an Inductor graph (``CompiledFxGraph``: forward
 and backward graphs alike) becomes one kernel named ``compiled:<function>`` (the
@@ -16,6 +16,13 @@ the stack of the user's call. Intermediate buffers the region allocates and free
 within itself are not seen, nor the order of its kernels: a race is found between the
 region as a whole and other streams. The first region of a recording puts a NOTE in the
 trace saying so, which the report repeats once.
+
+While a graph runs, the recording mode is taken off the dispatch stack (when it is on
+top): the extern kernels the graph calls through the dispatcher (``aten::mm.out``...)
+touch, outside the region, only its inputs and outputs, which its record has, and every
+op through a Python mode costs the step several microseconds. A graph whose code calls
+what the recorder records as more than an access (collectives, host reads, streams)
+keeps the mode on. What the record needs from a graph is learnt once and kept on it.
 
 Inductor is imported lazily by ``torch.compile``; the hook is installed into it when it
 is imported (an import hook), or at once when it already is. It stays installed and is
