@@ -96,5 +96,12 @@ setup(
             extra_compile_args=["-O2", "-std=gnu11"],
             optional=True,
         ),
+        Extension(
+            "npusan.recorder._stackkey",
+            ["src/npusan/recorder/_stackkey.c"],
+            extra_compile_args=["-O2", "-std=gnu11"],
+            # PyFrame_GetLasti is 3.11's: older Pythons walk the stack in Python
+            optional=True,
+        ),
     ],
 )

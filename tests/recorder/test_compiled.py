@@ -139,3 +139,107 @@ def test_compiled_training_loop_with_prefetch_stream_is_clean(tmp_path):
     assert res.findings == []
     names = set(_kernel_names(trace))
     assert "compiled:forward" in names and "compiled:forward.backward" in names, names
+
+
+def _matmul_bias(x, w, b):
+    return torch.relu(x @ w + b)
+
+
+def test_extern_kernels_inside_a_region_are_its_record_alone(tmp_path):
+    """The mode is off while a region runs: the matrix product Inductor calls through the
+    dispatcher (an extern kernel) is not recorded on its own; the region's record has its
+    inputs and outputs, and a side-stream write of the weight still races with it."""
+    f = torch.compile(_matmul_bias)
+    x, w, b = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+    f(x, w, b)  # compiled and run once (AOTAutograd's first run has a mode of its own on top)
+    trace = tmp_path / "mm.npusan"
+    with npusan.record(str(trace), backend="sim"):
+        side = sim.Stream()
+        side.wait_stream(sim.current_stream())
+        with sim.stream(side):
+            w.mul_(2)
+        out = f(x, w, b)
+        out2 = f(x, w, b)
+        sim.synchronize()
+    assert torch.allclose(out, _matmul_bias(x, w, b)) and torch.equal(out, out2)
+    names = _kernel_names(trace)
+    assert names.count("compiled:_matmul_bias") == 2, names
+    assert not [n for n in names if n.startswith("aten::mm") or n.startswith("aten::addmm")], names
+    races = [r for r in analyze_traces([str(trace)]).findings if r.kind.value == "data-race"]
+    assert races  # both calls read w unordered after the side stream's write
+    assert all(r.access.op == "compiled:_matmul_bias" and r.previous.op == "aten::mul_.Tensor" for r in races)
+
+
+def _scale_inplace(x):
+    x.mul_(2)
+    return x.sum()
+
+
+def test_region_mutating_an_input_races_with_a_side_stream_read(tmp_path):
+    f = torch.compile(_scale_inplace)
+    x = torch.randn(32)
+    trace = tmp_path / "mut.npusan"
+    with npusan.record(str(trace), backend="sim"):
+        side = sim.Stream()
+        side.wait_stream(sim.current_stream())
+        with sim.stream(side):
+            y = x * 3  # reads x on the side stream; nothing orders the region after it
+        f(x)
+        sim.synchronize()
+    del y
+    races = [r for r in analyze_traces([str(trace)]).findings if r.kind.value == "data-race"]
+    assert races, "a region writing x while the side stream reads it"
+    assert any(r.access.type == "write" and r.previous.op == "aten::mul.Tensor" for r in races)
+
+
+class _FakeGraph:
+    def __init__(self, body: str) -> None:
+        self.source_code = ("import torch\nempty_strided_p2p = torch._C._distributed_c10d._SymmetricMemory\n"
+                            f"\ndef call(args):\n{body}\n\ndef benchmark_compiled_module():\n"
+                            "    torch.cuda.synchronize()\n")
+
+
+@pytest.mark.parametrize("body, quiet", [
+    ("    extern_kernels.mm(a, b, out=buf0)", True),
+    ("    torch.ops._c10d_functional.all_reduce_.default(buf0, 'sum', '0')", False),
+    ("    buf1 = torch.ops._c10d_functional.wait_tensor.default(buf0)", False),
+    ("    u0 = buf0.item()", False),
+    ("    torch.ops.streams.record_event.default(0, 1)", False),
+])
+def test_mode_stays_on_in_a_region_that_syncs_or_communicates(body, quiet):
+    """Only a region whose code calls nothing the recorder records as more than an access
+    runs without the recording mode (the module header and benchmark code do not count)."""
+    from npusan.recorder.compiled import _may_suspend
+
+    assert _may_suspend(_FakeGraph(body)) is quiet
+    assert _may_suspend(object()) is False  # no code to read: the mode stays on
+
+
+def test_program_mode_on_top_keeps_the_recording_mode_in_the_region(tmp_path):
+    """The recording mode comes off only from the top of the stack: under a program's own
+    mode (pushed after recording started) a region's extern kernels reach both modes, and
+    are recorded one by one as before."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Count(TorchDispatchMode):
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            return True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    f = torch.compile(_matmul_bias)
+    x, w, b = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
+    f(x, w, b)
+    trace = tmp_path / "own.npusan"
+    with npusan.record(str(trace), backend="sim"):
+        with Count():
+            out = f(x, w, b)
+    assert torch.allclose(out, _matmul_bias(x, w, b))
+    assert any("addmm" in s for s in seen), seen
+    names = _kernel_names(trace)
+    assert "compiled:_matmul_bias" in names and "aten::addmm.out" in names, names

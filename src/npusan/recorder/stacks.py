@@ -10,6 +10,9 @@ the first time a key is seen, by :meth:`StackCapture.resolve`.
 Frames of torch itself and of npusan are "folded away" (skipped) by default so that stacks
 show the user's code; ``keep_internal=True`` keeps them. ``depth`` counts kept frames.
 
+The walk itself is compiled code where the ``_stackkey`` extension is built (the same
+keys; ``NPUSAN_RECORDER=python`` turns it off, as it does the compiled encoder).
+
 An op that a tensor subclass (or a program's own dispatch mode) runs from its
 ``__torch_dispatch__`` is the work of the call that reached that ``__torch_dispatch__``: by
 default a stack starts at the frame that called the outermost ``__torch_dispatch__``
@@ -26,6 +29,13 @@ from types import CodeType
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+try:
+    from ._stackkey import walk as _walk
+except ImportError:  # not built: the Python loop below
+    _walk = None
+if os.environ.get("NPUSAN_RECORDER") == "python":
+    _walk = None
 
 DEFAULT_DEPTH = 32
 
@@ -99,6 +109,8 @@ class StackCapture:
         # 1: kept, _DISPATCH: a ``__torch_dispatch__`` (it and every frame inside it folded).
         self._keep: Dict[int, int] = {}
         self._codes: Dict[int, CodeType] = {}
+        self._walk = _walk
+        self._classify_code = self._classify  # (one bound method, not one per walk)
 
     def _classify(self, code: CodeType) -> int:
         path = os.path.abspath(code.co_filename)
@@ -122,6 +134,8 @@ class StackCapture:
             f = sys._getframe(skip + 1)
         except ValueError:
             return ()
+        if self._walk is not None:
+            return self._walk(f, depth, self._keep, self._classify_code)
         keep = self._keep
         out: list = []
         n = 0
