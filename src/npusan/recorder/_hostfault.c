@@ -106,19 +106,25 @@ static void chain(int sig, siginfo_t *info, void *ctx)
         raise(sig);
 }
 
+/* a fault at an address of a LIFTED range only (a lift by another thread between the
+ * fault and this handler) runs the access again; the same address that long: not ours */
+#define RETRIES 10000
+static uintptr_t last_lifted;
+static unsigned retries;
+
 static void handler(int sig, siginfo_t *info, void *ctx)
 {
     int saved = errno;
     if (info != NULL && info->si_code > 0) { /* sent by the kernel: a fault */
         uintptr_t a = (uintptr_t)info->si_addr;
-        int n = __atomic_load_n(&hwm, __ATOMIC_ACQUIRE);
+        int n = __atomic_load_n(&hwm, __ATOMIC_ACQUIRE), lifted = 0;
         for (int i = 0; i < n; i++) {
             int st = __atomic_load_n(&slots[i].state, __ATOMIC_ACQUIRE);
             if (st == FREE || a < slots[i].start || a >= slots[i].end)
                 continue;
-            if (st == LIFTED) { /* lifted by another thread just now: run the access again */
-                errno = saved;
-                return;
+            if (st == LIFTED) { /* the same pages may be protected again by a later slot */
+                lifted = 1;
+                continue;
             }
             int w = fault_is_write(ctx);
             uintptr_t page = a & ~page_mask;
@@ -134,6 +140,14 @@ static void handler(int sig, siginfo_t *info, void *ctx)
             }
             errno = saved;
             return;
+        }
+        if (lifted) {
+            if (__atomic_exchange_n(&last_lifted, a, __ATOMIC_RELAXED) != a)
+                __atomic_store_n(&retries, 0, __ATOMIC_RELAXED);
+            if (__atomic_add_fetch(&retries, 1, __ATOMIC_RELAXED) < RETRIES) {
+                errno = saved;
+                return;
+            }
         }
     }
     errno = saved;

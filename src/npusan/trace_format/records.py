@@ -228,6 +228,9 @@ HOST_WATCH_FAULTS: Final = "torch ops and page faults"
 #: touched (from then on the host's accesses of it are watched); a report then says what
 #: the header's ``host_accesses`` leaves unseen. A convention, not a format rule.
 HOST_WATCH_NOTE: Final = "host: pinned memory watched"
+#: The NOTE text's start, written with it where the header's ``host_accesses`` is
+#: ``"torch ops"``: why page faults were not watched (the rest of the text).
+HOST_FAULTS_OFF_NOTE: Final = "host: page faults not watched: "
 
 
 def encode_access(bid: int, write: bool, offset: int | None = None, nbytes: int | None = None):

@@ -39,9 +39,15 @@ def _reader(backend: Any, original: Any, name: str, device_read: Optional[Callab
     op = f"Tensor.{name}"
 
     def reader(t, *args, **kwargs):
+        rec = backend._rec
+        pw = getattr(rec, "pages", None)
+        if pw is not None and pw.armed:  # recorded below as the op's read, not as a fault
+            try:
+                pw.before_op((t,), None)
+            except Exception:
+                pass
         out = original(t, *args, **kwargs)
         try:
-            rec = backend._rec
             if rec is not None and isinstance(t, torch.Tensor):
                 if backend.is_device_tensor(t):
                     if device_read is not None:
