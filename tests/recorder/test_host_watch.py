@@ -136,3 +136,70 @@ ctypes.string_at(0)
     assert p.stdout.strip() == "ok", p.stderr
     assert p.returncode == -signal.SIGSEGV
     assert "Segmentation fault" in p.stderr  # faulthandler's dump: the chain reached it
+
+
+def _page_tensor(torch, pages):
+    import mmap
+
+    buf = mmap.mmap(-1, pages * mmap.PAGESIZE)
+    return torch.frombuffer(buf, dtype=torch.int32)
+
+
+def test_protection_is_lifted_when_the_host_is_ordered_after_the_copy():
+    """Which synchronization lifts what: an event recorded after the copy on its stream, a
+    synchronize of that stream or of the device, the buffer's death; not an event of
+    another stream, nor one recorded before the copy."""
+    import gc
+
+    import torch
+
+    posted = []
+    pw = host_faults.PageWatch(lambda name, spans: posted.append((name, spans[0][1], spans[0][4])))
+    try:
+        a, b = _page_tensor(torch, 2), _page_tensor(torch, 1)
+        s0, s1 = (0, 7), (0, 8)
+        pw.event_recorded(100, 7, 0)  # before the copy
+        pw.protect([(a, False)], s0)
+        pw.protect([(b[:4], True)], s1)
+        assert set(pw.ranges) == {a.data_ptr(), b.data_ptr()} and pw.armed
+        pw.event_synced(100)
+        pw.event_recorded(101, 8, 0)  # another stream, after b's copy
+        pw.event_synced(101)
+        assert a.data_ptr() in pw.ranges and b.data_ptr() not in pw.ranges  # neither lifted a's
+        a.numpy()[1] = 5  # a write outside torch ops: faults once, noted
+        a.numpy()[2] = 6
+        pw.drain()
+        assert posted == [(host_faults.FAULT_WRITE, 4, True)]
+        pw.event_recorded(102, 7, 0)  # after the copy, on its stream
+        pw.event_synced(102)
+        assert a.data_ptr() not in pw.ranges
+        pw.protect([(a, False)], s0)
+        pw.stream_synced(7, 0)
+        assert a.data_ptr() not in pw.ranges
+        pw.protect([(a, False)], s0)
+        pw.device_synced(None)
+        assert not pw.ranges and not pw.armed
+        pw.protect([(b, False)], s1)
+        del b
+        gc.collect()
+        assert not pw.ranges  # the buffer died: lifted
+        assert int(a[1]) == 5 and int(a[2]) == 6  # the program's writes all happened
+    finally:
+        pw.close()
+
+
+def test_storages_off_a_page_boundary_are_not_protected():
+    import torch
+
+    pw = host_faults.PageWatch(lambda name, spans: None)
+    try:
+        t = _page_tensor(torch, 2)
+        pw.protect([(t[3:], False)], (0, 1))  # a view: its storage is page-aligned
+        assert pw.ranges
+        pw.device_synced(None)
+        odd = torch.frombuffer(bytearray(64), dtype=torch.int32)
+        if odd.data_ptr() % 4096:
+            pw.protect([(odd, False)], (0, 1))
+            assert not pw.ranges and pw.unaligned == 1
+    finally:
+        pw.close()

@@ -74,7 +74,7 @@ class RecordingMode(TorchDispatchMode):
             rec._fail(e)
             return func(*args, **(kwargs or {}))
         pw = rec.pages
-        if pw is not None and pw.armed:  # pinned pages are protected (host_faults)
+        if pw is not None and pw.armed and (not info.view or info.host_read):  # protected pinned pages (host_faults)
             try:
                 pw.before_op(args, kwargs)
             except Exception as e:  # never into user code

@@ -137,17 +137,21 @@ class PageWatch:
 
     def _died(self, base: int) -> Callable[[weakref.ref], None]:
         def died(ref: weakref.ref) -> None:
-            r = self.ranges.get(base)
-            if r is not None and r.ref is ref:
-                self._lift(base, r)
+            try:
+                r = self.ranges.get(base)
+                if r is not None and r.ref is ref:
+                    self._lift(base, r)
+            except Exception:  # (a weakref callback: nowhere to report to)
+                self.close(drain=False)
 
         return died
 
     def _lift(self, base: int, r: _Range, drain: bool = True) -> None:
         if drain:
             self.drain()
-        self._hf.lift(r.slot)
-        del self.ranges[base]
+        if self.ranges.get(base) is r:  # (another thread may have lifted it just now)
+            del self.ranges[base]
+            self._hf.lift(r.slot)
         if not self.ranges:
             self.armed = False
 
@@ -160,9 +164,10 @@ class PageWatch:
             return
         faults, dropped = hf.take()
         self.dropped += dropped
+        ranges = list(self.ranges.items())
         for addr, write in faults:
             self.faults += 1
-            for base, r in self.ranges.items():
+            for base, r in ranges:
                 if r.start <= addr < r.end:
                     off = addr - base
                     if off < r.nbytes:  # (past it: the rest of the last page, no data of the buffer)
@@ -175,7 +180,7 @@ class PageWatch:
         device's copy reads or writes the host buffer on the CPU)."""
         self.drain()
         ranges = self.ranges
-        for a in (args, kwargs.values() if kwargs else ()):
+        for a in (args, tuple(kwargs.values()) if kwargs else ()):
             for x in a:
                 if isinstance(x, (list, tuple)):
                     for y in x:

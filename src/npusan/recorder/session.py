@@ -394,8 +394,9 @@ class Recorder(EventQueue, RuntimeCallbacks):
 
     def _fault_access(self, name: str, spans: list) -> None:
         """A host access of pinned memory seen through a page fault (:mod:`.host_faults`),
-        queued as a HOST_ACCESS record with the stack of where it was drained."""
-        if not self.active:
+        queued as a HOST_ACCESS record with the stack of where it was drained (also while
+        stopping: :meth:`stop` drains the queue after it lifted the watch)."""
+        if self.failed:
             return
         key = self.stacks.key(1) if self.stacks.depth else None
         self._post(self._host_access, (name, spans, key))

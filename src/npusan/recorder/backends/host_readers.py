@@ -41,7 +41,8 @@ def _reader(backend: Any, original: Any, name: str, device_read: Optional[Callab
     def reader(t, *args, **kwargs):
         rec = backend._rec
         pw = getattr(rec, "pages", None)
-        if pw is not None and pw.armed:  # recorded below as the op's read, not as a fault
+        if pw is not None and pw.armed and name != "numpy":  # read here, recorded below: not a fault
+            # (``numpy()`` reads nothing: what the view does later faults like any access)
             try:
                 pw.before_op((t,), None)
             except Exception:
