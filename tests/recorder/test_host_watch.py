@@ -203,3 +203,25 @@ def test_storages_off_a_page_boundary_are_not_protected():
             assert not pw.ranges and pw.unaligned == 1
     finally:
         pw.close()
+
+
+def test_a_handler_installed_over_ours_stops_the_watch():
+    """faulthandler.enable() after the watch started: the next protection is refused (a
+    fault would reach faulthandler first and end the program) and every page is lifted."""
+    code = r"""
+import faulthandler, mmap, torch
+from npusan.recorder import host_faults
+faulthandler.disable()
+pw = host_faults.PageWatch(lambda name, spans: None)
+buf = mmap.mmap(-1, 2 * mmap.PAGESIZE)
+t = torch.frombuffer(buf, dtype=torch.int32)
+pw.protect([(t[:4], False)], (0, 1))
+assert pw.ranges
+faulthandler.enable()
+pw.protect([(t, False)], (0, 1))
+assert pw.stopped and not pw.ranges and pw.closed
+t[0] = 1; memoryview(buf)[5] = 2  # no page protected: nothing faults
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr

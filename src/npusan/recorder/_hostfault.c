@@ -14,7 +14,8 @@
  * outside every range (a real segfault) goes to the handler that was there before ours
  * (Python's faulthandler, or the default action: the process dies by SIGSEGV as before).
  *
- *   protect(start, end) -> slot | -1 (errno in the OSError-free result: -errno)
+ *   protect(start, end) -> slot | -errno (-EBUSY: another SIGSEGV handler was installed
+ *                          over ours since the first protection; nothing is protected)
  *   lift(slot)          -> 0 | -errno   (pages back to read-write)
  *   take()              -> [(address, is_write), ...], dropped count since last take
  *   pending()           -> faults waiting in the ring
@@ -154,10 +155,16 @@ static void handler(int sig, siginfo_t *info, void *ctx)
     chain(sig, info, ctx);
 }
 
+static int ours_installed(void)
+{
+    struct sigaction cur;
+    return sigaction(SIGSEGV, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == handler;
+}
+
 static int install(void)
 {
-    if (installed)
-        return 0;
+    if (installed) /* another handler went in over ours (a late faulthandler.enable()): stop */
+        return ours_installed() ? 0 : -EBUSY;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = handler;
@@ -258,8 +265,7 @@ static PyObject *py_uninstall(PyObject *self, PyObject *unused)
 {
     if (!installed)
         Py_RETURN_FALSE;
-    struct sigaction cur;
-    if (sigaction(SIGSEGV, NULL, &cur) != 0 || !(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != handler)
+    if (!ours_installed())
         Py_RETURN_FALSE; /* another handler went in after ours: it chains to us; leave it */
     for (int i = 0; i < hwm; i++)
         if (slots[i].state == PROTECTED)

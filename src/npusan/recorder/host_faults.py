@@ -29,6 +29,7 @@ faulting, which would change what the program does (docs/semantics.md, "The host
 
 from __future__ import annotations
 
+import errno
 import os
 import weakref
 from typing import Any, Callable, Dict, List, Optional
@@ -91,6 +92,7 @@ class PageWatch:
         self.dropped = 0
         self.faults = 0
         self.closed = False
+        self.stopped: Optional[str] = None  # why the watch stopped before recording did
 
     # -------------------------------------------------------------- protecting
 
@@ -129,6 +131,12 @@ class PageWatch:
                     start, end = min(start, old.start), max(end, old.end)
             self.seq += 1
             slot = self._hf.protect(start, end)
+            if slot == -errno.EBUSY:
+                # Another SIGSEGV handler went in over ours (a late faulthandler.enable()):
+                # a fault on a protected page would reach it first and end the program.
+                self.stopped = "another SIGSEGV handler was installed after the watch started"
+                self.close(drain=True)
+                return
             if slot < 0:  # the pages cannot be protected: watched through torch ops only
                 continue
             self.ranges[base] = _Range(slot, start, end, size, stream, self.seq,

@@ -373,6 +373,11 @@ class Recorder(EventQueue, RuntimeCallbacks):
                     be = self.backend
                     device = 0 if be.single_device else be.tensor_device(acc[0][0])
                     self.pages.protect(pinned, (device, be.current_stream(device)))
+                    if self.pages.stopped:  # from here on: torch ops only, and the trace says why
+                        from .explicit import note_once
+
+                        note_once(self, "host-faults", HOST_FAULTS_OFF_NOTE + self.pages.stopped)
+                        self.pages = None
                 acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
                 if not self._host_noted:
                     self._host_noted = True
