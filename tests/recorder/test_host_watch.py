@@ -201,6 +201,7 @@ def test_storages_off_a_page_boundary_are_not_protected():
         if odd.data_ptr() % 4096:
             pw.protect([(odd, False)], (0, 1))
             assert not pw.ranges and pw.unaligned == 1
+            assert pw.refused == "a pinned buffer that does not start on a page boundary"
     finally:
         pw.close()
 

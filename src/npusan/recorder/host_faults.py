@@ -93,6 +93,7 @@ class PageWatch:
         self.faults = 0
         self.closed = False
         self.stopped: Optional[str] = None  # why the watch stopped before recording did
+        self.refused: Optional[str] = None  # why a first buffer was left to torch ops only
 
     # -------------------------------------------------------------- protecting
 
@@ -113,6 +114,8 @@ class PageWatch:
                 continue
             if base & mask:
                 self.unaligned += 1
+                if self.refused is None:
+                    self.refused = "a pinned buffer that does not start on a page boundary"
                 continue
             isz = t.element_size()
             off = t.storage_offset() * isz
@@ -138,6 +141,8 @@ class PageWatch:
                 self.close(drain=True)
                 return
             if slot < 0:  # the pages cannot be protected: watched through torch ops only
+                if self.refused is None:
+                    self.refused = f"mprotect refused a pinned buffer ({os.strerror(-slot)})"
                 continue
             self.ranges[base] = _Range(slot, start, end, size, stream, self.seq,
                                        weakref.ref(st, self._died(base)))

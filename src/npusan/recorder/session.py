@@ -33,7 +33,8 @@ import threading
 from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
-from ..trace_format.records import HOST_FAULTS_OFF_NOTE, HOST_WATCH_FAULTS, HOST_WATCH_NOTE, HOST_WATCH_TORCH
+from ..trace_format.records import (HOST_FAULTS_OFF_NOTE, HOST_FAULTS_PART_NOTE, HOST_WATCH_FAULTS, HOST_WATCH_NOTE,
+                                    HOST_WATCH_TORCH)
 from . import host_faults, host_memory, process_hooks, signals, sinks, status
 from .backends import Backend, select_backend
 from .callbacks import RuntimeCallbacks
@@ -372,12 +373,16 @@ class Recorder(EventQueue, RuntimeCallbacks):
                 if not blocking and self.pages is not None:  # the copy may run after the op returns
                     be = self.backend
                     device = 0 if be.single_device else be.tensor_device(acc[0][0])
-                    self.pages.protect(pinned, (device, be.current_stream(device)))
-                    if self.pages.stopped:  # from here on: torch ops only, and the trace says why
+                    pw = self.pages
+                    pw.protect(pinned, (device, be.current_stream(device)))
+                    if pw.stopped or pw.refused:  # the trace says what the watch did not see, once
                         from .explicit import note_once
 
-                        note_once(self, "host-faults", HOST_FAULTS_OFF_NOTE + self.pages.stopped)
-                        self.pages = None
+                        if pw.refused:
+                            note_once(self, "host-faults-refused", HOST_FAULTS_PART_NOTE + pw.refused)
+                        if pw.stopped:  # from here on: torch ops only
+                            note_once(self, "host-faults", HOST_FAULTS_OFF_NOTE + pw.stopped)
+                            self.pages = None
                 acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
                 if not self._host_noted:
                     self._host_noted = True

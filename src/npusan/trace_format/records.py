@@ -231,6 +231,9 @@ HOST_WATCH_NOTE: Final = "host: pinned memory watched"
 #: The NOTE text's start, written with it where the header's ``host_accesses`` is
 #: ``"torch ops"``: why page faults were not watched (the rest of the text).
 HOST_FAULTS_OFF_NOTE: Final = "host: page faults not watched: "
+#: The NOTE text's start where the page-fault watch is on but left a buffer to torch ops
+#: (the rest of the text says which, once per recording).
+HOST_FAULTS_PART_NOTE: Final = "host: page faults not watched for some pinned memory: "
 
 
 def encode_access(bid: int, write: bool, offset: int | None = None, nbytes: int | None = None):
