@@ -77,7 +77,25 @@ def segfault(variant):
     ctypes.string_at(0)
 
 
-CASES = {"numpy-view": numpy_view, "raw-pointer": raw_pointer, "memoryview-read": memoryview_read,
+def fork(variant):
+    """A child forked while a pinned buffer is protected writes it: no fault reaches it
+    (the recorder lifts every page in the child), and the parent's watch goes on."""
+    import os
+
+    cpu = torch.zeros(N, dtype=torch.int32, pin_memory=True)
+    gpu = torch.zeros(N, dtype=torch.int32, device="cuda")
+    cpu_np = cpu.numpy()
+    gpu.copy_(cpu, non_blocking=True)
+    pid = os.fork()
+    if pid == 0:
+        cpu_np[:] = 7
+        os._exit(0 if int(cpu_np.sum()) == 7 * N else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    cpu_np[0] = 1  # the parent's own write: still seen
+
+
+CASES = {"numpy-view": numpy_view, "fork": fork, "raw-pointer": raw_pointer, "memoryview-read": memoryview_read,
          "segfault": segfault}
 
 if __name__ == "__main__":

@@ -100,6 +100,13 @@ def test_the_same_race_is_not_seen_with_the_watch_off_and_the_report_says_why(tm
     assert f"page-fault watch: off ({host_faults.ENV}=1 turns it on)" in text
 
 
+def test_a_forked_child_writes_the_buffer_unharmed_and_the_parent_is_still_watched(tmp_path):
+    p, path = _record(tmp_path, "fork", "bug")
+    assert p.returncode == 0, p.stderr
+    found = _analyze(path)
+    assert len(found) == 1 and _host_side(found[0])[0]["op"] == host_faults.FAULT_WRITE, found
+
+
 def test_a_real_segfault_still_kills_the_process(tmp_path):
     p, _ = _record(tmp_path, "segfault", "-")
     assert "protected" in p.stdout  # it got as far as the protected pages
