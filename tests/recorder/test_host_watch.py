@@ -50,6 +50,17 @@ def _analyze(path, fmt="json"):
     return json.loads(a.stdout)["findings"] if fmt == "json" else a.stdout
 
 
+#: The source of the line each case's host access is on (host_watch_prog.py).
+WHERE = {"numpy-view": "cpu_np[:n] = step + 1", "raw-pointer": "ctypes.memmove(ptr, src, ctypes.sizeof(src))",
+         "memoryview-read": "total += mv[0]"}
+
+
+def _line(frame):
+    import linecache
+
+    return linecache.getline(frame["file"], frame["line"]).split("#")[0].strip()
+
+
 def _host_side(f):
     if f["access"]["stream"]["device"] == R.HOST_DEVICE:
         return f["access"], f["previous"]
@@ -70,6 +81,10 @@ def test_a_host_access_outside_torch_ops_races_with_the_copy_in_flight(tmp_path,
         host, stream = _host_side(f)
         assert host["type"] == kind and host["op"] == name, host
         assert stream["stream"]["device"] == 0 and stream["op"] == "aten::copy_"
+    if sys.version_info[:2] == (3, 11):
+        # the handler read the faulting frame: the access's own line, where the drain ran in
+        # that function (the last step's read is drained after it returned: not there)
+        assert any(_line(_host_side(f)[0]["stack"][-1]) == WHERE[case] for f in found), found
     assert TraceReader(str(path)).header[R.HOST_ACCESSES_KEY] == R.HOST_WATCH_FAULTS
 
 
@@ -132,7 +147,7 @@ x = mv[5]                         # read fault: the page becomes readable
 mv[7] = 1                         # write fault: and writable
 mv[9] = 2                         # no fault
 faults, dropped = H.take()
-assert faults == [(base + 5, False), (base + 7, True)], faults
+assert [f[:2] for f in faults] == [(base + 5, False), (base + 7, True)], faults
 assert H.lift(slot) == 0 and H.uninstall() is True
 assert signal.getsignal(signal.SIGSEGV) is not None
 slot = H.protect(base, base + ps)  # the handler is in again
@@ -161,7 +176,7 @@ def test_protection_is_lifted_when_the_host_is_ordered_after_the_copy():
     import torch
 
     posted = []
-    pw = host_faults.PageWatch(lambda name, spans: posted.append((name, spans[0][1], spans[0][4])))
+    pw = host_faults.PageWatch(lambda name, spans, where: posted.append((name, spans[0][1], spans[0][4])))
     try:
         a, b = _page_tensor(torch, 2), _page_tensor(torch, 1)
         s0, s1 = (0, 7), (0, 8)
@@ -198,7 +213,7 @@ def test_protection_is_lifted_when_the_host_is_ordered_after_the_copy():
 def test_storages_off_a_page_boundary_are_not_protected():
     import torch
 
-    pw = host_faults.PageWatch(lambda name, spans: None)
+    pw = host_faults.PageWatch(lambda name, spans, where: None)
     try:
         t = _page_tensor(torch, 2)
         pw.protect([(t[3:], False)], (0, 1))  # a view: its storage is page-aligned
@@ -220,7 +235,7 @@ def test_a_handler_installed_over_ours_stops_the_watch():
 import faulthandler, mmap, torch
 from npusan.recorder import host_faults
 faulthandler.disable()
-pw = host_faults.PageWatch(lambda name, spans: None)
+pw = host_faults.PageWatch(lambda name, spans, where: None)
 buf = mmap.mmap(-1, 2 * mmap.PAGESIZE)
 t = torch.frombuffer(buf, dtype=torch.int32)
 pw.protect([(t[:4], False)], (0, 1))
@@ -233,3 +248,10 @@ print("ok")
 """
     p = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+def test_the_faulting_frame_replaces_the_drain_sites_from_its_own_frame_on():
+    drained = (11, 40, 22, 80, 33, 12)  # innermost first: (id(code), lasti) pairs
+    assert host_faults.at_fault(drained, (22, 64)) == (22, 64, 33, 12)  # drained in a callee of it
+    assert host_faults.at_fault(drained, (11, 8)) == (11, 8, 22, 80, 33, 12)  # in its own frame
+    assert host_faults.at_fault(drained, (44, 8)) == drained  # returned: the drain site's stack

@@ -17,7 +17,8 @@
  *   protect(start, end) -> slot | -errno (-EBUSY: another SIGSEGV handler was installed
  *                          over ours since the first protection; nothing is protected)
  *   lift(slot)          -> 0 | -errno   (pages back to read-write)
- *   take()              -> [(address, is_write), ...], dropped count since last take
+ *   take()              -> [(address, is_write, code address or 0, lasti), ...], dropped
+ *                          count since last take
  *   pending()           -> faults waiting in the ring
  *   uninstall()         -> restores the previous handler if ours is still installed
  *   page_size()
@@ -38,6 +39,17 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+/* Where the Python code that faulted is (CPython 3.11): the faulting thread's innermost
+ * frame's code object and instruction offset, read from its own thread state (plain loads
+ * of structures the stopped thread owns; nothing is dereferenced later: the Python side
+ * only compares the code's address with the code objects of live frames). */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000 && !defined(Py_LIMITED_API)
+#define NPUSAN_FAULT_FRAMES 1
+#define Py_BUILD_CORE 1
+#include "internal/pycore_frame.h"
+#undef Py_BUILD_CORE
+#endif
+
 #define NSLOTS 1024
 #define RING 4096
 
@@ -52,7 +64,27 @@ typedef struct {
     uintptr_t addr;
     uint64_t seq; /* index + 1 once written */
     int write;
+    uintptr_t code; /* the faulting Python frame's code object's address, or 0 */
+    long lasti;     /* its instruction offset in bytes (as frame.f_lasti) */
 } fault_t;
+
+static void fault_frame(fault_t *f)
+{
+    f->code = 0;
+    f->lasti = -1;
+#ifdef NPUSAN_FAULT_FRAMES
+    PyThreadState *ts = PyGILState_GetThisThreadState();
+    if (ts == NULL || ts->cframe == NULL)
+        return;
+    _PyInterpreterFrame *fr = ts->cframe->current_frame;
+    while (fr != NULL && _PyFrame_IsIncomplete(fr))
+        fr = fr->previous;
+    if (fr == NULL || fr->f_code == NULL)
+        return;
+    f->code = (uintptr_t)fr->f_code;
+    f->lasti = (long)(fr->prev_instr - _PyCode_CODE(fr->f_code)) * (long)sizeof(_Py_CODEUNIT);
+#endif
+}
 
 static slot_t slots[NSLOTS];
 static int hwm;          /* slots in use are below it */
@@ -137,6 +169,7 @@ static void handler(int sig, siginfo_t *info, void *ctx)
                 fault_t *f = &ring[idx % RING];
                 f->addr = a;
                 f->write = w;
+                fault_frame(f);
                 __atomic_store_n(&f->seq, idx + 1, __ATOMIC_RELEASE);
             }
             errno = saved;
@@ -243,7 +276,8 @@ static PyObject *py_take(PyObject *self, PyObject *unused)
         fault_t *f = &ring[tail % RING];
         if (__atomic_load_n(&f->seq, __ATOMIC_ACQUIRE) != tail + 1)
             break; /* being written by another thread: the next take gets it */
-        PyObject *t = Py_BuildValue("(KO)", (unsigned long long)f->addr, f->write ? Py_True : Py_False);
+        PyObject *t = Py_BuildValue("(KOKl)", (unsigned long long)f->addr, f->write ? Py_True : Py_False,
+                                    (unsigned long long)f->code, f->lasti);
         if (t == NULL || PyList_Append(out, t) != 0) {
             Py_XDECREF(t);
             Py_DECREF(out);
@@ -283,7 +317,7 @@ static PyObject *py_page_size(PyObject *self, PyObject *unused)
 static PyMethodDef methods[] = {
     {"protect", py_protect, METH_VARARGS, "protect(start, end) -> slot, or -errno"},
     {"lift", py_lift, METH_VARARGS, "lift(slot) -> 0, or -errno"},
-    {"take", py_take, METH_NOARGS, "take() -> ([(address, is_write)], dropped)"},
+    {"take", py_take, METH_NOARGS, "take() -> ([(address, is_write, code, lasti)], dropped)"},
     {"pending", py_pending, METH_NOARGS, "faults waiting in the ring"},
     {"uninstall", py_uninstall, METH_NOARGS, "restore the previous SIGSEGV handler"},
     {"page_size", py_page_size, METH_NOARGS, "the page size"},

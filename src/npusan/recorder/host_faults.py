@@ -10,8 +10,13 @@ read and first write of each page fault; the handler notes the address, opens th
 notes are drained at the recorder's next event -- the next torch op, the next
 synchronization -- into HOST_ACCESS records, which therefore sit in the trace exactly
 where the access happened relative to every stream operation and synchronization. Their
-stack is where they were drained (the handler cannot walk Python frames), which is the
-next torch op or synchronization after the access.
+stack is the stack where they were drained (the handler cannot walk Python frames) with
+the faulting frame put in where it is one of that stack's frames: on CPython 3.11 the
+handler reads the faulting thread's innermost frame's code address and instruction
+offset, and the drain matches that address against the live frames' code objects (never
+dereferencing it). So a write followed, in the same function or a caller, by the copy
+is reported at the write's line; elsewhere (another Python version, a frame that has
+returned) at the next torch op or synchronization after it.
 
 Protection is lifted when the host is ordered after the copy (a synchronization of its
 stream, of the device, or of an event recorded on the stream after it, or a query that
@@ -61,6 +66,17 @@ def unavailable() -> Optional[str]:
     return None
 
 
+def at_fault(key: tuple, where: tuple) -> tuple:
+    """The drain-site stack ``key`` (``(id(code), lasti, ...)``, innermost first) as the
+    fault's: from the frame running the faulting code on, with the fault's instruction.
+    Unchanged where that code is none of the key's (only compared: ids of live code)."""
+    code, lasti = where
+    for k in range(0, len(key), 2):
+        if key[k] == code:
+            return (code, lasti) + key[k + 2:]
+    return key
+
+
 class _Range:
     __slots__ = ("slot", "start", "end", "nbytes", "stream", "seq", "ref")
 
@@ -72,12 +88,13 @@ class _Range:
 class PageWatch:
     """The protected pinned storages of one recording.
 
-    ``post(name, spans)``: queues one HOST_ACCESS record with the current stack (the
-    recorder's). ``armed`` is true while some storage is protected: the dispatch mode then
+    ``post(name, spans, where)``: queues one HOST_ACCESS record with the current stack
+    (the recorder's); ``where``: the faulting Python frame's ``(id(code), lasti)`` where the
+    handler could read it (CPython 3.11), else None. ``armed`` is true while some storage is protected: the dispatch mode then
     calls :meth:`before_op` before each op.
     """
 
-    def __init__(self, post: Callable[[str, list], None]) -> None:
+    def __init__(self, post: Callable[[str, list, Optional[tuple]], None]) -> None:
         from . import _hostfault
 
         self._hf = _hostfault
@@ -178,13 +195,14 @@ class PageWatch:
         faults, dropped = hf.take()
         self.dropped += dropped
         ranges = list(self.ranges.items())
-        for addr, write in faults:
+        for addr, write, code, lasti in faults:
             self.faults += 1
             for base, r in ranges:
                 if r.start <= addr < r.end:
                     off = addr - base
                     if off < r.nbytes:  # (past it: the rest of the last page, no data of the buffer)
-                        self._post(FAULT_WRITE if write else FAULT_READ, [(base, off, 1, r.nbytes, write, None)])
+                        self._post(FAULT_WRITE if write else FAULT_READ, [(base, off, 1, r.nbytes, write, None)],
+                                   (code, lasti) if code else None)
                     break
 
     def before_op(self, args: tuple, kwargs: Optional[dict]) -> None:

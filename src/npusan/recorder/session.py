@@ -402,13 +402,16 @@ class Recorder(EventQueue, RuntimeCallbacks):
                     self._drain_now()
         return False
 
-    def _fault_access(self, name: str, spans: list) -> None:
+    def _fault_access(self, name: str, spans: list, where: Optional[tuple] = None) -> None:
         """A host access of pinned memory seen through a page fault (:mod:`.host_faults`),
-        queued as a HOST_ACCESS record with the stack of where it was drained (also while
-        stopping: :meth:`stop` drains the queue after it lifted the watch)."""
+        queued as a HOST_ACCESS record with the stack of where it was drained, the faulting
+        frame put in where it is one of that stack's (also while stopping: :meth:`stop`
+        drains the queue after it lifted the watch)."""
         if self.failed:
             return
         key = self.stacks.key(1) if self.stacks.depth else None
+        if key and where is not None:
+            key = host_faults.at_fault(key, where)
         self._post(self._host_access, (name, spans, key))
         if self._kmax == 1:
             self._drain_now()
