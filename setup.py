@@ -3,6 +3,8 @@
 - The compiled replay core (``npusan.analyzer.replay._core``). The extension is optional: without
   a C compiler or the Python headers the package still installs, and the analyzer falls
   back to its pure-Python engine (it says so on stderr).
+- ``npusan.recorder._hostfault``: the page-fault watch of pinned host memory (optional too:
+  without it host accesses outside torch ops are not seen, and the trace says so).
 - ``npusan.pth``, installed into site-packages (for wheels and editable installs): the
   start-up hook that makes ``NPUSAN_TRACE=PATH`` / ``NPUSAN_ONLINE=raise|warn`` work in any
   Python process of the environment, the way coverage.py ships its ``.pth`` file. Python's
@@ -101,6 +103,14 @@ setup(
             ["src/npusan/recorder/_stackkey.c"],
             extra_compile_args=["-O2", "-std=gnu11"],
             # PyFrame_GetLasti is 3.11's: older Pythons walk the stack in Python
+            optional=True,
+        ),
+        # the page-fault watch of pinned host memory (docs/semantics.md, "The host"); on
+        # another OS it builds to a module whose import fails, and the recorder says so
+        Extension(
+            "npusan.recorder._hostfault",
+            ["src/npusan/recorder/_hostfault.c"],
+            extra_compile_args=["-O2", "-std=gnu11"],
             optional=True,
         ),
     ],

@@ -24,6 +24,7 @@ def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + ROOT
     env.pop("NPUSAN_TRACE", None)
+    env.pop("NPUSAN_HOST_FAULTS", None)  # torch ops only (tests/recorder/test_host_watch.py: with page faults)
     return env
 
 

@@ -29,6 +29,7 @@ stream, as CUDA does. Pinned host memory is ordinary host memory that says it is
 from __future__ import annotations
 
 import contextlib
+import mmap
 import threading
 import weakref
 from typing import Any, Iterator
@@ -109,12 +110,37 @@ def device_factories() -> Iterator[None]:
 _pinned_storages: set = set()
 
 
+def _page_backed(t: torch.Tensor) -> torch.Tensor:
+    """``t`` moved into pages of its own, as ``cudaHostAlloc`` allocates pinned memory:
+    the recorder's page-fault watch protects only storages that start on a page boundary
+    and own their last page (:mod:`npusan.recorder.host_faults`). Done only while that
+    watch is on: such a storage cannot be resized, as a plain CPU one can."""
+    st = torch._C.TensorBase.untyped_storage(t)
+    n = st.nbytes()
+    if not n:
+        return t
+    buf = mmap.mmap(-1, n)  # anonymous: page-aligned, zeroed, freed with the storage
+    new = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
+    new.copy_(st)
+    out = torch.empty((0,), dtype=t.dtype)
+    out.set_(new, t.storage_offset(), t.size(), t.stride())
+    return out
+
+
 def _pinned(t: torch.Tensor) -> torch.Tensor:
+    if _faults_watched():
+        t = _page_backed(t)
     k = key(t)
     if k and k not in _pinned_storages:
         _pinned_storages.add(k)
         weakref.finalize(torch._C.TensorBase.untyped_storage(t), _pinned_storages.discard, k).atexit = False
     return t
+
+
+def _faults_watched() -> bool:
+    from ..recorder.host_faults import requested
+
+    return requested()
 
 
 def is_pinned(t: torch.Tensor) -> bool:

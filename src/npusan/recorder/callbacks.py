@@ -48,16 +48,36 @@ class RuntimeCallbacks:
 
     on_event_created = _event_hook("event_created")  # (ev)
     on_event_deleted = _event_hook("event_deleted")  # (ev)
-    on_event_record = _event_hook("event_recorded")  # (ev, handle, device)
+    _event_recorded = _event_hook("event_recorded")  # (ev, handle, device)
     on_event_wait = _event_hook("event_waited")  # (ev, handle, device)
 
+    # The host's synchronizations also lift the page-fault watch of the pinned buffers the
+    # copies they wait for read or write (:mod:`.host_faults`): the faults noted so far are
+    # queued first, before the synchronization's own record.
+    def _pages(self, meth: str, *args) -> None:
+        try:
+            getattr(self.pages, meth)(*args)
+        except Exception as e:  # never into the runtime's callback
+            self._fail(e)
+
+    def on_event_record(self, ev: int, handle: int, device: int) -> None:
+        if self.pages is not None:
+            self._pages("event_recorded", ev, handle, device)
+        self._event_recorded(ev, handle, device)
+
     def on_event_sync(self, ev: int) -> None:
+        if self.pages is not None:
+            self._pages("event_synced", ev)
         self._cb("event_synchronized", ev)
 
     def on_stream_sync(self, handle: int, device: int) -> None:
+        if self.pages is not None:
+            self._pages("stream_synced", handle, device)
         self._cb("stream_synchronized", handle, device)
 
     def on_device_sync(self, device: Optional[int]) -> None:
+        if self.pages is not None:
+            self._pages("device_synced", device)
         self._cb("device_synchronized", device)
 
     # Allocations and frees are as frequent as kernels: _cb and _post are inlined.

@@ -75,6 +75,12 @@ class RecordingMode(TorchDispatchMode):
         except Exception as e:  # never into user code
             rec._fail(e)
             return func(*args, **(kwargs or {}))
+        pw = rec.pages
+        if pw is not None and pw.armed and (not info.view or info.host_read):  # protected pinned pages (host_faults)
+            try:
+                pw.before_op(args, kwargs)
+            except Exception as e:  # never into user code
+                rec._fail(e)
         if info.collective is not None and rec.collectives is not None:
             out = rec.collectives.run(func, info.collective, args, kwargs)
             if rec._findings:

@@ -18,7 +18,8 @@ recorded, and cost one dictionary look-up per tensor while some pinned storage i
 (nothing before). A storage stays watched until it dies.
 
 Host accesses made outside torch ops (through a ``.numpy()`` view or a raw pointer) are
-not seen; the trace header's ``host_accesses`` says so (``"torch ops"``).
+seen only by the page-fault watch (:mod:`.host_faults`, ``NPUSAN_HOST_FAULTS=1``); without
+it the trace header's ``host_accesses`` says so (``"torch ops"``).
 """
 
 from __future__ import annotations

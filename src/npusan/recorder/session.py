@@ -33,8 +33,9 @@ import threading
 from typing import Any, Optional, Union
 
 from ..trace_format.encoder import RecordEncoder
-from ..trace_format.records import HOST_WATCH_NOTE, HOST_WATCH_TORCH
-from . import host_memory, process_hooks, signals, sinks, status
+from ..trace_format.records import (HOST_FAULTS_OFF_NOTE, HOST_FAULTS_PART_NOTE, HOST_WATCH_FAULTS, HOST_WATCH_NOTE,
+                                    HOST_WATCH_TORCH)
+from . import host_faults, host_memory, process_hooks, signals, sinks, status
 from .backends import Backend, select_backend
 from .callbacks import RuntimeCallbacks
 from .errors import RaceError  # noqa: F401 (npusan.recorder.session.RaceError, as before)
@@ -111,6 +112,9 @@ class Recorder(EventQueue, RuntimeCallbacks):
         self.collectives = None  # c10d collectives as the process group runs them
         self._recent_works: list = []  # Works kept alive until the next op (collectives.py)
         self._host_noted = False  # the trace says pinned memory is watched (HOST_WATCH_NOTE)
+        #: The page-fault watch of pinned memory (:mod:`.host_faults`), or why there is none.
+        self.pages: Optional[host_faults.PageWatch] = None
+        self._pages_off: Optional[str] = None
         self._stopping = False
         #: The recording this one joined (started while another was active): see start().
         self.joined: Optional["Recorder"] = None
@@ -132,8 +136,9 @@ class Recorder(EventQueue, RuntimeCallbacks):
             if outer is not None and outer.active:
                 return self._join(outer)
             be = self.backend
+            self._pages_off = host_faults.unavailable()
             header = {"device_count": be.device_count(), "default_streams": dict(be.default_streams()),
-                      "host_accesses": HOST_WATCH_TORCH}
+                      "host_accesses": HOST_WATCH_TORCH if self._pages_off else HOST_WATCH_FAULTS}
             if self.path is not None:
                 try:
                     self.writer = sinks.open_trace(self.path, be.name, self.metadata, header,
@@ -151,6 +156,11 @@ class Recorder(EventQueue, RuntimeCallbacks):
             if self.writer is not None and self.writer.sink.durable and self.online is None:
                 self._commit_per_drain(self.writer.sink)  # committed per drain (see the module docstring)
             self._pid = os.getpid()
+            if self._pages_off is None:
+                try:
+                    self.pages = host_faults.PageWatch(self._fault_access)
+                except Exception as e:  # cannot happen where unavailable() said it can: say why
+                    self._pages_off = f"cannot start ({_describe(e)})"
             self.active = True
             _current = self
         try:
@@ -265,6 +275,8 @@ class Recorder(EventQueue, RuntimeCallbacks):
                 self.dispatch.stop()
         except Exception:
             pass
+        if self.pages is not None:  # no page stays protected once nothing records its faults
+            self.pages.close(drain=not self.failed)
         try:
             self.backend.uninstall()
         except Exception:
@@ -309,6 +321,8 @@ class Recorder(EventQueue, RuntimeCallbacks):
         self._stopping = True
         self.writer = None
         self.engine = self.checker.engine = None
+        if self.pages is not None:
+            self.pages.close(drain=False)
         self._lock = threading.RLock()
         self._busy = False
         self._deferred.clear()
@@ -370,14 +384,30 @@ class Recorder(EventQueue, RuntimeCallbacks):
         hw = self.backend.host_watch
         if acc:
             pinned = hw.copied(others)
+            blocking = host_memory.blocking_copy(name, args, kwargs)
             if pinned:
+                if not blocking and self.pages is not None:  # the copy may run after the op returns
+                    be = self.backend
+                    device = 0 if be.single_device else be.tensor_device(acc[0][0])
+                    pw = self.pages
+                    pw.protect(pinned, (device, be.current_stream(device)))
+                    if pw.stopped or pw.refused:  # the trace says what the watch did not see, once
+                        from .explicit import note_once
+
+                        if pw.refused:
+                            note_once(self, "host-faults-refused", HOST_FAULTS_PART_NOTE + pw.refused)
+                        if pw.stopped:  # from here on: torch ops only
+                            note_once(self, "host-faults", HOST_FAULTS_OFF_NOTE + pw.stopped)
+                            self.pages = None
                 acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
                 if not self._host_noted:
                     self._host_noted = True
                     from .explicit import note_once
 
                     note_once(self, "host", HOST_WATCH_NOTE)
-            return host_memory.blocking_copy(name, args, kwargs)
+                    if self._pages_off:
+                        note_once(self, "host-faults", HOST_FAULTS_OFF_NOTE + self._pages_off)
+            return blocking
         mine = hw.host_side(others)
         if mine and self.active:
             sp = host_memory.spans(mine)
@@ -387,6 +417,20 @@ class Recorder(EventQueue, RuntimeCallbacks):
                 if self._kmax == 1:  # durable or online: in the trace before the op returns
                     self._drain_now()
         return False
+
+    def _fault_access(self, name: str, spans: list, where: Optional[tuple] = None) -> None:
+        """A host access of pinned memory seen through a page fault (:mod:`.host_faults`),
+        queued as a HOST_ACCESS record with the stack of where it was drained, the faulting
+        frame put in where it is one of that stack's (also while stopping: :meth:`stop`
+        drains the queue after it lifted the watch)."""
+        if self.failed:
+            return
+        key = self.stacks.key(1) if self.stacks.depth else None
+        if key and where is not None:
+            key = host_faults.at_fault(key, where)
+        self._post(self._host_access, (name, spans, key))
+        if self._kmax == 1:
+            self._drain_now()
 
     # ------------------------------------------------------------------ online mode
 

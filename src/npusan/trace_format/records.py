@@ -228,6 +228,12 @@ HOST_WATCH_FAULTS: Final = "torch ops and page faults"
 #: touched (from then on the host's accesses of it are watched); a report then says what
 #: the header's ``host_accesses`` leaves unseen. A convention, not a format rule.
 HOST_WATCH_NOTE: Final = "host: pinned memory watched"
+#: The NOTE text's start, written with it where the header's ``host_accesses`` is
+#: ``"torch ops"``: why page faults were not watched (the rest of the text).
+HOST_FAULTS_OFF_NOTE: Final = "host: page faults not watched: "
+#: The NOTE text's start where the page-fault watch is on but left a buffer to torch ops
+#: (the rest of the text says which, once per recording).
+HOST_FAULTS_PART_NOTE: Final = "host: page faults not watched for some pinned memory: "
 
 
 def encode_access(bid: int, write: bool, offset: int | None = None, nbytes: int | None = None):

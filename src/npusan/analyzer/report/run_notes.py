@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ...trace_format.records import COARSE_NOTE_PREFIX, HOST_ACCESSES_KEY, HOST_WATCH_NOTE, HOST_WATCH_TORCH
+from ...trace_format.records import (COARSE_NOTE_PREFIX, HOST_ACCESSES_KEY, HOST_FAULTS_OFF_NOTE,
+                                     HOST_FAULTS_PART_NOTE, HOST_WATCH_FAULTS, HOST_WATCH_NOTE, HOST_WATCH_TORCH)
 from .base import Report, ReportOptions
 from .describe import count
 
@@ -92,15 +93,35 @@ def _coarse_note(report: Report) -> Optional[RunNote]:
 def _host_note(report: Report) -> Optional[RunNote]:
     """Once per report: host accesses of pinned memory were judged, but only those made
     through torch ops (the header's ``host_accesses``), so a clean verdict does not cover a
-    write through a numpy view or a raw pointer."""
-    traces = [t for t in report.traces
-              if (t.header or {}).get(HOST_ACCESSES_KEY) == HOST_WATCH_TORCH
-              and any(text == HOST_WATCH_NOTE for _, text in getattr(t, "notes", ()))]
-    if not traces:
+    write through a numpy view or a raw pointer. Says why the page-fault watch that sees
+    those was off, or, where it was on, what it left to torch ops (the trace's notes)."""
+    def notes(t):
+        return [text for _, text in getattr(t, "notes", ())]
+
+    def why(text):
+        for prefix in (HOST_FAULTS_OFF_NOTE, HOST_FAULTS_PART_NOTE):
+            if text.startswith(prefix):
+                return text[len(prefix):]
         return None
-    where = "" if len(report.traces) == 1 else f" (in {count(len(traces), 'trace')})"
-    return RunNote(f"pinned host memory watched{where}: host accesses outside torch ops "
-                   "(numpy views, raw pointers) are not seen")
+
+    off = [t for t in report.traces
+           if (t.header or {}).get(HOST_ACCESSES_KEY) == HOST_WATCH_TORCH and HOST_WATCH_NOTE in notes(t)]
+    part = [t for t in report.traces
+            if (t.header or {}).get(HOST_ACCESSES_KEY) == HOST_WATCH_FAULTS and any(why(x) for x in notes(t))]
+    if not off and not part:
+        return None
+    reasons: list = []
+    for t in off + part:
+        for text in notes(t):
+            w = why(text)
+            if w and w not in reasons:
+                reasons.append(w)
+    n = len(off) + len(part)
+    where = "" if len(report.traces) == 1 else f" (in {count(n, 'trace')})"
+    return RunNote(f"pinned host memory watched{where}: "
+                   + ("" if off else "some ")
+                   + "host accesses outside torch ops (numpy views, raw pointers) are not seen"
+                   + (f" (page-fault watch: {'; '.join(reasons)})" if reasons else ""))
 
 
 def _comparison(report: Report) -> RunNote:

@@ -39,9 +39,16 @@ def _reader(backend: Any, original: Any, name: str, device_read: Optional[Callab
     op = f"Tensor.{name}"
 
     def reader(t, *args, **kwargs):
+        rec = backend._rec
+        pw = getattr(rec, "pages", None)
+        if pw is not None and pw.armed and name != "numpy":  # read here, recorded below: not a fault
+            # (``numpy()`` reads nothing: what the view does later faults like any access)
+            try:
+                pw.before_op((t,), None)
+            except Exception:
+                pass
         out = original(t, *args, **kwargs)
         try:
-            rec = backend._rec
             if rec is not None and isinstance(t, torch.Tensor):
                 if backend.is_device_tensor(t):
                     if device_read is not None:
