@@ -85,6 +85,30 @@ def _import_bindings(node: ast.stmt) -> list[tuple]:
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_AST = ast.AST
+
+
+def _children(node: ast.AST) -> list:
+    """``list(ast.iter_child_nodes(node))``, without a generator per node (reports walk
+    the trees of every file they quote)."""
+    out = []
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, _AST):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend([v for v in value if isinstance(v, _AST)])
+    return out
+
+
+def _walk(node: ast.AST) -> list:
+    """``list(ast.walk(node))``: the same nodes in the same order (breadth first)."""
+    out = [node]
+    i = 0
+    while i < len(out):
+        out.extend(_children(out[i]))
+        i += 1
+    return out
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -111,7 +135,7 @@ def _binding_nodes(body: Sequence[ast.AST]):
             yield node.name, OTHER, node
         elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
             yield node.name, OTHER, node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(_children(node))
 
 
 def _bindings(body: Sequence[ast.AST]) -> dict:
@@ -132,6 +156,42 @@ def _params(fn) -> list[str]:
     return out
 
 
+class _FileIndex:
+    """What the questions about one parsed file look for, collected in one walk of its tree.
+
+    A report asks about thousands of lines of one file; walking the whole tree for each
+    question made rendering quadratic. The lists keep :func:`ast.walk`'s order, so every
+    answer (ties included) is the one a walk per question gives.
+    """
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.nodes = _walk(tree)
+        self.loops = [n for n in self.nodes if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n.body]
+        self.stream_withs = [n for n in self.nodes if isinstance(n, (ast.With, ast.AsyncWith)) and n.body
+                             and any(_calls_stream(item.context_expr) for item in n.items)]
+        self.functions = [n for n in self.nodes if isinstance(n, _SCOPES[:2])]
+        self.function_at: dict[int, ast.AST] = {}  # first line -> the first def there, in walk order
+        for n in self.functions:
+            self.function_at.setdefault(n.lineno, n)
+        #: line -> the innermost simple statement the line is part of (``statement_at``).
+        self.statement: dict[int, ast.stmt] = {}
+        for n in self.nodes:
+            if not isinstance(n, ast.stmt) or isinstance(n, _COMPOUND):
+                continue
+            for line in range(n.lineno, (n.end_lineno or n.lineno) + 1):
+                best = self.statement.get(line)
+                if best is None or n.lineno >= best.lineno:
+                    self.statement[line] = n
+        self._inner: dict[int, list] = {}  # id(node) -> the defs and classes under it (walk order)
+
+    def inner_scopes(self, node: ast.AST) -> list:
+        """The defs and classes in ``node``'s subtree (itself included), in walk order."""
+        out = self._inner.get(id(node))
+        if out is None:
+            out = self._inner[id(node)] = [n for n in _walk(node) if isinstance(n, _SCOPES[:3])]
+        return out
+
+
 class ScopeIndex:
     """Parses each file once and answers :meth:`scope_at` for its lines."""
 
@@ -142,6 +202,23 @@ class ScopeIndex:
         #: (the trees stay in ``_trees``, so their ids stay theirs).
         self._bound: dict[int, dict] = {}
         self._scopes: dict[tuple, Optional[Scope]] = {}  # (filename, lineno) -> scope_at's answer
+        self._files: dict[str, Optional[_FileIndex]] = {}
+        self._binding_lists: dict[int, list] = {}
+        self._chains: dict[tuple, Scope] = {}  # ids of a tree and the defs around a line -> its Scope  # id(scope node) -> list(_binding_nodes(its body))
+
+    def _file(self, filename: str) -> Optional[_FileIndex]:
+        """The file's :class:`_FileIndex` (built once), or None when it cannot be parsed."""
+        if filename not in self._files:
+            tree = self._tree(filename)
+            self._files[filename] = _FileIndex(tree) if tree is not None else None
+        return self._files[filename]
+
+    def _binding_list(self, scope: ast.AST, body: Sequence[ast.AST]) -> list:
+        """``list(_binding_nodes(body))``, computed once per scope (the caller must not change it)."""
+        out = self._binding_lists.get(id(scope))
+        if out is None:
+            out = self._binding_lists[id(scope)] = list(_binding_nodes(body))
+        return out
 
     def _bindings_of(self, scope: ast.AST, body: Sequence[ast.AST]) -> dict:
         """:func:`_bindings` of ``body``, computed once per scope (the caller must not change it)."""
@@ -175,10 +252,7 @@ class ScopeIndex:
         tree = self._tree(filename)
         if tree is None or not isinstance(lineno, int):
             return None
-        names = dict(self._bindings_of(tree, tree.body))
-        function = cls = None
-        params: frozenset = frozenset()
-        local: dict = {}
+        chain = []  # the defs and classes around the line, outermost first
         body: Sequence[ast.AST] = tree.body
         while True:
             inner = next(
@@ -191,6 +265,22 @@ class ScopeIndex:
                 inner = _enclosing_def(body, lineno)
             if inner is None:
                 break
+            chain.append(inner)
+            body = inner.body
+        key = (id(tree), *map(id, chain))  # (the trees stay in ``_trees``: their ids stay theirs)
+        scope = self._chains.get(key)
+        if scope is None:
+            scope = self._chains[key] = self._scope_of(tree, chain)
+        return scope
+
+    def _scope_of(self, tree: ast.Module, chain: Sequence[ast.AST]) -> Scope:
+        """The :class:`Scope` of a line inside ``chain``, the defs and classes around it
+        (the same for every line of the innermost one's own body: shared, never changed)."""
+        names = dict(self._bindings_of(tree, tree.body))
+        function = cls = None
+        params: frozenset = frozenset()
+        local: dict = {}
+        for inner in chain:
             if isinstance(inner, ast.ClassDef):
                 cls = inner.lineno  # class bodies do not enclose their methods' names
             else:
@@ -199,7 +289,6 @@ class ScopeIndex:
                 local = {p: OTHER for p in params}
                 local.update(self._bindings_of(inner, inner.body))
                 names.update(local)
-            body = inner.body
         return Scope(names, function, cls, params, frozenset(local))
 
 
@@ -212,17 +301,10 @@ class ScopeIndex:
         code). When ``site`` comes first (a loop), any other binding counts. Conservative:
         the order of execution is not followed, only the order of lines.
         """
-        tree = self._tree(filename)
-        if tree is None:
+        fn = self._function(filename, function)
+        if fn is None:
             return True
-        if function is None:
-            body: Sequence[ast.AST] = tree.body
-        else:
-            fn = next((n for n in ast.walk(tree) if isinstance(n, _SCOPES[:2]) and n.lineno == function), None)
-            if fn is None:
-                return True
-            body = fn.body
-        for bound, _path, node in _binding_nodes(body):
+        for bound, _path, node in self._binding_list(fn, fn.body):
             if bound != name:
                 continue
             start, end = node.lineno, node.end_lineno or node.lineno
@@ -239,21 +321,17 @@ class ScopeIndex:
         """The innermost ``with`` statement around line ``lineno`` (not on its header line,
         and not outside the def the line is in) one of whose items calls ``...stream(...)``
         (``with torch.cuda.stream(s):``), or None."""
-        tree = self._tree(filename)
-        if tree is None or not isinstance(lineno, int):
+        fi = self._file(filename)
+        if fi is None or not isinstance(lineno, int):
             return None
         best = None
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.With, ast.AsyncWith)) or not node.body:
-                continue
+        for node in fi.stream_withs:
             if not (node.body[0].lineno <= lineno <= (node.end_lineno or node.lineno)):
-                continue
-            if not any(_calls_stream(item.context_expr) for item in node.items):
                 continue
             if best is None or node.lineno > best.lineno:
                 best = node
         if best is not None:  # a def between the block and the line: the block is not around it
-            for node in ast.walk(best):
+            for node in fi.inner_scopes(best):
                 if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
                     return None
         return best
@@ -263,7 +341,7 @@ class ScopeIndex:
         tree = self._tree(filename)
         if tree is None or function is None:
             return tree
-        return next((n for n in ast.walk(tree) if isinstance(n, _SCOPES[:2]) and n.lineno == function), None)
+        return self._file(filename).function_at.get(function)
 
     def names_read(self, filename: str, lineno: int) -> frozenset:
         """The plain names the statement at line ``lineno`` reads (``acc += cur @ w``: acc,
@@ -295,11 +373,7 @@ class ScopeIndex:
         stmt = self.statement_at(filename, lineno)
         if isinstance(stmt, ast.Return):
             return True
-        fn = None
-        for node in ast.walk(tree):
-            if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
-                if fn is None or node.lineno > fn.lineno:
-                    fn = node
+        fn = self._innermost_function(filename, lineno)
         if fn is None or name is None:
             return False
         values = [n.value for n in _own_nodes(fn.body) if isinstance(n, ast.Return)]
@@ -324,7 +398,7 @@ class ScopeIndex:
                     for t, v in _pairs(target, node.value):
                         assigned.add(id(t))
                         pairs.append((t.id, t.lineno, v))
-        for name, _path, node in _binding_nodes(body):
+        for name, _path, node in self._binding_list(fn, body):
             if id(node) not in assigned and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del)):
                 others.append((name, node))  # (``del name`` unbinds: reading it after that fails)
         found = {n for n in seeds}
@@ -354,33 +428,30 @@ class ScopeIndex:
     def in_one_loop(self, filename: str, a: int, b: int) -> bool:
         """Whether lines ``a`` and ``b`` are in the body of one ``for``/``while`` loop of the
         same function (so one may run again between two runs of the other)."""
-        tree = self._tree(filename)
-        if tree is None:
+        fi = self._file(filename)
+        if fi is None:
             return True
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
-                lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
-                if lo <= a <= hi and lo <= b <= hi:
-                    inner = [n for n in ast.walk(node) if isinstance(n, _SCOPES[:3])
-                             and (n.lineno <= a <= (n.end_lineno or n.lineno)) != (n.lineno <= b <= (n.end_lineno or n.lineno))]
-                    if not inner:
-                        return True
+        for node in fi.loops:
+            lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
+            if lo <= a <= hi and lo <= b <= hi:
+                inner = [n for n in fi.inner_scopes(node)
+                         if (n.lineno <= a <= (n.end_lineno or n.lineno)) != (n.lineno <= b <= (n.end_lineno or n.lineno))]
+                if not inner:
+                    return True
         return False
 
     def loop_at(self, filename: str, lineno: int) -> Optional[tuple]:
         """``(header line, first body line, last line)`` of the innermost ``for``/``while``
         loop whose body holds line ``lineno`` with no def between them, or None."""
-        tree = self._tree(filename)
-        if tree is None or not isinstance(lineno, int):
+        fi = self._file(filename)
+        if fi is None or not isinstance(lineno, int):
             return None
         best = None
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
-                lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
-                if lo <= lineno <= hi and (best is None or node.lineno > best.lineno):
-                    best = node
-        if best is None or any(isinstance(n, _SCOPES[:3]) and n.lineno <= lineno <= (n.end_lineno or n.lineno)
-                               for n in ast.walk(best)):
+        for node in fi.loops:
+            lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
+            if lo <= lineno <= hi and (best is None or node.lineno > best.lineno):
+                best = node
+        if best is None or any(n.lineno <= lineno <= (n.end_lineno or n.lineno) for n in fi.inner_scopes(best)):
             return None
         return best.lineno, best.body[0].lineno, best.end_lineno or best.lineno
 
@@ -391,11 +462,7 @@ class ScopeIndex:
         tree = self._tree(filename)
         if tree is None or not isinstance(lineno, int):
             return None
-        fn = None
-        for node in ast.walk(tree):
-            if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
-                if fn is None or node.lineno > fn.lineno:
-                    fn = node
+        fn = self._innermost_function(filename, lineno)
         if fn is None:
             return None
         fixture = None
@@ -421,17 +488,19 @@ class ScopeIndex:
     def statement_at(self, filename: str, lineno: int) -> Optional[ast.stmt]:
         """The innermost simple statement (not a def, class, if, loop or with) that line
         ``lineno`` of ``filename`` is part of, or None."""
-        tree = self._tree(filename)
-        if tree is None or not isinstance(lineno, int):
+        fi = self._file(filename)
+        if fi is None or not isinstance(lineno, int):
             return None
-        best = None
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.stmt) or isinstance(node, _COMPOUND):
-                continue
+        return fi.statement.get(lineno)
+
+    def _innermost_function(self, filename: str, lineno: int):
+        """The innermost def (not class) whose lines hold line ``lineno``, or None."""
+        fn = None
+        for node in self._file(filename).functions:
             if node.lineno <= lineno <= (node.end_lineno or node.lineno):
-                if best is None or node.lineno >= best.lineno:
-                    best = node
-        return best
+                if fn is None or node.lineno > fn.lineno:
+                    fn = node
+        return fn
 
 
 #: Statements with a body of statements: a line in one is in one of its simple statements.
@@ -447,9 +516,7 @@ def _own_nodes(body: Sequence[ast.AST]):
     while stack:
         node = stack.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, _SCOPES):
-                stack.append(child)
+        stack.extend([child for child in _children(node) if not isinstance(child, _SCOPES)])
 
 
 def _pairs(target: ast.AST, value: ast.AST):
