@@ -138,10 +138,133 @@ def _binding_nodes(body: Sequence[ast.AST]):
         stack.extend(_children(node))
 
 
-def _bindings(body: Sequence[ast.AST]) -> dict:
-    """Names a scope's own statements bind (not descending into nested scopes)."""
+def _walk_binding(tree: ast.Module) -> tuple:
+    """``(list(ast.walk(tree)), {id(scope): its bindings})`` in one pass: the nodes in
+    :func:`ast.walk`'s order, and for the module and each def and class what
+    :func:`_binding_nodes` of its body yields (in another order: every use of them is
+    indifferent to it). Each node is walked with the scope whose bindings it may make, or
+    None where :func:`_binding_nodes` does not look (imports' parts, comprehensions,
+    lambdas, a def's arguments and annotations, a class's bases)."""
+    nodes: list = [tree]
+    owners: list = [tree]
+    bound: dict = {id(tree): []}
+    i = 0
+    while i < len(nodes):
+        node, owner = nodes[i], owners[i]
+        i += 1
+        scope = isinstance(node, _SCOPES)
+        if owner is not None:
+            out = bound[id(owner)]
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out.extend((name, path, node) for name, path in _import_bindings(node))
+                owner = None
+            elif scope:
+                if not isinstance(node, ast.Lambda):
+                    out.append((node.name, OTHER, node))
+            elif isinstance(node, _COMPREHENSIONS):
+                owner = None
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                out.append((node.id, OTHER, node))
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                out.append((node.name, OTHER, node))
+            elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+                out.append((node.name, OTHER, node))
+        if scope and not isinstance(node, ast.Lambda):
+            bound[id(node)] = []
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if scope:  # its decorators are the enclosing scope's, its body its own
+                who = owner if field == "decorator_list" else node if field == "body" \
+                    and not isinstance(node, ast.Lambda) else None
+            else:
+                who = owner
+            if isinstance(value, _AST):
+                nodes.append(value)
+                owners.append(who)
+            elif isinstance(value, list):
+                for v in value:
+                    if isinstance(v, _AST):
+                        nodes.append(v)
+                        owners.append(who)
+    return nodes, bound
+
+
+#: Statements whose own expressions bind nothing when the file has no ``:=`` (a name is
+#: bound in an expression only by an assignment expression).
+_NO_TARGETS = (ast.Expr, ast.Return, ast.Raise, ast.Assert, ast.Pass, ast.Break, ast.Continue, ast.Global,
+               ast.Nonlocal, ast.If, ast.While, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ()) \
+    + ((ast.Match,) if hasattr(ast, "Match") else ())
+#: Statements that bind through targets: their fields that hold them.
+_TARGETS = {ast.Assign: "targets", ast.AugAssign: "target", ast.AnnAssign: "target", ast.For: "target",
+            ast.AsyncFor: "target", ast.Delete: "targets"}
+_MATCH_CASE = getattr(ast, "match_case", ())
+
+
+def _walk_statements(tree: ast.Module) -> tuple:
+    """:func:`_walk_binding` for a file without ``:=``, walking statements only (several
+    times fewer nodes): ``(its statements, {id(scope): its bindings})``. Names are bound
+    outside expressions, and inside them only at assignment targets, ``with ... as``
+    targets and match patterns, which are walked as :func:`_binding_nodes` does; any other
+    statement has every expression walked. The statements come breadth first by statement
+    nesting, not by :func:`ast.walk`'s order: no answer depends on it (no two loops,
+    ``with`` blocks or defs start on one line, and statements sharing a line are siblings,
+    kept in order)."""
+    stmts: list = []
+    bound: dict = {id(tree): []}
+    queue = list(tree.body)
+    owner_of = [tree] * len(queue)
+    i = 0
+    while i < len(queue):
+        node, owner = queue[i], owner_of[i]
+        i += 1
+        stmts.append(node)
+        out = bound[id(owner)]
+        inner = owner
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.extend((name, path, node) for name, path in _import_bindings(node))
+            continue
+        if isinstance(node, _SCOPES[:3]):
+            out.append((node.name, OTHER, node))  # (its decorators are expressions)
+            inner = node
+            bound[id(node)] = []
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            out.extend(_binding_nodes([it.optional_vars for it in node.items if it.optional_vars is not None]))
+        elif type(node) in _TARGETS:
+            target = getattr(node, _TARGETS[type(node)])
+            out.extend(_binding_nodes(target if isinstance(target, list) else [target]))
+        elif not isinstance(node, _NO_TARGETS):  # another statement: all its expressions
+            parts = []
+            for field in node._fields:
+                value = getattr(node, field, None)
+                for v in value if isinstance(value, list) else [value]:
+                    if isinstance(v, _AST) and not isinstance(v, (ast.stmt, ast.excepthandler) + (_MATCH_CASE or ())):
+                        parts.append(v)
+            out.extend(_binding_nodes(parts))
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if not isinstance(value, list):
+                continue
+            for v in value:
+                if isinstance(v, ast.stmt):
+                    queue.append(v)
+                    owner_of.append(inner)
+                elif isinstance(v, ast.ExceptHandler):
+                    if v.name:
+                        out.append((v.name, OTHER, v))
+                    queue.extend(v.body)
+                    owner_of.extend([inner] * len(v.body))
+                elif _MATCH_CASE and isinstance(v, _MATCH_CASE):
+                    out.extend(_binding_nodes([v.pattern]))  # (its guard is an expression)
+                    queue.extend(v.body)
+                    owner_of.extend([inner] * len(v.body))
+    return stmts, bound
+
+
+def _bindings(body: Sequence[ast.AST], listed: Optional[list] = None) -> dict:
+    """Names a scope's own statements bind (not descending into nested scopes); ``listed``:
+    what :func:`_binding_nodes` of ``body`` yields, when known."""
     names: dict = {}
-    for name, path, _node in _binding_nodes(body):
+    for name, path, _node in (_binding_nodes(body) if listed is None else listed):
         if name in names and names[name] != path:
             names[name] = OTHER  # bound two ways: not a reliable module name
         else:
@@ -160,12 +283,13 @@ class _FileIndex:
     """What the questions about one parsed file look for, collected in one walk of its tree.
 
     A report asks about thousands of lines of one file; walking the whole tree for each
-    question made rendering quadratic. The lists keep :func:`ast.walk`'s order, so every
-    answer (ties included) is the one a walk per question gives.
+    question made rendering quadratic. Every answer (ties included) is the one a walk of
+    the tree per question gives. ``walrus``: whether the file may hold ``:=`` (else only its
+    statements are walked, :func:`_walk_statements`).
     """
 
-    def __init__(self, tree: ast.Module) -> None:
-        self.nodes = _walk(tree)
+    def __init__(self, tree: ast.Module, walrus: bool = True) -> None:
+        self.nodes, self.bindings = _walk_binding(tree) if walrus else _walk_statements(tree)
         self.loops = [n for n in self.nodes if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n.body]
         self.stream_withs = [n for n in self.nodes if isinstance(n, (ast.With, ast.AsyncWith)) and n.body
                              and any(_calls_stream(item.context_expr) for item in n.items)]
@@ -198,19 +322,23 @@ class ScopeIndex:
     def __init__(self, sources) -> None:
         self.sources = sources  # a SourceCache
         self._trees: dict[str, Optional[ast.Module]] = {}
+        self._walrus: dict[str, bool] = {}  # filename -> whether its text holds ':='
         #: id(scope node) -> its bindings: a report asks about thousands of lines of one file
         #: (the trees stay in ``_trees``, so their ids stay theirs).
         self._bound: dict[int, dict] = {}
         self._scopes: dict[tuple, Optional[Scope]] = {}  # (filename, lineno) -> scope_at's answer
         self._files: dict[str, Optional[_FileIndex]] = {}
-        self._binding_lists: dict[int, list] = {}
-        self._chains: dict[tuple, Scope] = {}  # ids of a tree and the defs around a line -> its Scope  # id(scope node) -> list(_binding_nodes(its body))
+        self._binding_lists: dict[int, list] = {}  # id(scope node) -> list(_binding_nodes(its body))
+        self._chains: dict[tuple, Scope] = {}  # ids of a tree and the defs around a line -> its Scope
 
     def _file(self, filename: str) -> Optional[_FileIndex]:
         """The file's :class:`_FileIndex` (built once), or None when it cannot be parsed."""
         if filename not in self._files:
             tree = self._tree(filename)
-            self._files[filename] = _FileIndex(tree) if tree is not None else None
+            index = self._files[filename] = _FileIndex(tree, self._walrus.get(filename, True)) \
+                if tree is not None else None
+            if index is not None:
+                self._binding_lists.update(index.bindings)
         return self._files[filename]
 
     def _binding_list(self, scope: ast.AST, body: Sequence[ast.AST]) -> list:
@@ -224,7 +352,7 @@ class ScopeIndex:
         """:func:`_bindings` of ``body``, computed once per scope (the caller must not change it)."""
         out = self._bound.get(id(scope))
         if out is None:
-            out = self._bound[id(scope)] = _bindings(body)
+            out = self._bound[id(scope)] = _bindings(body, self._binding_lists.get(id(scope)))
         return out
 
     def _tree(self, filename: str) -> Optional[ast.Module]:
@@ -233,8 +361,10 @@ class ScopeIndex:
         tree = None
         lines = self.sources.lines(filename) if self.sources is not None else None
         if lines is not None:
+            text = "\n".join(lines)
+            self._walrus[filename] = ":=" in text  # (a name bound inside an expression)
             try:
-                tree = ast.parse("\n".join(lines), filename=filename)
+                tree = ast.parse(text, filename=filename)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 tree = None
         self._trees[filename] = tree
@@ -252,6 +382,7 @@ class ScopeIndex:
         tree = self._tree(filename)
         if tree is None or not isinstance(lineno, int):
             return None
+        self._file(filename)  # (its walk lists every scope's bindings)
         chain = []  # the defs and classes around the line, outermost first
         body: Sequence[ast.AST] = tree.body
         while True:
@@ -338,10 +469,10 @@ class ScopeIndex:
 
     def _function(self, filename: str, function: Optional[int]):
         """The def starting at line ``function`` (the module for None), or None."""
-        tree = self._tree(filename)
-        if tree is None or function is None:
-            return tree
-        return self._file(filename).function_at.get(function)
+        index = self._file(filename)
+        if index is None or function is None:
+            return self._tree(filename)
+        return index.function_at.get(function)
 
     def names_read(self, filename: str, lineno: int) -> frozenset:
         """The plain names the statement at line ``lineno`` reads (``acc += cur @ w``: acc,
