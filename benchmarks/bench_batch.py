@@ -89,6 +89,15 @@ def machine_parallelism(tasks: int = 8, n: int = 3_000_000) -> float:
         return (time.perf_counter() - t0) / serial
 
 
+def rss_text(rss_q: int, rss_f: int, n_quarter: int, n_traces: int) -> str:
+    """The worker memory comparison in words; 'not measured' where there was no worker
+    (one trace: --jobs 2 analyzes it in its own process) to compare."""
+    if not (rss_q and rss_f):
+        return f"not measured ({n_traces} trace{'s' if n_traces != 1 else ''}: --jobs 2 started no worker)"
+    return (f"{rss_q / 1024:.1f} MiB over {n_quarter} traces, {rss_f / 1024:.1f} MiB over {n_traces} "
+            f"-> {rss_f / rss_q:.2f}x")
+
+
 def best(runs: int, fn, *args, **kwargs) -> float:
     return min(fn(*args, **kwargs)[0] for _ in range(runs))
 
@@ -121,6 +130,11 @@ def main() -> None:
     n_traces = args.traces or (8 if args.quick else 64)
     n_kernels = args.kernels or (20_000 if args.quick else 200_000)
     repeats = args.repeats or (1 if args.quick else 2)
+    if n_traces < 1:
+        ap.error("--traces must be at least 1")
+    # The memory check compares a worker over a quarter of the traces with one over all of
+    # them; --jobs 2 starts workers only for 2 traces or more, so the quarter has at least 2.
+    n_quarter = min(n_traces, max(2, n_traces // 4))
 
     tmp = tempfile.mkdtemp(prefix="npusan-batch-")
     try:
@@ -138,7 +152,7 @@ def main() -> None:
         os.makedirs(big)
         for i in range(n_traces):
             shutil.copyfile(one, os.path.join(night, f"rank{i:03d}.npusan"))
-            if i < max(1, n_traces // 4):
+            if i < n_quarter:
                 shutil.copyfile(one, os.path.join(quarter, f"rank{i:03d}.npusan"))
         for i in range(4 * n_traces):
             os.link(one, os.path.join(big, f"rank{i:03d}.npusan"))
@@ -150,10 +164,10 @@ def main() -> None:
         print(f"--jobs 1: {t1:.1f} s ({n_traces * kernels / t1 / 1e6:.2f} M kernels/s)")
         t2 = best(repeats, analyze, night, "--jobs", "2")
         print(f"--jobs 2: {t2:.1f} s -> {t2 / t1:.2f}x of --jobs 1 (target <= 0.6x)")
-        rss_q = worker_rss(quarter, 2)
-        rss_f = worker_rss(night, 2)
-        print(f"peak RSS of a --jobs 2 worker: {rss_q / 1024:.1f} MiB over {max(1, n_traces // 4)} traces, "
-              f"{rss_f / 1024:.1f} MiB over {n_traces} -> {rss_f / rss_q:.2f}x (target: flat, <= 1.1x)")
+        rss_q = worker_rss(quarter, 2) if n_traces >= 2 else 0
+        rss_f = worker_rss(night, 2) if n_traces >= 2 else 0
+        rss_line = rss_text(rss_q, rss_f, n_quarter, n_traces)
+        print(f"peak RSS of a --jobs 2 worker: {rss_line} (target: flat, <= 1.1x)")
         td = None
         if not args.no_dask:
             ta2 = best(repeats, api_wall, night, jobs=2)  # before Dask starts threads here (workers fork)
@@ -204,8 +218,7 @@ trace of the analyzer benchmark's program), analyzed as one directory by `npusan
 {import_line}Measured in the same run: pure-CPU work (a Python loop) split over 2 processes took {par:.2f}x
 the time of 1 process: a rough gauge of how much of the second vCPU was free at that moment.
 
-Peak RSS of the largest `--jobs 2` worker: {rss_q / 1024:.1f} MiB over {max(1, n_traces // 4)} traces,
-{rss_f / 1024:.1f} MiB over {n_traces} ({rss_f / rss_q:.2f}x): a worker holds one trace at a time, so its
+Peak RSS of the largest `--jobs 2` worker: {rss_line}: a worker holds one trace at a time, so its
 memory does not grow with the number of traces.
 
 """

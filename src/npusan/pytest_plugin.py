@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any, Optional
 
 import pytest
@@ -71,14 +72,38 @@ def pytest_configure(config: pytest.Config) -> None:
         from .emulate.install import install
 
         install(emulate)  # below every recorder the tests start: its mode must be entered first
-    if config.getoption("npusan"):
-        from .recorder.backends import device_problem
+    if config.getoption("npusan") and emulate is not None:
+        problem = _device_problem(config)  # (the emulator should have made the device: a bug if not)
+        if problem is not None:
+            raise pytest.UsageError(problem)
 
-        backend = config.getoption("npusan_backend")
-        problem = device_problem(backend)
-        if problem is not None:  # every test would pass unchecked
-            raise pytest.UsageError(f"--npusan-backend {backend}: {problem}; "
-                                    "check on the simulated device with --npusan-backend sim")
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> Optional[int]:
+    """Refuse a session on a named device that is not here, before collecting anything:
+    every test would pass unchecked. Exit 2 with one line, as ``npusan record --backend``
+    does for the same mistake (not pytest's usage-error status 4: the command line is
+    well formed, the machine lacks the device). With ``--npusan-emulate`` the device is
+    the emulator's, installed at configure time."""
+    if not config.getoption("npusan") or config.getoption("npusan_emulate") is not None \
+            or config.getoption("help", False):
+        return None
+    problem = _device_problem(config)
+    if problem is None:
+        return None
+    print(f"npusan: error: {problem}", file=sys.stderr)
+    return 2
+
+
+def _device_problem(config: pytest.Config) -> Optional[str]:
+    """Why ``--npusan-backend`` names a device this machine cannot record, or None."""
+    from .recorder.backends import device_problem
+
+    backend = config.getoption("npusan_backend")
+    problem = device_problem(backend)
+    if problem is None:
+        return None
+    return f"--npusan-backend {backend}: {problem}; check on the simulated device with --npusan-backend sim"
 
 
 def _trace_name(nodeid: str) -> str:

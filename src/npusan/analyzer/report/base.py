@@ -7,6 +7,9 @@ decisions a user asked for: grouping, suppressions, a baseline, ``--min-count``.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Optional
 
@@ -373,8 +376,37 @@ class Reporter:
 _REGISTRY: dict[str, Callable[[], Reporter]] = {}
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector paused (when it ran) for the duration.
+
+    Rendering allocates millions of small objects (strings, dicts, the parsed trees of the
+    quoted source files), none of them in reference cycles, and each allocation burst makes
+    the collector walk the whole heap again: the analysis's findings and traces, which
+    rendering never frees. That walk was half the time of a report of 10,000 findings.
+    Memory is still freed as usual (by reference counting); any cycle waits for the next
+    collection after this block.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def register(cls):
-    """Class decorator: make a reporter available by its ``name``."""
+    """Class decorator: make a reporter available by its ``name`` (its ``render`` runs with
+    :func:`collector_paused`)."""
+    render = cls.__dict__.get("render")
+    if render is not None:
+        @functools.wraps(render)
+        def paused(self, report, options):
+            with collector_paused():
+                return render(self, report, options)
+
+        cls.render = paused
     _REGISTRY[cls.name] = cls
     return cls
 

@@ -25,7 +25,7 @@ import json
 from typing import Optional
 
 from ..._version import __version__
-from ...trace_format.safe_text import clean
+from ...trace_format.safe_text import clean, clean_lines
 from ..findings.model import AccessInfo, Kind
 from ..findings.grouping import Group
 from ..findings.rootcause import RootCause
@@ -315,7 +315,7 @@ def _finding_data(report: Report, g: Group, i: int, sources: SourceCache) -> dic
 def _clean_data(value):
     """Strings sanitized as :func:`e` does before escaping (the script sets them as text)."""
     if isinstance(value, str):
-        return "\n".join(clean(line, 1 << 16) for line in value.split("\n"))
+        return clean_lines(value, 1 << 16)
     if isinstance(value, dict):
         return {k: _clean_data(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -85,6 +85,30 @@ def _import_bindings(node: ast.stmt) -> list[tuple]:
 
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_AST = ast.AST
+
+
+def _children(node: ast.AST) -> list:
+    """``list(ast.iter_child_nodes(node))``, without a generator per node (reports walk
+    the trees of every file they quote)."""
+    out = []
+    for field in node._fields:
+        value = getattr(node, field, None)
+        if isinstance(value, _AST):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend([v for v in value if isinstance(v, _AST)])
+    return out
+
+
+def _walk(node: ast.AST) -> list:
+    """``list(ast.walk(node))``: the same nodes in the same order (breadth first)."""
+    out = [node]
+    i = 0
+    while i < len(out):
+        out.extend(_children(out[i]))
+        i += 1
+    return out
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
@@ -111,13 +135,136 @@ def _binding_nodes(body: Sequence[ast.AST]):
             yield node.name, OTHER, node
         elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
             yield node.name, OTHER, node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(_children(node))
 
 
-def _bindings(body: Sequence[ast.AST]) -> dict:
-    """Names a scope's own statements bind (not descending into nested scopes)."""
+def _walk_binding(tree: ast.Module) -> tuple:
+    """``(list(ast.walk(tree)), {id(scope): its bindings})`` in one pass: the nodes in
+    :func:`ast.walk`'s order, and for the module and each def and class what
+    :func:`_binding_nodes` of its body yields (in another order: every use of them is
+    indifferent to it). Each node is walked with the scope whose bindings it may make, or
+    None where :func:`_binding_nodes` does not look (imports' parts, comprehensions,
+    lambdas, a def's arguments and annotations, a class's bases)."""
+    nodes: list = [tree]
+    owners: list = [tree]
+    bound: dict = {id(tree): []}
+    i = 0
+    while i < len(nodes):
+        node, owner = nodes[i], owners[i]
+        i += 1
+        scope = isinstance(node, _SCOPES)
+        if owner is not None:
+            out = bound[id(owner)]
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                out.extend((name, path, node) for name, path in _import_bindings(node))
+                owner = None
+            elif scope:
+                if not isinstance(node, ast.Lambda):
+                    out.append((node.name, OTHER, node))
+            elif isinstance(node, _COMPREHENSIONS):
+                owner = None
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                out.append((node.id, OTHER, node))
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                out.append((node.name, OTHER, node))
+            elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+                out.append((node.name, OTHER, node))
+        if scope and not isinstance(node, ast.Lambda):
+            bound[id(node)] = []
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if scope:  # its decorators are the enclosing scope's, its body its own
+                who = owner if field == "decorator_list" else node if field == "body" \
+                    and not isinstance(node, ast.Lambda) else None
+            else:
+                who = owner
+            if isinstance(value, _AST):
+                nodes.append(value)
+                owners.append(who)
+            elif isinstance(value, list):
+                for v in value:
+                    if isinstance(v, _AST):
+                        nodes.append(v)
+                        owners.append(who)
+    return nodes, bound
+
+
+#: Statements whose own expressions bind nothing when the file has no ``:=`` (a name is
+#: bound in an expression only by an assignment expression).
+_NO_TARGETS = (ast.Expr, ast.Return, ast.Raise, ast.Assert, ast.Pass, ast.Break, ast.Continue, ast.Global,
+               ast.Nonlocal, ast.If, ast.While, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ()) \
+    + ((ast.Match,) if hasattr(ast, "Match") else ())
+#: Statements that bind through targets: their fields that hold them.
+_TARGETS = {ast.Assign: "targets", ast.AugAssign: "target", ast.AnnAssign: "target", ast.For: "target",
+            ast.AsyncFor: "target", ast.Delete: "targets"}
+_MATCH_CASE = getattr(ast, "match_case", ())
+
+
+def _walk_statements(tree: ast.Module) -> tuple:
+    """:func:`_walk_binding` for a file without ``:=``, walking statements only (several
+    times fewer nodes): ``(its statements, {id(scope): its bindings})``. Names are bound
+    outside expressions, and inside them only at assignment targets, ``with ... as``
+    targets and match patterns, which are walked as :func:`_binding_nodes` does; any other
+    statement has every expression walked. The statements come breadth first by statement
+    nesting, not by :func:`ast.walk`'s order: no answer depends on it (no two loops,
+    ``with`` blocks or defs start on one line, and statements sharing a line are siblings,
+    kept in order)."""
+    stmts: list = []
+    bound: dict = {id(tree): []}
+    queue = list(tree.body)
+    owner_of = [tree] * len(queue)
+    i = 0
+    while i < len(queue):
+        node, owner = queue[i], owner_of[i]
+        i += 1
+        stmts.append(node)
+        out = bound[id(owner)]
+        inner = owner
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.extend((name, path, node) for name, path in _import_bindings(node))
+            continue
+        if isinstance(node, _SCOPES[:3]):
+            out.append((node.name, OTHER, node))  # (its decorators are expressions)
+            inner = node
+            bound[id(node)] = []
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            out.extend(_binding_nodes([it.optional_vars for it in node.items if it.optional_vars is not None]))
+        elif type(node) in _TARGETS:
+            target = getattr(node, _TARGETS[type(node)])
+            out.extend(_binding_nodes(target if isinstance(target, list) else [target]))
+        elif not isinstance(node, _NO_TARGETS):  # another statement: all its expressions
+            parts = []
+            for field in node._fields:
+                value = getattr(node, field, None)
+                for v in value if isinstance(value, list) else [value]:
+                    if isinstance(v, _AST) and not isinstance(v, (ast.stmt, ast.excepthandler) + (_MATCH_CASE or ())):
+                        parts.append(v)
+            out.extend(_binding_nodes(parts))
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if not isinstance(value, list):
+                continue
+            for v in value:
+                if isinstance(v, ast.stmt):
+                    queue.append(v)
+                    owner_of.append(inner)
+                elif isinstance(v, ast.ExceptHandler):
+                    if v.name:
+                        out.append((v.name, OTHER, v))
+                    queue.extend(v.body)
+                    owner_of.extend([inner] * len(v.body))
+                elif _MATCH_CASE and isinstance(v, _MATCH_CASE):
+                    out.extend(_binding_nodes([v.pattern]))  # (its guard is an expression)
+                    queue.extend(v.body)
+                    owner_of.extend([inner] * len(v.body))
+    return stmts, bound
+
+
+def _bindings(body: Sequence[ast.AST], listed: Optional[list] = None) -> dict:
+    """Names a scope's own statements bind (not descending into nested scopes); ``listed``:
+    what :func:`_binding_nodes` of ``body`` yields, when known."""
     names: dict = {}
-    for name, path, _node in _binding_nodes(body):
+    for name, path, _node in (_binding_nodes(body) if listed is None else listed):
         if name in names and names[name] != path:
             names[name] = OTHER  # bound two ways: not a reliable module name
         else:
@@ -132,22 +279,80 @@ def _params(fn) -> list[str]:
     return out
 
 
+class _FileIndex:
+    """What the questions about one parsed file look for, collected in one walk of its tree.
+
+    A report asks about thousands of lines of one file; walking the whole tree for each
+    question made rendering quadratic. Every answer (ties included) is the one a walk of
+    the tree per question gives. ``walrus``: whether the file may hold ``:=`` (else only its
+    statements are walked, :func:`_walk_statements`).
+    """
+
+    def __init__(self, tree: ast.Module, walrus: bool = True) -> None:
+        self.nodes, self.bindings = _walk_binding(tree) if walrus else _walk_statements(tree)
+        self.loops = [n for n in self.nodes if isinstance(n, (ast.For, ast.AsyncFor, ast.While)) and n.body]
+        self.stream_withs = [n for n in self.nodes if isinstance(n, (ast.With, ast.AsyncWith)) and n.body
+                             and any(_calls_stream(item.context_expr) for item in n.items)]
+        self.functions = [n for n in self.nodes if isinstance(n, _SCOPES[:2])]
+        self.function_at: dict[int, ast.AST] = {}  # first line -> the first def there, in walk order
+        for n in self.functions:
+            self.function_at.setdefault(n.lineno, n)
+        #: line -> the innermost simple statement the line is part of (``statement_at``).
+        self.statement: dict[int, ast.stmt] = {}
+        for n in self.nodes:
+            if not isinstance(n, ast.stmt) or isinstance(n, _COMPOUND):
+                continue
+            for line in range(n.lineno, (n.end_lineno or n.lineno) + 1):
+                best = self.statement.get(line)
+                if best is None or n.lineno >= best.lineno:
+                    self.statement[line] = n
+        self._inner: dict[int, list] = {}  # id(node) -> the defs and classes under it (walk order)
+
+    def inner_scopes(self, node: ast.AST) -> list:
+        """The defs and classes in ``node``'s subtree (itself included), in walk order."""
+        out = self._inner.get(id(node))
+        if out is None:
+            out = self._inner[id(node)] = [n for n in _walk(node) if isinstance(n, _SCOPES[:3])]
+        return out
+
+
 class ScopeIndex:
     """Parses each file once and answers :meth:`scope_at` for its lines."""
 
     def __init__(self, sources) -> None:
         self.sources = sources  # a SourceCache
         self._trees: dict[str, Optional[ast.Module]] = {}
+        self._walrus: dict[str, bool] = {}  # filename -> whether its text holds ':='
         #: id(scope node) -> its bindings: a report asks about thousands of lines of one file
         #: (the trees stay in ``_trees``, so their ids stay theirs).
         self._bound: dict[int, dict] = {}
         self._scopes: dict[tuple, Optional[Scope]] = {}  # (filename, lineno) -> scope_at's answer
+        self._files: dict[str, Optional[_FileIndex]] = {}
+        self._binding_lists: dict[int, list] = {}  # id(scope node) -> list(_binding_nodes(its body))
+        self._chains: dict[tuple, Scope] = {}  # ids of a tree and the defs around a line -> its Scope
+
+    def _file(self, filename: str) -> Optional[_FileIndex]:
+        """The file's :class:`_FileIndex` (built once), or None when it cannot be parsed."""
+        if filename not in self._files:
+            tree = self._tree(filename)
+            index = self._files[filename] = _FileIndex(tree, self._walrus.get(filename, True)) \
+                if tree is not None else None
+            if index is not None:
+                self._binding_lists.update(index.bindings)
+        return self._files[filename]
+
+    def _binding_list(self, scope: ast.AST, body: Sequence[ast.AST]) -> list:
+        """``list(_binding_nodes(body))``, computed once per scope (the caller must not change it)."""
+        out = self._binding_lists.get(id(scope))
+        if out is None:
+            out = self._binding_lists[id(scope)] = list(_binding_nodes(body))
+        return out
 
     def _bindings_of(self, scope: ast.AST, body: Sequence[ast.AST]) -> dict:
         """:func:`_bindings` of ``body``, computed once per scope (the caller must not change it)."""
         out = self._bound.get(id(scope))
         if out is None:
-            out = self._bound[id(scope)] = _bindings(body)
+            out = self._bound[id(scope)] = _bindings(body, self._binding_lists.get(id(scope)))
         return out
 
     def _tree(self, filename: str) -> Optional[ast.Module]:
@@ -156,8 +361,10 @@ class ScopeIndex:
         tree = None
         lines = self.sources.lines(filename) if self.sources is not None else None
         if lines is not None:
+            text = "\n".join(lines)
+            self._walrus[filename] = ":=" in text  # (a name bound inside an expression)
             try:
-                tree = ast.parse("\n".join(lines), filename=filename)
+                tree = ast.parse(text, filename=filename)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 tree = None
         self._trees[filename] = tree
@@ -175,10 +382,8 @@ class ScopeIndex:
         tree = self._tree(filename)
         if tree is None or not isinstance(lineno, int):
             return None
-        names = dict(self._bindings_of(tree, tree.body))
-        function = cls = None
-        params: frozenset = frozenset()
-        local: dict = {}
+        self._file(filename)  # (its walk lists every scope's bindings)
+        chain = []  # the defs and classes around the line, outermost first
         body: Sequence[ast.AST] = tree.body
         while True:
             inner = next(
@@ -191,6 +396,22 @@ class ScopeIndex:
                 inner = _enclosing_def(body, lineno)
             if inner is None:
                 break
+            chain.append(inner)
+            body = inner.body
+        key = (id(tree), *map(id, chain))  # (the trees stay in ``_trees``: their ids stay theirs)
+        scope = self._chains.get(key)
+        if scope is None:
+            scope = self._chains[key] = self._scope_of(tree, chain)
+        return scope
+
+    def _scope_of(self, tree: ast.Module, chain: Sequence[ast.AST]) -> Scope:
+        """The :class:`Scope` of a line inside ``chain``, the defs and classes around it
+        (the same for every line of the innermost one's own body: shared, never changed)."""
+        names = dict(self._bindings_of(tree, tree.body))
+        function = cls = None
+        params: frozenset = frozenset()
+        local: dict = {}
+        for inner in chain:
             if isinstance(inner, ast.ClassDef):
                 cls = inner.lineno  # class bodies do not enclose their methods' names
             else:
@@ -199,7 +420,6 @@ class ScopeIndex:
                 local = {p: OTHER for p in params}
                 local.update(self._bindings_of(inner, inner.body))
                 names.update(local)
-            body = inner.body
         return Scope(names, function, cls, params, frozenset(local))
 
 
@@ -212,17 +432,10 @@ class ScopeIndex:
         code). When ``site`` comes first (a loop), any other binding counts. Conservative:
         the order of execution is not followed, only the order of lines.
         """
-        tree = self._tree(filename)
-        if tree is None:
+        fn = self._function(filename, function)
+        if fn is None:
             return True
-        if function is None:
-            body: Sequence[ast.AST] = tree.body
-        else:
-            fn = next((n for n in ast.walk(tree) if isinstance(n, _SCOPES[:2]) and n.lineno == function), None)
-            if fn is None:
-                return True
-            body = fn.body
-        for bound, _path, node in _binding_nodes(body):
+        for bound, _path, node in self._binding_list(fn, fn.body):
             if bound != name:
                 continue
             start, end = node.lineno, node.end_lineno or node.lineno
@@ -239,31 +452,27 @@ class ScopeIndex:
         """The innermost ``with`` statement around line ``lineno`` (not on its header line,
         and not outside the def the line is in) one of whose items calls ``...stream(...)``
         (``with torch.cuda.stream(s):``), or None."""
-        tree = self._tree(filename)
-        if tree is None or not isinstance(lineno, int):
+        fi = self._file(filename)
+        if fi is None or not isinstance(lineno, int):
             return None
         best = None
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.With, ast.AsyncWith)) or not node.body:
-                continue
+        for node in fi.stream_withs:
             if not (node.body[0].lineno <= lineno <= (node.end_lineno or node.lineno)):
-                continue
-            if not any(_calls_stream(item.context_expr) for item in node.items):
                 continue
             if best is None or node.lineno > best.lineno:
                 best = node
         if best is not None:  # a def between the block and the line: the block is not around it
-            for node in ast.walk(best):
+            for node in fi.inner_scopes(best):
                 if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
                     return None
         return best
 
     def _function(self, filename: str, function: Optional[int]):
         """The def starting at line ``function`` (the module for None), or None."""
-        tree = self._tree(filename)
-        if tree is None or function is None:
-            return tree
-        return next((n for n in ast.walk(tree) if isinstance(n, _SCOPES[:2]) and n.lineno == function), None)
+        index = self._file(filename)
+        if index is None or function is None:
+            return self._tree(filename)
+        return index.function_at.get(function)
 
     def names_read(self, filename: str, lineno: int) -> frozenset:
         """The plain names the statement at line ``lineno`` reads (``acc += cur @ w``: acc,
@@ -295,11 +504,7 @@ class ScopeIndex:
         stmt = self.statement_at(filename, lineno)
         if isinstance(stmt, ast.Return):
             return True
-        fn = None
-        for node in ast.walk(tree):
-            if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
-                if fn is None or node.lineno > fn.lineno:
-                    fn = node
+        fn = self._innermost_function(filename, lineno)
         if fn is None or name is None:
             return False
         values = [n.value for n in _own_nodes(fn.body) if isinstance(n, ast.Return)]
@@ -324,7 +529,7 @@ class ScopeIndex:
                     for t, v in _pairs(target, node.value):
                         assigned.add(id(t))
                         pairs.append((t.id, t.lineno, v))
-        for name, _path, node in _binding_nodes(body):
+        for name, _path, node in self._binding_list(fn, body):
             if id(node) not in assigned and not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Del)):
                 others.append((name, node))  # (``del name`` unbinds: reading it after that fails)
         found = {n for n in seeds}
@@ -354,33 +559,30 @@ class ScopeIndex:
     def in_one_loop(self, filename: str, a: int, b: int) -> bool:
         """Whether lines ``a`` and ``b`` are in the body of one ``for``/``while`` loop of the
         same function (so one may run again between two runs of the other)."""
-        tree = self._tree(filename)
-        if tree is None:
+        fi = self._file(filename)
+        if fi is None:
             return True
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
-                lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
-                if lo <= a <= hi and lo <= b <= hi:
-                    inner = [n for n in ast.walk(node) if isinstance(n, _SCOPES[:3])
-                             and (n.lineno <= a <= (n.end_lineno or n.lineno)) != (n.lineno <= b <= (n.end_lineno or n.lineno))]
-                    if not inner:
-                        return True
+        for node in fi.loops:
+            lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
+            if lo <= a <= hi and lo <= b <= hi:
+                inner = [n for n in fi.inner_scopes(node)
+                         if (n.lineno <= a <= (n.end_lineno or n.lineno)) != (n.lineno <= b <= (n.end_lineno or n.lineno))]
+                if not inner:
+                    return True
         return False
 
     def loop_at(self, filename: str, lineno: int) -> Optional[tuple]:
         """``(header line, first body line, last line)`` of the innermost ``for``/``while``
         loop whose body holds line ``lineno`` with no def between them, or None."""
-        tree = self._tree(filename)
-        if tree is None or not isinstance(lineno, int):
+        fi = self._file(filename)
+        if fi is None or not isinstance(lineno, int):
             return None
         best = None
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.For, ast.AsyncFor, ast.While)) and node.body:
-                lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
-                if lo <= lineno <= hi and (best is None or node.lineno > best.lineno):
-                    best = node
-        if best is None or any(isinstance(n, _SCOPES[:3]) and n.lineno <= lineno <= (n.end_lineno or n.lineno)
-                               for n in ast.walk(best)):
+        for node in fi.loops:
+            lo, hi = node.body[0].lineno, node.end_lineno or node.lineno
+            if lo <= lineno <= hi and (best is None or node.lineno > best.lineno):
+                best = node
+        if best is None or any(n.lineno <= lineno <= (n.end_lineno or n.lineno) for n in fi.inner_scopes(best)):
             return None
         return best.lineno, best.body[0].lineno, best.end_lineno or best.lineno
 
@@ -391,11 +593,7 @@ class ScopeIndex:
         tree = self._tree(filename)
         if tree is None or not isinstance(lineno, int):
             return None
-        fn = None
-        for node in ast.walk(tree):
-            if isinstance(node, _SCOPES[:2]) and node.lineno <= lineno <= (node.end_lineno or node.lineno):
-                if fn is None or node.lineno > fn.lineno:
-                    fn = node
+        fn = self._innermost_function(filename, lineno)
         if fn is None:
             return None
         fixture = None
@@ -421,17 +619,19 @@ class ScopeIndex:
     def statement_at(self, filename: str, lineno: int) -> Optional[ast.stmt]:
         """The innermost simple statement (not a def, class, if, loop or with) that line
         ``lineno`` of ``filename`` is part of, or None."""
-        tree = self._tree(filename)
-        if tree is None or not isinstance(lineno, int):
+        fi = self._file(filename)
+        if fi is None or not isinstance(lineno, int):
             return None
-        best = None
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.stmt) or isinstance(node, _COMPOUND):
-                continue
+        return fi.statement.get(lineno)
+
+    def _innermost_function(self, filename: str, lineno: int):
+        """The innermost def (not class) whose lines hold line ``lineno``, or None."""
+        fn = None
+        for node in self._file(filename).functions:
             if node.lineno <= lineno <= (node.end_lineno or node.lineno):
-                if best is None or node.lineno >= best.lineno:
-                    best = node
-        return best
+                if fn is None or node.lineno > fn.lineno:
+                    fn = node
+        return fn
 
 
 #: Statements with a body of statements: a line in one is in one of its simple statements.
@@ -447,9 +647,7 @@ def _own_nodes(body: Sequence[ast.AST]):
     while stack:
         node = stack.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
-            if not isinstance(child, _SCOPES):
-                stack.append(child)
+        stack.extend([child for child in _children(node) if not isinstance(child, _SCOPES)])
 
 
 def _pairs(target: ast.AST, value: ast.AST):

@@ -57,11 +57,13 @@ def _climbs(name: str) -> bool:
     return ".." in name.split("/")
 
 
+@functools.lru_cache(maxsize=8192)
 def relative_to_root(filename: str, root: Optional[str]) -> Optional[str]:
     """``filename`` relative to ``root`` ('/'-separated), or None if it is not under it.
 
     Relative names are taken as relative to the root already (how stacks name files of the
-    program's own folder, and how a checkout names them).
+    program's own folder, and how a checkout names them). Cached: a report names the same
+    few files in thousands of frames.
     """
     if not filename or filename.startswith("<"):
         return None
@@ -87,10 +89,17 @@ def ci_path(filename: str, root: Optional[str]) -> str:
 def artifact_location(filename: str, root: Optional[str]) -> dict:
     """``{"uri", "uriBaseId"}`` relative to the source root when the file is under it (code
     scanning places such results on the checkout), else an absolute ``file://`` URI."""
+    uri, base = _artifact(filename, root)
+    return {"uri": uri, "uriBaseId": base} if base is not None else {"uri": uri}
+
+
+@functools.lru_cache(maxsize=8192)
+def _artifact(filename: str, root: Optional[str]) -> tuple:
+    """``(uri, uriBaseId or None)`` of :func:`artifact_location` (a fresh dict each call)."""
     rel = relative_to_root(filename, root)
     if rel is not None:
-        return {"uri": _quote(rel), "uriBaseId": SRCROOT}
-    return {"uri": artifact_uri(filename)}
+        return _quote(rel), SRCROOT
+    return artifact_uri(filename), None
 
 
 def root_uri(root: str) -> str:
@@ -245,7 +254,8 @@ def message_text(text: str) -> str:
 
 def _escape_messages(value) -> None:
     """Escape, in place, the ``text`` of every ``message`` object of a SARIF document (a walk
-    of the containers only: a document of thousands of results has a million leaves)."""
+    of the containers only: a document of thousands of results has a million leaves; not
+    into the physical locations, which :func:`physical_location` makes without a message)."""
     todo = [value]
     while todo:
         node = todo.pop()
@@ -253,7 +263,7 @@ def _escape_messages(value) -> None:
             for key, v in node.items():
                 if key == "message" and isinstance(v, dict) and isinstance(v.get("text"), str):
                     v["text"] = message_text(v["text"])
-                elif isinstance(v, (dict, list)):
+                elif isinstance(v, (dict, list)) and key != "physicalLocation":
                     todo.append(v)
         else:
             todo.extend(v for v in node if isinstance(v, (dict, list)))

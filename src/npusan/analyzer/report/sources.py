@@ -106,6 +106,9 @@ class SourceCache:
             except (OSError, ValueError):
                 pass
         self._files: dict[str, Optional[list[str]]] = {}
+        #: (filename, lineno, recorded text) -> :meth:`locate`'s answer (files are read once,
+        #: so it cannot change; a report locates each frame several times).
+        self._located: dict[tuple, Optional[int]] = {}
 
     def allowed_path(self, filename: str) -> Optional[str]:
         """The real local path to read for a recorded ``filename``, or None if refused.
@@ -167,6 +170,12 @@ class SourceCache:
         after recording, the line with that text nearest to ``fr.lineno`` (None when none
         has it or two are equally near). None too when the file cannot be read.
         """
+        key = (fr.filename, fr.lineno, fr.text)
+        if key not in self._located:
+            self._located[key] = self._locate(fr)
+        return self._located[key]
+
+    def _locate(self, fr: Frame) -> Optional[int]:
         lines = self._load(fr.filename)
         if lines is None or not isinstance(fr.lineno, int):
             return None
