@@ -53,11 +53,16 @@ def stop_at_exit(rec) -> None:
         rec.stop(raised=uncaught_exception())
 
 
-def uncaught_exception() -> "str | None":
-    """The type name of the uncaught exception the program is ending with, if any (Python
-    prints it, setting ``sys.last_exc`` / ``sys.last_value``, before the exit handlers run);
+def _ending_exception() -> BaseException | None:
+    """The uncaught exception the program is ending with, if any: Python prints it, setting
+    ``sys.last_exc`` / ``sys.last_value``, before it runs the exit handlers."""
+    return getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+
+
+def uncaught_exception() -> str | None:
+    """The type name of the uncaught exception the program is ending with, if any;
     ``SystemExit`` is an exit, not a crash."""
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    exc = _ending_exception()
     if exc is None or isinstance(exc, (SystemExit, KeyboardInterrupt)):
         return None
     try:
@@ -73,8 +78,7 @@ def ended_by_keyboard_interrupt() -> bool:
     before it runs the exit handlers, and after them ends the process by SIGINT when that
     exception was a ``KeyboardInterrupt``: the END record then says SIGINT, as for SIGTERM.
     """
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    return isinstance(exc, KeyboardInterrupt)
+    return isinstance(_ending_exception(), KeyboardInterrupt)
 
 
 #: Whether this process has already said that a forked child is not recorded.
