@@ -17,7 +17,7 @@ from npusan.trace_format.reader import TraceReader  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "host_buffers.py")
 CASES = ["vllm-47644", "trtllm-15546", "vllm-ascend-12071", "vllm-36013-numpy", "vllm-36013-tolist",
-         "vllm-36013-item"]
+         "vllm-36013-item", "d2h-to-cpu", "d2h-to-cpu-copy"]
 
 
 def _env():
@@ -45,7 +45,7 @@ def _records(path):
 def test_the_bug_is_a_race_with_the_host(tmp_path, case):
     _, found = _run(tmp_path, case, "bug")
     assert found and {f["kind"] for f in found} == {"data-race"}, found
-    reads = case.startswith("vllm-36013")
+    reads = case.startswith(("vllm-36013", "d2h-"))
     for f in found:
         host, stream = (f["access"], f["previous"]) if f["access"]["stream"]["device"] == R.HOST_DEVICE \
             else (f["previous"], f["access"])
