@@ -184,7 +184,9 @@ class EmulationMode(TorchDispatchMode):
                 return _dist.run(func, args, kwargs, _register_new, ins)
             if func is aten.record_stream.default:
                 t, s = args
-                _cuda.STATE.record_stream(_dev[key(t)], int(s.stream_id))
+                ptr = _dev[key(t)]
+                if ptr:  # an empty storage has no block (CUDA: nothing to do)
+                    _cuda.STATE.record_stream(ptr, int(s.stream_id))
                 return None
             if func in _HOST_READS:  # a blocking device-to-host read
                 _cuda.STATE.host_reads_current_stream()
