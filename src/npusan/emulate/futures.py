@@ -12,8 +12,8 @@ records what a GPU would report:
   device future (it inherits the devices);
 - ``set_result(value)`` on a device future records an event on the current stream;
 - ``wait()`` makes the current stream wait for the future's events and ``record_stream``-s
-  the value's device storages to it (CUDA does so in the allocator; here it is the aten
-  op, so the recorder sees it as it sees the program's own);
+  the value's device storages to it in the allocator (not an aten op: the recorder plays
+  that record itself, as on a GPU, :mod:`npusan.recorder.futures`);
 - ``value()`` synchronizes nothing;
 - ``then(cb)`` / ``add_done_callback(cb)`` run ``cb`` with a stream of the pool current
   (``getStreamFromGlobalPool``), which first waits for the future as ``wait()`` does; the
@@ -110,10 +110,10 @@ def _sync(fut: Any, st: _State, program: bool = True) -> None:
     _device_tensors(value, ts)
     seen = set()
     for t in ts:
-        k = storage_key(t)
-        if k not in seen and _dev.get(k):  # (an empty storage has no block)
-            seen.add(k)
-            torch.ops.aten.record_stream.default(t, cur)
+        ptr = _dev.get(storage_key(t))
+        if ptr and ptr not in seen:  # (an empty storage has no block)
+            seen.add(ptr)
+            _cuda.STATE.record_stream(ptr, cur.stream_id)
 
 
 def _state(fut: Any) -> Optional[_State]:
