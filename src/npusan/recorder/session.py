@@ -358,6 +358,10 @@ class Recorder(EventQueue, RuntimeCallbacks):
         hw = self.backend.host_watch
         if acc:
             pinned = hw.copied(others)
+            if hw.fresh and self.active:  # pinned memory first seen: its size in the trace
+                for base, nbytes in hw.fresh:
+                    self._post(self._emit, ("host_block", (base, nbytes), None))
+                hw.fresh.clear()
             if pinned:
                 acc[:0] = pinned  # (arguments before the op's fresh outputs, as the recorder lists them)
                 if not self._host_noted:
