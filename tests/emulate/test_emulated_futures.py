@@ -18,6 +18,7 @@ if not dist.is_available() or not dist.is_gloo_available():
 
 from npusan.analyzer.replay.traces import analyze_traces  # noqa: E402
 from npusan.analyzer.report.sources import user_site  # noqa: E402
+from npusan.recorder.futures import POOL_LABEL  # noqa: E402
 from npusan.trace_format import records as R  # noqa: E402
 
 from ..recorder.conftest import records  # noqa: E402
@@ -71,7 +72,7 @@ def test_correct_futures_and_hooks_are_clean_broken_ones_race(run):
     # on the pool stream the callback ran on
     assert {f.previous.op for f in found["bug_value_nowait"]} == {"all_reduce"}
     assert {f.previous.op for f in found["bug_then_value_nowait"]} == {"aten::mul.Tensor"}
-    assert {f.previous.stream.label for f in found["bug_then_value_nowait"]} == {None}
+    assert {f.previous.stream.label for f in found["bug_then_value_nowait"]} == {POOL_LABEL}
     assert {f.kind.value for f in found["known_hook_powersgd"]} == {"missing-record-stream"}
 
 

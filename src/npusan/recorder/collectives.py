@@ -595,9 +595,9 @@ def _recording_callback(c: Collectives, callback: Callable) -> Callable:
             value = fut.value()
         except Exception:
             value = None  # the callback sees the error
-        if value is not None and c.rec.active:
+        if c.rec.active:
             try:
-                c.futures.record_value(value)
+                c.futures.callback_starts(value)
             except Exception as e:
                 c.rec._fail(e)
         return callback(fut)

@@ -273,12 +273,22 @@ class Futures:
         is_dev = self.rec.backend.is_device_tensor
         return [weakref.ref(t) for t in ts if is_dev(t)]
 
-    def _label(self, stream: int) -> None:
-        if stream in self._labelled:
+    def _label(self, stream: int, device: int = 0) -> None:
+        if (stream, device) in self._labelled:
             return
-        self._labelled.add(stream)
+        self._labelled.add((stream, device))
         rec = self.rec
-        rec._post(rec._emit, ("stream_label", (stream, POOL_ROLE, POOL_LABEL, 0), None))
+        rec._post(rec._emit, ("stream_label", (stream, POOL_ROLE, POOL_LABEL, device), None))
+
+    def callback_starts(self, value: Any) -> None:
+        """CUDA / NPU: a device future's callback starts on the pool stream the runtime made
+        current (labelled as such in reports), which waited for the future: its value is
+        ``record_stream``-ed to it."""
+        be = self.rec.backend
+        device = be.current_device()
+        self._label(be.current_stream(device), device)
+        if value is not None:
+            self.record_value(value)
 
 
 def _collect(x: Any, into: List[Tensor], depth: int = 0) -> None:
