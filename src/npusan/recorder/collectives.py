@@ -207,7 +207,7 @@ class Collectives:
         self.rec = rec
         self.model = CommModel.for_torch(torch.__version__)
         self._works: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
-        self.futures = Futures(rec)  # the simulated device's torch Futures
+        self.futures = Futures(rec)  # torch Futures (:mod:`.futures`)
         self._tensors: Dict[int, Pending] = {}  # storage ptr of a functional output -> pending
         self._labelled: set = set()
         self._lock = threading.Lock()

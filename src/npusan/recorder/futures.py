@@ -69,7 +69,8 @@ class FutureState:
 
 
 class Futures:
-    """The recording's Futures (one per :class:`~.collectives.Collectives`, simulated device only)."""
+    """The recording's Futures (one per :class:`~.collectives.Collectives`): played on the
+    simulated device; on CUDA / NPU, the record_stream a device future makes in the allocator."""
 
     #: The unwrapped ``torch._C.Future.wait`` (set when the wrappers are installed).
     host_wait: Optional[Callable[[Any], Any]] = None
