@@ -17,7 +17,7 @@ from npusan.trace_format.reader import TraceReader  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "progs", "host_buffers.py")
 CASES = ["vllm-47644", "trtllm-15546", "vllm-ascend-12071", "vllm-36013-numpy", "vllm-36013-tolist",
-         "vllm-36013-item"]
+         "vllm-36013-item", "d2h-to-cpu", "d2h-to-cpu-copy"]
 
 
 def _env():
@@ -46,7 +46,7 @@ def _records(path):
 def test_the_bug_is_a_race_with_the_host(tmp_path, case):
     _, found = _run(tmp_path, case, "bug")
     assert found and {f["kind"] for f in found} == {"data-race"}, found
-    reads = case.startswith("vllm-36013")
+    reads = case.startswith(("vllm-36013", "d2h-"))
     for f in found:
         host, stream = (f["access"], f["previous"]) if f["access"]["stream"]["device"] == R.HOST_DEVICE \
             else (f["previous"], f["access"])
@@ -84,3 +84,19 @@ def test_the_report_says_once_what_the_host_watch_does_not_see(tmp_path):
     assert _text_report(path).count(note) == 1
     path, _ = _run(tmp_path, "vllm-36013-numpy", "pageable")  # no pinned memory watched: no note
     assert note not in _text_report(path)
+
+
+def test_pinned_memory_is_described_as_such_with_its_size(tmp_path):
+    """Pinned host memory has no allocation in the trace (the host allocator reports none):
+    the trace defines it with its size when a stream first touches it, reports call it
+    pinned host memory (not memory allocated before recording began), and ``npusan info``
+    counts it apart from memory used without an allocation."""
+    path, found = _run(tmp_path, "d2h-to-cpu", "bug")
+    assert [f["block"]["size"] for f in found] == [64 * 4]  # 64 float32, copied to the host
+    text = _text_report(path)
+    assert "data race on a 256 B tensor in pinned host memory" in text
+    assert "before recording began" not in text
+    i = subprocess.run([sys.executable, "-m", "npusan", "info", "--json", str(path)], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    mem = json.loads(i.stdout)["memory"]
+    assert mem["pinned_host_blocks"] == 1 and mem["unallocated_blocks"] == 0

@@ -199,6 +199,8 @@ def _render(s, no_color: bool) -> None:
     mem.add_row("peak live bytes", _bytes(m.peak_live_bytes))
     mem.add_row("live at end", f"{m.live_at_end:,}")
     mem.add_row("used without allocation", f"{m.unallocated_blocks:,}")
+    if m.pinned_host_blocks:
+        mem.add_row("pinned host memory", f"{m.pinned_host_blocks:,}")
     console.print(mem)
 
     v = s.views

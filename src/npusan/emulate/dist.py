@@ -20,7 +20,9 @@ npusan's CUDA backend records an emulated NCCL job exactly as a real one:
    alive until the Work is waited;
 4. an end event recorded on the communication stream;
 5. ``work.wait()``, ``work.get_future().wait()`` and ``wait_tensor`` make the current
-   stream wait for the end event. A collective that C++ launches and waits for itself (the
+   stream wait for the end event (the Work's future is a device future, see
+   :mod:`.futures`: its ``then`` callbacks run on a pool stream that waited for it, and the
+   DDP reducer waits for a communication hook's future at the end of backward). A collective that C++ launches and waits for itself (the
    DDP reducer in backward, DDP's constructor broadcasts) is waited at once, on the stream
    current at the launch.
 
@@ -34,18 +36,17 @@ from __future__ import annotations
 import re
 import sys
 import threading
-import weakref
 from typing import Any, Dict, List, Optional
 
 import torch
 
 from . import cuda as _cuda
+from . import futures as _futures
 from .tensor import _dev, storage_key
 
 _lock = threading.Lock()
 _comm: Dict[str, Any] = {}  # process group name -> its communication stream
 _works: Dict[int, "_Pending"] = {}  # id(Work) -> pending (the Work is kept alive by it)
-_futures: "weakref.WeakKeyDictionary[Any, _Pending]" = weakref.WeakKeyDictionary()
 _storages: Dict[int, "_Pending"] = {}  # storage key of a functional output -> pending
 _orig_work_wait: Any = None
 _P2P = {"send", "recv", "batch_isend_irecv"}
@@ -196,6 +197,14 @@ def _outputs(out: Any) -> List[torch.Tensor]:
     return ts
 
 
+def forget(p: "_Pending") -> None:
+    """A wait through the Work's future ordered the program after the collective (the
+    current stream waited for its end event): the Work no longer keeps its tensors."""
+    with _lock:
+        _works.pop(id(p.work), None)
+    p.keep.clear()
+
+
 def _work_waited(work: Any) -> None:
     with _lock:
         p = _works.pop(id(work), None)
@@ -248,22 +257,12 @@ def install() -> None:
         fut = orig_future(self)
         with _lock:
             p = _works.get(id(self))
-            if p is not None:
-                _futures[fut] = p
+        if p is not None:
+            _futures.of_work(fut, p)
         return fut
 
     Work.get_future = get_future
-    orig_fwait = torch._C.Future.wait
-
-    def fwait(self: Any) -> Any:
-        with _lock:
-            p = _futures.pop(self, None)
-            if p is not None:
-                _works.pop(id(p.work), None)
-        _finish(p)
-        return orig_fwait(self)
-
-    torch._C.Future.wait = fwait
+    _futures._patch_comm_hooks()
     _patch_reducer(dist)
     from torch.distributed import _functional_collectives as fc
 

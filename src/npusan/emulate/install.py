@@ -65,6 +65,9 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
         from . import dist
 
         dist.install()
+    from . import futures
+
+    futures.install()
     _mode = EmulationMode()
     _mode.__enter__()
     _patch_threads(EmulationMode)

@@ -22,7 +22,8 @@ are run as they are: they allocate nothing.
 
 A blocking copy between host and device (``.item()``, ``.cpu()``, ``copy_`` across,
 ``.to("cuda")`` of a host tensor without ``non_blocking``) synchronizes the current
-stream, as CUDA does. Pinned host memory is ordinary host memory that says it is pinned
+stream, as CUDA does; a non-blocking copy to the host (``.to("cpu", non_blocking=True)``)
+makes its output pinned, as aten's ``_to_copy`` does on a GPU. Pinned host memory is ordinary host memory that says it is pinned
 (its storage is marked, so a view of a pinned buffer is pinned too).
 """
 
@@ -199,7 +200,11 @@ class EmulationMode(TorchDispatchMode):
             if func is aten._to_copy.default and dev_in:  # device to host
                 if not kwargs.get("non_blocking"):
                     _cuda.STATE.host_reads_current_stream()
-                return func(*args, **kwargs)
+                    return func(*args, **kwargs)
+                # A non-blocking copy to the host lands in pinned memory, as aten's
+                # ``_to_copy`` allocates it on a GPU: the host must synchronize before
+                # it reads the result.
+                return _pinned(func(*args, **kwargs))
             # A factory that names the host (``x.new_empty(0, device="cpu")``, ``empty_like(x,
             # device="cpu")``) makes host memory, whatever tensor lends it its shape.
             dev_in = False
@@ -208,7 +213,9 @@ class EmulationMode(TorchDispatchMode):
                 return _dist.run(func, args, kwargs, _register_new, ins)
             if func is aten.record_stream.default:
                 t, s = args
-                _cuda.STATE.record_stream(_dev[key(t)], int(s.stream_id))
+                ptr = _dev[key(t)]
+                if ptr:  # an empty storage has no block (CUDA: nothing to do)
+                    _cuda.STATE.record_stream(ptr, int(s.stream_id))
                 return None
             if func in _HOST_READS:  # a blocking device-to-host read
                 _cuda.STATE.host_reads_current_stream()

@@ -42,13 +42,14 @@ the op.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import sys
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch import Tensor
 
@@ -206,7 +207,7 @@ class Collectives:
         self.rec = rec
         self.model = CommModel.for_torch(torch.__version__)
         self._works: "weakref.WeakKeyDictionary[Any, Pending]" = weakref.WeakKeyDictionary()
-        self.futures = Futures(rec)  # the simulated device's torch Futures
+        self.futures = Futures(rec)  # torch Futures (:mod:`.futures`)
         self._tensors: Dict[int, Pending] = {}  # storage ptr of a functional output -> pending
         self._labelled: set = set()
         self._lock = threading.Lock()
@@ -391,6 +392,9 @@ class Collectives:
     def future_made(self, work: Any, fut: Any) -> None:
         """``work.get_future()``: a future completed at launch on the communication stream
         (what ``all_reduce_coalesced(async_op=True)`` and communication hooks return)."""
+        if not self.rec.backend.comm_modeled:  # ProcessGroupNCCL's future has the devices
+            self.futures.mark_device(fut)
+            return
         with self._lock:
             pending = self._works.get(work)
         if pending is not None:
@@ -405,6 +409,12 @@ class Collectives:
             with self._lock:
                 self._works = weakref.WeakKeyDictionary(
                     {w: p for w, p in self._works.items() if not any(p is d for d in done)})
+
+    def future_result(self, fut: Any, result: Any) -> None:
+        """CUDA / NPU: ``fut.wait()`` returned; a device future record_streams its value to
+        the waiting stream in the allocator (:meth:`.futures.Futures.record_value`)."""
+        if not self.rec.backend.comm_modeled and self.futures.is_device(fut):
+            self.futures.record_value(result)
 
     def tensor_waited(self, t: Any, result: Any = None) -> None:
         """``wait_tensor(t)``: as ``work.wait()`` for the functional collective that made t."""
@@ -538,11 +548,13 @@ def install() -> None:
     fut = torch._C.Future  # torch.futures.Future's methods call these
     wait = Futures.host_wait = fut.wait
     _wrap(fut, "wait", Collectives.future_waited)
+    _wrap(fut, "wait", Collectives.future_result, after=True)
     _wrap_callbacks(fut, "then", with_child=True)
     _wrap_callbacks(fut, "add_done_callback", with_child=False)
     _wrap_set_result(fut)
     _wrap_value(fut, wait)
     _wrap_comm_hooks()
+    _wrap_future_init(torch)
 
 
 def _modeled() -> Optional[Collectives]:
@@ -551,12 +563,60 @@ def _modeled() -> Optional[Collectives]:
     return c if c is not None and c.rec.backend.comm_modeled else None
 
 
+def _hooked() -> Optional[Collectives]:
+    """The recording's collectives where the runtime plays Futures (CUDA, NPU)."""
+    c = _current()
+    return c if c is not None and not c.rec.backend.comm_modeled else None
+
+
+def _wrap_future_init(torch: Any) -> None:
+    """``torch.futures.Future(devices=[...])``: a future naming a device is a device future."""
+    cls = torch.futures.Future
+    orig = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        devices = kwargs.get("devices") or []
+        c = _hooked()
+        if c is not None and any(not (isinstance(d, str) and d.split(":")[0] == "cpu")
+                                 and not (isinstance(d, torch.device) and d.type == "cpu") for d in devices):
+            c.futures.mark_device(self)
+
+    __init__.__doc__ = orig.__doc__
+    cls.__init__ = __init__
+
+
+def _recording_callback(c: Collectives, callback: Callable) -> Callable:
+    """CUDA / NPU: a callback of a device future starts on its pool stream, which waited for
+    the future: the value is record_stream-ed to it (in the allocator on a GPU)."""
+    @functools.wraps(callback)
+    def run(fut):
+        try:
+            value = fut.value()
+        except Exception:
+            value = None  # the callback sees the error
+        if c.rec.active:
+            try:
+                c.futures.callback_starts(value)
+            except Exception as e:
+                c.rec._fail(e)
+        return callback(fut)
+
+    return run
+
+
 def _wrap_callbacks(cls: Any, name: str, *, with_child: bool) -> None:
     """``Future.then(cb)`` / ``add_done_callback(cb)``: ``cb`` runs on a pool stream that
     waited for the future; the child of ``then`` is completed there after ``cb``."""
     orig = getattr(cls, name)
 
     def wrapper(self, callback, *args, **kwargs):
+        h = _hooked()
+        if h is not None and h.futures.is_device(self):
+            out = orig(self, _recording_callback(h, callback), *args, **kwargs)
+            if with_child and out is not None:
+                h.futures.mark_device(out)  # the child inherits the devices
+            return out
         c = _modeled()
         run = child = None
         if c is not None:
@@ -640,10 +700,13 @@ def _wrap_comm_hooks() -> None:
         @functools.wraps(hook)
         def run(state, bucket):
             fut = hook(state, bucket)
-            c = _modeled()
+            c = _current()
             if c is not None:
                 try:
-                    c.futures.reducer_waits(fut)
+                    if c.rec.backend.comm_modeled:
+                        c.futures.reducer_waits(fut)
+                    else:
+                        c.futures.reducer_records(fut)
                 except Exception as e:
                     c.rec._fail(e)
             return fut

@@ -141,8 +141,13 @@ class RecordingMode(TorchDispatchMode):
                         if rets[0] == RET_NEW:
                             if info.list_return:
                                 new = [x for x in out if isinstance(x, Tensor) and is_dev(x)]
-                            elif isinstance(out, Tensor) and is_dev(out):
-                                new = (out,)
+                            elif isinstance(out, Tensor):
+                                if is_dev(out):
+                                    new = (out,)
+                                elif acc and oth is not None:
+                                    # A copy to the host (``.to("cpu", non_blocking=True)``
+                                    # makes pinned memory): the stream writes it.
+                                    oth.append((out, True))
                     else:
                         new = [x for k, x in zip(rets, out) if k == RET_NEW and isinstance(x, Tensor) and is_dev(x)]
                 stacks = rec.stacks

@@ -20,8 +20,14 @@ communication stream current (``collective()``: ``CUDAMultiStreamGuard(ncclStrea
 ``future_->markCompleted(outputs)``): ``work.get_future().wait()`` is ``work.wait()``, and
 a ``then`` callback runs on a pool stream that waited for the collective.
 
-On CUDA and NPU all of this reaches the recorder by itself (the runtime's event hooks,
-the stream the callback runs on). On the simulated device nothing is asynchronous and
+On CUDA and NPU the events and streams reach the recorder by themselves (the runtime's
+event hooks, the stream the callback runs on), but a CUDA Future's ``record_stream`` of its
+value to a waiting stream is made inside the allocator, not by an aten op: :class:`Futures`
+plays it (:meth:`Futures.record_value`) for the futures that have devices -- a Work's, one
+made with ``devices=[...]`` naming a device, the child of ``then`` on one of those -- when
+``wait()`` returns, when a callback starts on its pool stream, and when the DDP reducer
+waits for a hook's future at the end of backward. NPU's allocator hook reports every
+``record_stream`` itself (``native_record_stream``): nothing is played there. On the simulated device nothing is asynchronous and
 gloo's futures have no devices, so :class:`Futures` plays the CUDA Future for those that
 come from a modeled collective or from ``set_result`` with device tensors: it wraps the
 callbacks, waits and results, and emits the events. The DDP reducer waits for the future
@@ -63,7 +69,8 @@ class FutureState:
 
 
 class Futures:
-    """The recording's Futures (one per :class:`~.collectives.Collectives`, simulated device only)."""
+    """The recording's Futures (one per :class:`~.collectives.Collectives`): played on the
+    simulated device; on CUDA / NPU, the record_stream a device future makes in the allocator."""
 
     #: The unwrapped ``torch._C.Future.wait`` (set when the wrappers are installed).
     host_wait: Optional[Callable[[Any], Any]] = None
@@ -73,6 +80,63 @@ class Futures:
         self._states: "weakref.WeakKeyDictionary[Any, FutureState]" = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._labelled: set = set()
+        #: CUDA / NPU: the futures with devices (whose waits record_stream their value).
+        self._device: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    # -- CUDA / NPU: the record_stream a device future makes in the allocator --------------
+
+    def mark_device(self, fut: Any) -> None:
+        """``fut`` has devices: waiting for it ``record_stream``-s its value."""
+        with self._lock:
+            self._device.add(fut)
+
+    def is_device(self, fut: Any) -> bool:
+        with self._lock:
+            return fut in self._device
+
+    def record_value(self, value: Any) -> None:
+        """A stream waited for a device future holding ``value``: its device storages are
+        ``record_stream``-ed to the current stream (``CUDAFuture``, in the allocator)."""
+        rec = self.rec
+        be = rec.backend
+        if getattr(be, "native_record_stream", False) or not rec.active:
+            return
+        ts: List[Tensor] = []
+        _collect(value, ts)
+        key = rec.stacks.key(3) if rec.stacks.depth else None
+        seen = set()
+        for t in ts:
+            if not be.is_device_tensor(t):
+                continue
+            ptr = t.untyped_storage().data_ptr()
+            if ptr and ptr not in seen:
+                seen.add(ptr)
+                dev = be.tensor_device(t)
+                rec._post(rec._emit, ("record_stream", (ptr, be.current_stream(dev), dev), key))
+
+    def reducer_records(self, fut: Any) -> None:
+        """CUDA / NPU: the DDP reducer's wait for a hook's device future (in C++, at the end
+        of backward) record_streams its value to the stream current there."""
+        if not self.is_device(fut):
+            return
+        rec = self.rec
+
+        def at_end() -> None:
+            try:
+                value = fut.value()
+            except Exception:
+                return  # the reducer raises it
+            try:
+                self.record_value(value)
+            except Exception as e:
+                rec._fail(e)
+
+        try:
+            from torch.autograd import Variable
+
+            Variable._execution_engine.queue_callback(at_end)
+        except RuntimeError:  # not in backward
+            at_end()
 
     # -- where states come from -----------------------------------------------------------
 
@@ -210,12 +274,22 @@ class Futures:
         is_dev = self.rec.backend.is_device_tensor
         return [weakref.ref(t) for t in ts if is_dev(t)]
 
-    def _label(self, stream: int) -> None:
-        if stream in self._labelled:
+    def _label(self, stream: int, device: int = 0) -> None:
+        if (stream, device) in self._labelled:
             return
-        self._labelled.add(stream)
+        self._labelled.add((stream, device))
         rec = self.rec
-        rec._post(rec._emit, ("stream_label", (stream, POOL_ROLE, POOL_LABEL, 0), None))
+        rec._post(rec._emit, ("stream_label", (stream, POOL_ROLE, POOL_LABEL, device), None))
+
+    def callback_starts(self, value: Any) -> None:
+        """CUDA / NPU: a device future's callback starts on the pool stream the runtime made
+        current (labelled as such in reports), which waited for the future: its value is
+        ``record_stream``-ed to it."""
+        be = self.rec.backend
+        device = be.current_device()
+        self._label(be.current_stream(device), device)
+        if value is not None:
+            self.record_value(value)
 
 
 def _collect(x: Any, into: List[Tensor], depth: int = 0) -> None:

@@ -43,6 +43,9 @@ class HostWatch:
     def __init__(self, is_pinned: Callable[[Any], bool]) -> None:
         self.is_pinned = is_pinned
         self.watched: Dict[int, weakref.ref] = {}  # storage base -> its storage
+        #: ``(base, nbytes)`` of the storages watched since the caller last took them: the
+        #: trace defines each as a block of that size (the host allocator reports nothing).
+        self.fresh: List[Tuple[int, int]] = []
 
     def copied(self, tensors: List[Tuple[Any, bool]]) -> List[Tuple[Any, bool]]:
         """The pinned ones among the non-device tensors of a device op; they become watched."""
@@ -60,6 +63,7 @@ class HostWatch:
             ref = self.watched.get(base)
             if ref is None or ref() is not st:
                 self.watched[base] = weakref.ref(st, self._forget(base))
+                self.fresh.append((base, st.nbytes()))
             out.append((t, w))
         return out
 

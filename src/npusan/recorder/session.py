@@ -385,6 +385,10 @@ class Recorder(EventQueue, RuntimeCallbacks):
         if acc:
             pinned = hw.copied(others)
             blocking = host_memory.blocking_copy(name, args, kwargs)
+            if hw.fresh and self.active:  # pinned memory first seen: its size in the trace
+                for base, nbytes in hw.fresh:
+                    self._post(self._emit, ("host_block", (base, nbytes), None))
+                hw.fresh.clear()
             if pinned:
                 if not blocking and self.pages is not None:  # the copy may run after the op returns
                     be = self.backend

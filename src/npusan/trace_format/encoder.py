@@ -145,6 +145,21 @@ class RecordEncoder:
         self.sink([R.BLOCK_DEF, bid, ptr, None])
         return bid, ptr
 
+    def host_block(self, ptr: int, size: int, stack: Optional[int] = None) -> None:
+        """Pinned host memory a stream is about to access: a BLOCK_DEF of its known size
+        (the host allocator reports no allocation). Memory already in a block stays there."""
+        if self._blocks.get(ptr) is not None:
+            return
+        i = bisect.bisect_right(self._bases, ptr) - 1
+        if i >= 0:
+            base = self._bases[i]
+            _, bsize, extent = self._blocks[base]
+            if ptr < base + (extent if bsize is None else bsize):
+                return
+        size = int(size) if size and size > 0 else None
+        bid = self._insert_block(ptr, size)
+        self.sink([R.BLOCK_DEF, bid, ptr, size])
+
     def _forget_unknown_blocks(self, start: int, end: int) -> None:
         """Stop mapping pointers in ``[start, end)`` to blocks of unknown size.
 

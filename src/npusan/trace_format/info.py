@@ -33,8 +33,12 @@ class StreamSummary:
 class MemorySummary:
     allocations: int = 0
     frees: int = 0
-    #: Blocks referenced without an allocation in the trace (allocated before recording).
+    #: Blocks referenced without an allocation in the trace (allocated before recording),
+    #: pinned host memory not included.
     unallocated_blocks: int = 0
+    #: Blocks of pinned host memory (the host accessed them; the host allocator reports no
+    #: allocation, so they have none in the trace).
+    pinned_host_blocks: int = 0
     allocated_bytes: int = 0  # sum of the sizes the allocations gave
     unknown_size_allocations: int = 0
     peak_live_blocks: int = 0
@@ -96,7 +100,7 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
             raise TraceFormatError(f"{reader.where()}: malformed record (a field has the wrong type)") from None
         mem.live_at_end = len(live)
         sym = reader.symbols
-        mem.unallocated_blocks = _count_block_defs(reader)
+        mem.unallocated_blocks = max(0, _count_block_defs(reader) - mem.pinned_host_blocks)
         streams = [
             StreamSummary(
                 index=sidx,
@@ -114,7 +118,7 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
             R.RECORD_NAMES[R.FRAME]: len(sym.frames),
             R.RECORD_NAMES[R.STACK]: len(sym.stacks),
             R.RECORD_NAMES[R.STREAM_DEF]: len(sym.streams),
-            R.RECORD_NAMES[R.BLOCK_DEF]: mem.unallocated_blocks,
+            R.RECORD_NAMES[R.BLOCK_DEF]: mem.unallocated_blocks + mem.pinned_host_blocks,
             R.RECORD_NAMES[R.THREAD]: len(sym.threads),
         }
         named.update({k: v for k, v in defs.items() if v})
@@ -150,6 +154,7 @@ def _scan(
     ``npusan analyze`` does, see ``cli/info.py``).
     """
     live_bytes = 0
+    pinned: set = set()  # bids the host accessed
     for rec in reader.records():
         t = rec[0]
         counts[t] = counts.get(t, 0) + 1
@@ -157,6 +162,11 @@ def _scan(
             s = rec[1]
             if s.__class__ is int:
                 per_stream[s] = per_stream.get(s, 0) + 1
+        elif t == R.HOST_ACCESS:
+            for a in rec[4:]:
+                a = a[0] if a.__class__ is list and a else a
+                if a.__class__ is int:
+                    pinned.add(~a if a < 0 else a)
         elif t == R.ALLOC:
             bid, size = rec[1], rec[3]
             if bid.__class__ is not int:
@@ -190,6 +200,7 @@ def _scan(
                     views.hull_fallbacks += 1
                 else:
                     views.exact += 1
+    mem.pinned_host_blocks = len(pinned)
 
 
 def _count_block_defs(reader: TraceReader) -> int:

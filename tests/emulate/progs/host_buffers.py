@@ -107,6 +107,26 @@ def vllm_36013(variant, read):
     return total
 
 
+def d2h_to_cpu(variant, how):
+    """vLLM-Ascend issue 3372: ``t.to("cpu", non_blocking=True)`` of a device tensor makes a
+    pinned host tensor (aten's ``_to_copy`` pins it), and the copy into it may not have run
+    when the host reads it. The fix synchronizes the stream (or an event recorded after the
+    copy) first; "pageable" copies with ``non_blocking=False``, which the host waits for."""
+    g = torch.randn(64, device="cuda") * 2
+    nb = variant != "pageable"
+    c = g.to("cpu", non_blocking=nb) if how == "to" else g.to(torch.device("cpu"), torch.float64,
+                                                               non_blocking=nb, copy=True)
+    done = torch.cuda.Event()
+    done.record()
+    assert c.is_pinned() == nb and c.device.type == "cpu"
+    if variant == "fixed":
+        if how == "to":
+            torch.cuda.current_stream().synchronize()
+        else:
+            done.synchronize()
+    return c.sum().item()
+
+
 CASES = {
     "vllm-47644": vllm_47644,
     "trtllm-15546": trtllm_15546,
@@ -114,6 +134,8 @@ CASES = {
     "vllm-36013-numpy": lambda v: vllm_36013(v, "numpy"),
     "vllm-36013-tolist": lambda v: vllm_36013(v, "tolist"),
     "vllm-36013-item": lambda v: vllm_36013(v, "item"),
+    "d2h-to-cpu": lambda v: d2h_to_cpu(v, "to"),
+    "d2h-to-cpu-copy": lambda v: d2h_to_cpu(v, "copy"),
 }
 
 if __name__ == "__main__":

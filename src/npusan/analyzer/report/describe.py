@@ -210,10 +210,19 @@ def article(words: str) -> str:
     return "an" if words and spoken_vowel else "a"
 
 
+def pinned_host_block(f: Finding) -> bool:
+    """Whether the finding's memory is pinned host memory: a block without an allocation
+    that the host itself accessed (only pinned memory has the host's own accesses; the host
+    allocator reports no allocation, so the block may well be allocated while recording)."""
+    return f.block.stream is None and (is_host(f.access.stream) or is_host(f.previous.stream))
+
+
 def allocation_site(f: Finding) -> str:
     site = user_site(f.block.stack)
     if site is not None:
         return f"allocated at {frame_label(site)}"
+    if pinned_host_block(f):
+        return "in pinned host memory"
     if f.block.stream is None:
         return "allocated before recording began"
     return "allocated at an unknown location"

@@ -230,6 +230,8 @@ class _Writer:
         alloc = [f"block {f.block.address:#x} ({D.human_size(f.block.size)})"]
         if f.block.stream is not None:
             alloc.append(f" on {D.stream_name(f.block.stream, header)}")
+        elif D.pinned_host_block(f):
+            alloc.append(" of pinned host memory (the host allocator reports no allocation stack)")
         self.labelled("allocated", *alloc)
         if f.block.stack or f.block.stream is not None:
             self.stack(f.block.stack)
