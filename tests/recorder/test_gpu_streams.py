@@ -88,6 +88,17 @@ def kinds(findings):
     return {f.kind.value for f in findings}
 
 
+def assert_missing_then_maybe_reused(dev, found):
+    """An unrecorded free followed by an allocation on the freeing stream: missing record_stream,
+    and a reuse race where that allocation got the block (the block is then in use on that
+    stream while the other stream may still read it). CUDA's caching allocator (and the
+    emulator's) hands the same-size block straight back; the simulated device's ``malloc``
+    only sometimes returns the same address."""
+    assert MISSING in found and found <= {MISSING, REUSE}, found
+    if dev.name == "cuda":
+        assert REUSE in found, found
+
+
 # ----------------------------------------------------------------------- buggy programs
 
 
@@ -108,7 +119,7 @@ def test_seed_worked_example_missing_record_stream(tmp_path, dev):
         del y, nxt
 
     f = run(tmp_path, dev, prog)
-    assert kinds(f) == {MISSING}
+    assert_missing_then_maybe_reused(dev, kinds(f))
     (m,) = [x for x in f if x.kind.value == MISSING]
     assert m.access.stream != m.previous.stream
 
@@ -179,7 +190,7 @@ def test_missing_record_stream_prefetched_tensor(tmp_path, dev):
         dev.api.synchronize()
         del y, nxt
 
-    assert kinds(run(tmp_path, dev, prog)) == {MISSING}
+    assert_missing_then_maybe_reused(dev, kinds(run(tmp_path, dev, prog)))
 
 
 def test_reuse_race_by_freeing_and_reallocating(tmp_path, dev):

@@ -112,7 +112,7 @@ def test_the_same_race_is_not_seen_with_the_watch_off_and_the_report_says_why(tm
     assert TraceReader(str(path)).header[R.HOST_ACCESSES_KEY] == R.HOST_WATCH_TORCH
     text = _analyze(path, "text")
     assert text.count("host accesses outside torch ops (numpy views, raw pointers) are not seen") == 1
-    assert f"page-fault watch: off ({host_faults.ENV}=1 turns it on)" in text
+    assert f"page-fault watch: off, set {host_faults.ENV}=1 to turn it on" in text
 
 
 def test_a_forked_child_writes_the_buffer_unharmed_and_the_parent_is_still_watched(tmp_path):

@@ -56,7 +56,7 @@ def requested() -> bool:
 def unavailable() -> Optional[str]:
     """Why the page-fault watch cannot run in this process (None: it can)."""
     if not requested():
-        return f"off ({ENV}=1 turns it on)"
+        return f"off, set {ENV}=1 to turn it on"
     try:
         from . import _hostfault  # noqa: F401
     except ImportError as e:

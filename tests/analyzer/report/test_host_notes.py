@@ -25,12 +25,12 @@ def _notes(*paths):
 
 
 def test_off_says_why_once(tmp_path):
-    off = [R.HOST_WATCH_NOTE, R.HOST_FAULTS_OFF_NOTE + "off (NPUSAN_HOST_FAULTS=1 turns it on)"]
+    off = [R.HOST_WATCH_NOTE, R.HOST_FAULTS_OFF_NOTE + "off, set NPUSAN_HOST_FAULTS=1 to turn it on"]
     _trace(tmp_path / "a.npusan", R.HOST_WATCH_TORCH, off)
     _trace(tmp_path / "b.npusan", R.HOST_WATCH_TORCH, off)
     out = _notes(tmp_path / "a.npusan", tmp_path / "b.npusan")
     assert out.count(SEEN) == 1
-    assert f"(in 2 traces): {SEEN} (page-fault watch: off (NPUSAN_HOST_FAULTS=1 turns it on))" in out
+    assert f"(in 2 traces): {SEEN} (page-fault watch: off, set NPUSAN_HOST_FAULTS=1 to turn it on)" in out
 
 
 def test_on_says_nothing_unless_it_left_memory_to_torch_ops(tmp_path):
