@@ -172,6 +172,10 @@ def worker(mode: str, steps: int, warmup: int) -> dict:
             out["analyze_s"] = time.perf_counter() - t0
             out["findings"] = len(result.findings)
             out["finding_kinds"] = sorted({f.kind.value for f in result.findings})
+            if result.findings and os.environ.get("OUT"):  # the loop is correct: keep the report to study
+                with open(os.path.join(os.environ["OUT"], f"bench_gpu_findings_{mode}.txt"), "w") as f:
+                    subprocess.run([sys.executable, "-m", "npusan", "analyze", trace_path], stdout=f,
+                                   stderr=subprocess.STDOUT, timeout=300)
         except Exception as e:
             out["analyze_error"] = f"{type(e).__name__}: {e}"
         finally:
