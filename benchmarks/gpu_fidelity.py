@@ -149,6 +149,11 @@ INLINE = {
         "assert cpu.wait() == 5\n"),
 }
 
+#: The test file each inline program is copied from (tests check the copies stay verbatim).
+INLINE_FROM = {"apis": "tests/emulate/test_emulated_programs.py", "dev": "tests/emulate/test_emulated_programs.py",
+               "ckpt": "tests/emulate/test_emulated_programs.py", "capture_sync": "tests/emulate/test_emulated_graphs.py",
+               "triton": "tests/recorder/test_triton.py", "device_future": "tests/emulate/test_emulated_futures.py"}
+
 _P = "tests/emulate/progs/"
 _RACE = ("data-race",)
 _HB = "tests/emulate/test_host_buffers.py"
@@ -277,7 +282,8 @@ def _run(cmd: list, env: dict, cwd: Path) -> dict:
 def _side(row: Row, real: bool, work: Path) -> dict:
     """Record ``row`` on one side (real or emulated) and analyze the trace."""
     d = Path(tempfile.mkdtemp(prefix="real-" if real else "emu-", dir=work))
-    prog = str(ROOT / row.prog) if row.prog not in INLINE else str(d / f"{row.prog}.py")
+    # an inline program's file is not named after it: triton.py would shadow the package
+    prog = str(ROOT / row.prog) if row.prog not in INLINE else str(d / f"inline_{row.prog}.py")
     if row.prog in INLINE:
         Path(prog).write_text(INLINE[row.prog])
     extra = dict(row.env)
