@@ -345,7 +345,12 @@ def _expected(row: Row) -> str:
     return f"rc{row.rc} {k}{'' if row.exact else ' +any'}"
 
 
-def _cell(res: Optional[dict], skipped: bool) -> str:
+def _cell(res: Optional[dict], skipped: bool, wall: bool = False) -> str:
+    text = _result(res, skipped)
+    return f"{text} {res['record_s']:.0f}s" if wall and res else text
+
+
+def _result(res: Optional[dict], skipped: bool) -> str:
     if skipped:
         return "(skipped)"
     if res is None:
@@ -362,7 +367,8 @@ def _cell(res: Optional[dict], skipped: bool) -> str:
 def render(results: list, meta: dict) -> str:
     hdr = ("invocation", "expected", "emulated", "real", "agree?")
     skipped = not meta["real"]
-    table = [hdr] + [(r["name"], r["expected"], _cell(r["emulated"], False), _cell(r["real"], skipped), r["verdict"])
+    table = [hdr] + [(r["name"], r["expected"], _cell(r["emulated"], False), _cell(r["real"], skipped, wall=True),
+                     r["verdict"])
                      for r in results]
     widths = [max(len(t[i]) for t in table) for i in range(len(hdr))]
     lines = [f"npusan GPU fidelity check: {meta['device']} | torch {meta['torch']} | "
@@ -370,7 +376,7 @@ def render(results: list, meta: dict) -> str:
     if skipped:
         lines.append(f"real column skipped: {meta['real_skipped']}")
     lines.append("expected: analyze exit code and finding kinds as the tests assert them (+any: these at least); "
-                 "cells: rc, kinds, (number of findings)")
+                 "cells: rc, kinds, (number of findings); real: the recording's wall time")
     for i, t in enumerate(table):
         lines.append(" | ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
         if i == 0:

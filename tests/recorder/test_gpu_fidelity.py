@@ -70,3 +70,25 @@ def test_inline_programs_are_the_tests_own():
     for row in g.rows():
         assert row.prog in g.INLINE or (ROOT / row.prog).is_file(), row
         assert (ROOT / row.cite).is_file(), row
+
+
+def test_the_table_shows_a_disagreement_and_the_failing_runs_stderr():
+    """The real-device path of the report, which only a GPU machine runs for real."""
+    g = _load()
+    ok, bad = g.Row("prefetch no-wait", "p", (), 1, ("data-race",)), g.Row("graphs race", "q", (), 1, ("data-race",))
+    real_bad = dict(_res([], rc=None), record_rc=1, kinds=None, stderr_tail="RuntimeError: boom", record_s=3.0)
+    results = []
+    for row, emu, real in [(ok, _res(["data-race"]), _res(["data-race"])), (bad, _res(["data-race"]), real_bad)]:
+        emu.update(stderr_tail="", record_s=1.0)
+        real.setdefault("stderr_tail", "")
+        real.setdefault("record_s", 7.0)
+        results.append({"name": row.name, "argv": [row.prog], "cite": "t.py", "expected": g._expected(row),
+                        "emulated": emu, "real": real, "verdict": g.verdict(row, emu, real, True)})
+    meta = {"device": "GPU", "torch": "t", "jobs": 2, "wall_s": 9.0, "real": True, "real_skipped": None,
+            "not_run_extra": []}
+    text = g.render(results, meta)
+    assert "rc1 data-race (1) 7s" in text and "| agree" in text
+    assert "RECORD rc=1 3s" in text and "NO: real != expected" in text
+    assert "1 of 2 rows agree; 1 do not:" in text
+    assert "real stderr (last 15 lines):\n      RuntimeError: boom" in text
+    assert "real recordings: 10 s in all, slowest 7 s" in text
