@@ -25,7 +25,7 @@ $PY -m npusan --version >>"$OUT/gpu_checks.txt" 2>&1
 log "gpu tests and the fidelity check, side by side"
 timeout 180 $PY -m pytest -q -p no:cacheprovider -m gpu -rs tests/recorder >"$OUT/gpu_tests.txt" 2>&1 &
 tests=$!
-timeout 180 $PY benchmarks/gpu_fidelity.py --out "$OUT" >>"$OUT/gpu_checks.txt" 2>&1 &
+timeout 180 $PY benchmarks/gpu_fidelity.py --jobs 12 --out "$OUT" >>"$OUT/gpu_checks.txt" 2>&1 &
 fid=$!
 wait $tests; log "gpu tests rc $? ($(tail -1 "$OUT/gpu_tests.txt"))"
 wait $fid; log "fidelity rc $?"
