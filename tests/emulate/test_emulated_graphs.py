@@ -180,3 +180,23 @@ def test_reduce_overhead_runs_eagerly_and_says_so(tmp_path, variant, rc):
     assert a.returncode == rc, a.stdout
     assert "recorded coarsely: torch.compile(mode='reduce-overhead') runs eagerly" in a.stdout, a.stdout
     assert ("data race" in a.stdout) == bool(rc)
+
+
+@pytest.mark.parametrize("device", ["cuda", "npu"])
+def test_online_raise_comes_out_of_the_replay(tmp_path, device):
+    """``--online-raise``: the race a replayed graph has with its input's writer is raised
+    by the ``g.replay()`` line itself (a new-user trial got it from the next op)."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.emulate.test_emulated_programs import _env
+
+    prog = PROG if device == "cuda" else NPU_PROG
+    p = subprocess.run([sys.executable, "-m", "npusan", "record", "--emulate", device, "--online-raise",
+                        "-o", str(tmp_path / "t.npusan"), "--", prog, "race"], env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "RaceError: data race" in p.stderr, p.stderr
+    frames = re.findall(r'^  File "(.*)", line (\d+), in .*\n    (.*)$', p.stderr, re.M)
+    user = [(int(line), code) for f, line, code in frames if f == prog]
+    assert user and user[-1][1].strip() == "g.replay()", p.stderr

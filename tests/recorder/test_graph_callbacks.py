@@ -35,3 +35,112 @@ def test_graph_callbacks_become_graph_records(tmp_path):
     frames = reader.symbols.frames_of(begin[3])
     assert frames[-1][0] == __file__ and frames[-1][1] == line
     assert recs[2][2] == recs[3][2] == begin[2]  # the same stream index
+
+
+class _Graph:
+    """A graph class as a runtime has one: capture_begin/capture_end/replay (patched below)."""
+
+    def __init__(self) -> None:
+        self.replays = 0
+
+    def capture_begin(self) -> None:
+        pass
+
+    def capture_end(self) -> None:
+        pass
+
+    def replay(self) -> None:
+        self.replays += 1
+
+
+def _patched_graph_class(rec):
+    from npusan.recorder.backends.graphs import patch_graphs
+    from npusan.recorder.backends.hooks import TraceHooks
+
+    cls = type("Graph", (_Graph,), {})  # patched at most once per class: one per test
+    hooks = TraceHooks(lambda: 0, rec.backend.current_stream)
+    hooks.target = rec
+    patch_graphs(cls, hooks)
+    return cls, hooks
+
+
+def test_replay_tells_the_recorder_before_and_after_the_replay():
+    calls = []
+
+    class Log:
+        def on_graph_launch(self, *a):
+            calls.append(("launch", g.replays))
+
+        def on_graph_replayed(self, graph):
+            calls.append(("replayed", g.replays, graph == id(g)))
+
+    from npusan.recorder.backends.graphs import patch_graphs
+    from npusan.recorder.backends.hooks import TraceHooks
+
+    cls = type("Graph", (_Graph,), {})
+    hooks = TraceHooks(lambda: 0, lambda d: 0)
+    hooks.target = Log()
+    patch_graphs(cls, hooks)
+    g = cls()
+    g.replay()
+    assert calls == [("launch", 0), ("replayed", 1, True)]
+    hooks.target = None
+    g.replay()  # nothing recording: the graph still replays
+    assert g.replays == 2 and len(calls) == 2
+
+
+def test_online_raise_comes_out_of_the_racing_replay():
+    """Online raise mode: a race inside a replayed graph is raised by ``replay()`` itself
+    (a new-user trial got it from the next op, a ``float(y.sum())`` lines later), after
+    the replay did its work; the op after it runs as usual."""
+    import pytest
+    import torch
+
+    from npusan import sim
+    from npusan.recorder import session
+
+    npusan.enable(mode="raise", backend="sim")
+    try:
+        rec = session.current()
+        cls, hooks = _patched_graph_class(rec)
+        x = torch.zeros(100)
+        g = cls()
+        g.capture_begin()
+        y = x * 2  # the graph's program reads x
+        g.capture_end()
+        side = sim.Stream()
+        side.wait_stream(sim.current_stream())
+        with sim.stream(side):
+            x.add_(1)  # written on a side stream the replay's stream does not wait for
+        with pytest.raises(npusan.RaceError) as ei:
+            g.replay()
+        assert g.replays == 1
+        assert float(y.sum()) == 0.0  # the next op: nothing left to raise
+    finally:
+        hooks.target = None
+        npusan.disable()
+    assert "aten::mul" in str(ei.value) and "aten::add_" in str(ei.value)
+
+
+def test_replay_without_online_mode_is_not_checked_early(tmp_path):
+    """File mode: the replay's check is the offline analyzer's; replay() only records."""
+    import torch
+
+    from npusan import sim
+
+    path = tmp_path / "g.npusan"
+    with npusan.record(str(path), backend="sim") as rec:
+        cls, hooks = _patched_graph_class(rec)
+        x = torch.zeros(100)
+        g = cls()
+        g.capture_begin()
+        x * 2
+        g.capture_end()
+        side = sim.Stream()
+        side.wait_stream(sim.current_stream())
+        with sim.stream(side):
+            x.add_(1)
+        g.replay()  # no RaceError, no engine
+    hooks.target = None
+    kinds = [r[0] for r in TraceReader(str(path)).records() if r[0] in R.GRAPH_RECORDS]
+    assert kinds == [R.GRAPH_BEGIN, R.GRAPH_END, R.GRAPH_LAUNCH]

@@ -62,9 +62,10 @@ def install(kind: str = "cuda", devices: Optional[int] = None) -> None:
     backward.install()
     compiled.patch()  # torch.compile runs eagerly here: says so where CUDA graphs are asked for
     if kind == "cuda":
-        from . import dist
+        from . import dist, triton_launch
 
         dist.install()
+        triton_launch.install()  # Triton's kernels interpreted on the CPU (before the program imports it)
     from . import futures
 
     futures.install()

@@ -2,7 +2,8 @@
 part of :class:`~.session.Recorder` that turns each into a queued event.
 
 Every hook queues one entry on the recorder's queue (:mod:`.event_queue`) and never raises.
-What it needs of the recorder: ``active``, ``enc``, ``stacks``, ``_pinned`` and the queue.
+What it needs of the recorder: ``active``, ``enc``, ``stacks``, ``_pinned`` and the queue
+(and, for the online check after a graph replay, ``engine`` and its findings).
 """
 
 from __future__ import annotations
@@ -119,6 +120,15 @@ class RuntimeCallbacks:
 
     def on_graph_launch(self, graph: int, handle: int, device: int) -> None:
         self._cb("graph_launch", graph, handle, device)
+
+    def on_graph_replayed(self, graph: int) -> None:
+        # Online: the launch is replayed now rather than at the next op's drain, so a race
+        # in the graph's work is raised (raise mode) or warned about from replay() itself.
+        if self.engine is None or not self.active:
+            return
+        self._drain_now()
+        if self._findings:
+            self._report_findings()  # online mode: may raise RaceError (on purpose)
 
     def on_record_stream(self, ptr: int, handle: int, device: int) -> None:
         self._cb("record_stream", ptr, handle, device)

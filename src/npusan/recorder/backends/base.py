@@ -84,6 +84,11 @@ class RecorderCallbacks(Protocol):
         """Graph ``graph`` was replayed on stream ``(device, handle)`` (called before the
         replay enqueues its work)."""
 
+    def on_graph_replayed(self, graph: int) -> None:
+        """The replay of graph ``graph`` returned. Online mode checks the replay here, so
+        that a race inside it comes out of the replay call, not out of the next op: the
+        one callback that raises, and only the deliberate ``RaceError`` of raise mode."""
+
 
 #: The callback names, in the order listed above (used by adapters to register them).
 CALLBACK_NAMES: Tuple[str, ...] = (
@@ -102,11 +107,12 @@ CALLBACK_NAMES: Tuple[str, ...] = (
     "on_graph_begin",
     "on_graph_end",
     "on_graph_launch",
+    "on_graph_replayed",
 )
 
 #: The graph callbacks: no runtime fires them through a trace hook; a backend wraps the
 #: graph class's capture and replay methods instead (:mod:`.graphs`).
-GRAPH_CALLBACK_NAMES: Tuple[str, ...] = ("on_graph_begin", "on_graph_end", "on_graph_launch")
+GRAPH_CALLBACK_NAMES: Tuple[str, ...] = ("on_graph_begin", "on_graph_end", "on_graph_launch", "on_graph_replayed")
 
 
 class Backend(ABC):
