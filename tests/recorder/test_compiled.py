@@ -151,7 +151,7 @@ def test_extern_kernels_inside_a_region_are_its_record_alone(tmp_path):
     inputs and outputs, and a side-stream write of the weight still races with it."""
     f = torch.compile(_matmul_bias)
     x, w, b = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
-    f(x, w, b)  # compiled and run once (AOTAutograd's first run has a mode of its own on top)
+    f(x, w, b)  # compiled before recording (the first call while recording has its own test)
     trace = tmp_path / "mm.npusan"
     with npusan.record(str(trace), backend="sim"):
         side = sim.Stream()
