@@ -124,6 +124,21 @@ class _TraceRegistry:
 #: The simulated device's hook registry.
 trace = _TraceRegistry()
 
+def _not_traced(fn: Callable) -> Callable:
+    """Mark ``fn`` so that ``torch.compile`` (Dynamo) calls it instead of tracing into it.
+
+    The stream API is the host's bookkeeping, not tensor math: traced, Dynamo would guard
+    on this module's thread-local current stream (a guard that fails on the frame that
+    made it: a crash) and fold stream switches into a graph that runs on one stream. Not
+    traced, each call breaks the graph where it stands, and the ops between the calls
+    are compiled into graphs that run on the stream current when they run, as the
+    program says. The attribute is what ``torch.compiler.disable`` leaves on the
+    functions it wraps, set here without importing Dynamo (seconds) in every program."""
+    fn._torchdynamo_disable = True  # type: ignore[attr-defined]
+    fn._torchdynamo_disable_msg = "npusan.sim stream API (runs on the host)"  # type: ignore[attr-defined]
+    return fn
+
+
 _stream_ids = itertools.count(1)
 _event_ids = itertools.count(0x5E0000001)  # look like handles, never collide with small ints
 
@@ -147,22 +162,27 @@ class Stream(torch.Stream):
     def handle(self) -> int:
         return self.stream_id
 
+    @_not_traced
     def wait_event(self, event: "Event") -> None:
         event.wait(self)
 
+    @_not_traced
     def wait_stream(self, other: "Stream") -> None:
         """Like ``torch.cuda.Stream.wait_stream``: an event recorded on ``other``, waited here."""
         self.wait_event(other.record_event())
 
+    @_not_traced
     def record_event(self, event: Optional["Event"] = None) -> "Event":
         if event is None:
             event = Event()
         event.record(self)
         return event
 
+    @_not_traced
     def synchronize(self) -> None:
         trace.fire("stream_synchronization", self.stream_id)
 
+    @_not_traced
     def query(self) -> bool:
         """Always True (nothing is timed): the host learned the stream's work is done, which
         orders it as :meth:`synchronize` does, and is recorded as that."""
@@ -188,6 +208,7 @@ class Event:
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.handle: Optional[int] = None
 
+    @_not_traced
     def record(self, stream: Optional[Stream] = None) -> None:
         if stream is None:
             stream = current_stream()
@@ -202,16 +223,19 @@ class Event:
                 weakref.finalize(self, trace.fire, "event_deletion", self.handle).atexit = False
         trace.fire("event_record", self.handle, stream.stream_id)
 
+    @_not_traced
     def wait(self, stream: Optional[Stream] = None) -> None:
         if stream is None:
             stream = current_stream()
         if self.handle is not None:  # CUDA: waiting on a never-recorded event is a no-op
             trace.fire("event_wait", self.handle, stream.stream_id)
 
+    @_not_traced
     def synchronize(self) -> None:
         if self.handle is not None:
             trace.fire("event_synchronization", self.handle)
 
+    @_not_traced
     def query(self) -> bool:
         """Always True: recorded as the event's synchronization (the host knows the work is
         done); nothing for an event never recorded."""
@@ -233,25 +257,30 @@ class _Local(threading.local):
 _tls = _Local()
 
 
+@_not_traced
 def current_stream(device=None) -> Stream:
     """The calling thread's current stream (the default stream unless set)."""
     return _tls.stream
 
 
+@_not_traced
 def current_handle(device=None) -> int:
     """Handle of the calling thread's current stream (the recorder's per-op question)."""
     return _tls.stream.stream_id
 
 
+@_not_traced
 def default_stream(device=None) -> Stream:
     return _DEFAULT
 
 
+@_not_traced
 def set_stream(s: Optional[Stream]) -> None:
     if s is not None:
         _tls.stream = s
 
 
+@_not_traced
 @contextlib.contextmanager
 def stream(s: Optional[Stream]) -> Iterator[None]:
     """Make ``s`` the current stream of this thread inside the block (None: no change)."""
@@ -266,6 +295,7 @@ def stream(s: Optional[Stream]) -> Iterator[None]:
         _tls.stream = prev
 
 
+@_not_traced
 def synchronize(device=None) -> None:
     """Block the host until every stream is done (a device synchronization)."""
     trace.fire("device_synchronization")
@@ -379,6 +409,7 @@ _comm: Dict[str, Stream] = {}
 _comm_lock = threading.Lock()
 
 
+@_not_traced
 def comm_stream(group_name: str) -> Stream:
     """The communication stream of process group ``group_name`` (created at first use).
 
@@ -410,6 +441,7 @@ _pool: list = []
 _pool_next = itertools.count()
 
 
+@_not_traced
 def pool_stream(device=None) -> Stream:
     """A stream of the device's pool, as ``c10::cuda::getStreamFromPool`` hands them out
     (round robin over :data:`POOL_SIZE` streams made at first use): where a torch Future runs

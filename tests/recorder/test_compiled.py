@@ -151,7 +151,7 @@ def test_extern_kernels_inside_a_region_are_its_record_alone(tmp_path):
     inputs and outputs, and a side-stream write of the weight still races with it."""
     f = torch.compile(_matmul_bias)
     x, w, b = torch.randn(8, 16), torch.randn(16, 4), torch.randn(4)
-    f(x, w, b)  # compiled and run once (AOTAutograd's first run has a mode of its own on top)
+    f(x, w, b)  # compiled before recording (the first call while recording has its own test)
     trace = tmp_path / "mm.npusan"
     with npusan.record(str(trace), backend="sim"):
         side = sim.Stream()
@@ -215,10 +215,10 @@ def test_mode_stays_on_in_a_region_that_syncs_or_communicates(body, quiet):
     assert _may_suspend(object()) is False  # no code to read: the mode stays on
 
 
-def test_program_mode_on_top_keeps_the_recording_mode_in_the_region(tmp_path):
-    """The recording mode comes off only from the top of the stack: under a program's own
-    mode (pushed after recording started) a region's extern kernels reach both modes, and
-    are recorded one by one as before."""
+def test_program_mode_on_top_still_sees_the_region_recorded_once(tmp_path):
+    """Under a program's own mode (pushed after recording started) the recording mode comes
+    off from under it while a region runs: the program's mode still sees the region's
+    extern kernels, and the trace has the region alone, not its kernels once more."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     seen = []
@@ -237,9 +237,94 @@ def test_program_mode_on_top_keeps_the_recording_mode_in_the_region(tmp_path):
     f(x, w, b)
     trace = tmp_path / "own.npusan"
     with npusan.record(str(trace), backend="sim"):
-        with Count():
+        with Count() as mine:
             out = f(x, w, b)
+            from torch._C import _get_dispatch_stack_at, _len_torch_dispatch_stack
+
+            stack = [_get_dispatch_stack_at(i) for i in range(_len_torch_dispatch_stack())]
+        sim.synchronize()
+    assert stack[-1] is mine and type(stack[-2]).__name__ == "RecordingMode"  # put back in order
     assert torch.allclose(out, _matmul_bias(x, w, b))
     assert any("addmm" in s for s in seen), seen
     names = _kernel_names(trace)
-    assert "compiled:_matmul_bias" in names and "aten::addmm.out" in names, names
+    assert names.count("compiled:_matmul_bias") == 1 and not [n for n in names if "addmm" in n], names
+
+
+class _Lin(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def test_first_call_compiling_under_the_recorder_is_one_finding_at_the_users_line(tmp_path):
+    """The first call compiles while recording, and AOTAutograd runs that call's graph
+    under a mode of its own: the race is still found once, on the region, at the line
+    that called the compiled model (not at a line of Inductor's generated file)."""
+    model = torch.compile(_Lin())
+    x = torch.empty(16, 32)
+    trace = tmp_path / "first.npusan"
+    with npusan.record(str(trace), backend="sim"):
+        side = sim.Stream()
+        side.wait_stream(sim.current_stream())
+        with sim.stream(side):
+            x.normal_()
+        y = model(x)  # FIRST CALL
+        sim.current_stream().wait_stream(side)
+    assert torch.allclose(y, _Lin.forward(model._orig_mod, x))
+    names = _kernel_names(trace)
+    assert not [n for n in names if "addmm" in n or n.startswith("aten::mm")], names
+    races = [r for r in analyze_traces([str(trace)]).findings if r.kind.value == "data-race"]
+    assert len(races) == 1, [(r.access.op, r.access.stack[:1]) for r in races]
+    r = races[0]
+    assert r.access.op == "compiled:forward" and r.previous.op == "aten::normal_"
+    import inspect
+
+    src, start = inspect.getsourcelines(test_first_call_compiling_under_the_recorder_is_one_finding_at_the_users_line)
+    call_line = start + next(i for i, s in enumerate(src) if "# FIRST CALL" in s)
+    mine = [fr.lineno for fr in r.access.stack if fr.filename.endswith("test_compiled.py")]
+    assert mine and mine[-1] == call_line, r.access.stack
+    assert not [fr for fr in r.access.stack if "torchinductor" in fr.filename], r.access.stack
+
+
+def _switching(side, wait: bool):
+    @torch.compile
+    def fn(x, w):
+        y = x @ w
+        side.wait_stream(sim.current_stream())
+        with sim.stream(side):
+            z = torch.relu(y) * 2  # on the side stream
+        if wait:
+            sim.current_stream().wait_stream(side)
+        return z.sum() + y.sum()  # READ OF Z
+
+    return fn
+
+
+@pytest.mark.parametrize("wait", [False, True])
+def test_sim_streams_inside_a_compiled_function(tmp_path, wait):
+    """Dynamo does not trace into the simulated stream API (it used to, and crashed on a
+    guard of its thread-local current stream): the function compiles around the stream
+    calls, computes what it computes eagerly, and the side stream's ops are recorded on
+    the side stream (the missing wait is found, the waited version is clean)."""
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    want = (torch.relu(x @ w) * 2).sum() + (x @ w).sum()
+    trace = tmp_path / "switch.npusan"
+    with npusan.record(str(trace), backend="sim"):
+        fn = _switching(sim.Stream(), wait)
+        got = [fn(x, w) for _ in range(2)]
+        sim.synchronize()
+    assert all(torch.allclose(g, want) for g in got)
+    assert counters["stats"]["unique_graphs"] >= 1  # still compiled, around the stream calls
+    races = [r for r in analyze_traces([str(trace)]).findings if r.kind.value == "data-race"]
+    if wait:
+        assert races == []
+        return
+    assert races and all(r.previous.op == "aten::mul.Tensor" for r in races), races
+    import inspect
+
+    src, start = inspect.getsourcelines(_switching)
+    read_line = start + next(i for i, s in enumerate(src) if "# READ OF Z" in s)
+    assert any(fr.lineno == read_line for r in races for fr in r.access.stack)

@@ -9,7 +9,13 @@ directly, unseen by it, and hand back tensors it never marked as device memory. 
 compiled function runs its ops one by one through the emulation, and the recorder records
 each of them -- finer than the one access per compiled region of a real GPU.
 
-What is lost is what ``mode="reduce-overhead"`` (and ``"max-autotune"``, and the option
+That is said once, at the first call of a compiled function or module (a line on stderr,
+and a ``coarse:`` NOTE in the trace the report repeats): a user who compiled the program
+must not read a clean report as a check of what Inductor generates. What is checked is
+what the function does as written, op by op, on the streams it puts them on; not checked
+are Inductor's fused kernels and where it would place them.
+
+What is lost besides is what ``mode="reduce-overhead"`` (and ``"max-autotune"``, and the option
 ``triton.cudagraphs``) adds on a GPU: Inductor's CUDA graph trees, which replay the
 compiled code from static buffers in a private pool and overwrite a previous call's
 outputs at the next replay. Emulating them would need Inductor to generate code for a
@@ -41,6 +47,13 @@ def text(mode: Any) -> str:
             "buffers (an output overwritten by the next replay) are not checked")
 
 
+#: What the note at the first compiled call says.
+EAGER_TEXT = ("torch.compile runs eagerly under the emulator: the ops of compiled functions are "
+              "recorded one by one, on the streams the program puts them on, and checked as eager "
+              "code; Inductor's generated kernels and their stream placement are not run or checked")
+EAGER_TOPIC = "emulate-compiled-eager"
+
+
 def uses_cudagraphs(mode: Any, options: Any) -> bool:
     """Whether a torch.compile call asks for Inductor's CUDA graph trees."""
     return mode in CUDAGRAPH_MODES or (isinstance(options, dict) and bool(options.get("triton.cudagraphs")))
@@ -49,26 +62,73 @@ def uses_cudagraphs(mode: Any, options: Any) -> bool:
 def _announce(mode: Any) -> None:
     """Once per process on stderr; once per recording in the trace (never raises)."""
     global _said
+    if not _said:
+        _said = True
+        _say(TOPIC, text(mode))
+    else:
+        _say(TOPIC, text(mode), stderr=False)
+
+
+def _say(topic: str, what: str, stderr: bool = True) -> None:
+    """``what`` on stderr (if ``stderr``) and, once per recording, as a NOTE (never raises)."""
     try:
-        if not _said:
-            _said = True
-            sys.stderr.write(f"npusan: note: {text(mode)}\n")
+        if stderr:
+            sys.stderr.write(f"npusan: note: {what}\n")
         from ..recorder import session
         from ..recorder.explicit import note_once
         from ..trace_format.records import COARSE_NOTE_PREFIX
 
         rec = session.current()
         if rec is not None:
-            note_once(rec, TOPIC, COARSE_NOTE_PREFIX + text(mode))
+            note_once(rec, topic, COARSE_NOTE_PREFIX + what)
     except Exception:  # a note must never stop the program
         pass
 
 
 _said = False
+#: The stderr line of the first compiled call was written (once per process).
+_eager_said = False
+#: The recording that has the first compiled call's NOTE (a new one gets it at its first).
+_eager_noted: Any = None
+
+
+def _first_call() -> None:
+    """At a compiled function's call: the eager note, once per process and recording."""
+    global _eager_said, _eager_noted
+    try:
+        from ..recorder import session
+
+        rec = session.current()
+    except Exception:
+        return
+    if _eager_said and (rec is None or rec is _eager_noted):
+        return
+    _say(EAGER_TOPIC, EAGER_TEXT, stderr=not _eager_said)
+    _eager_said = True
+    _eager_noted = rec
+
+
+def _announcing(compiled: Any) -> Any:
+    """``compiled`` (what ``torch.compile`` returned), saying :data:`EAGER_TEXT` at its
+    calls while that is still to say: a module gets a forward pre-hook (it stays the
+    ``OptimizedModule`` the program expects), a function a wrapper with its attributes."""
+    if isinstance(compiled, torch.nn.Module):
+        compiled.register_forward_pre_hook(lambda module, args: _first_call())
+        return compiled
+    if not callable(compiled):
+        return compiled
+
+    @functools.wraps(compiled)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        _first_call()
+        return compiled(*args, **kwargs)
+
+    return call
 
 
 def patch() -> None:
-    """Wrap ``torch.compile`` so that a call asking for CUDA graphs is announced."""
+    """Wrap ``torch.compile`` so that a call asking for CUDA graphs is announced, and the
+    first call of what it compiled says that it runs eagerly."""
     orig = torch.compile
     if getattr(orig, "_npusan_emulated", False):
         return
@@ -77,7 +137,10 @@ def patch() -> None:
     def compile_(*args: Any, **kwargs: Any) -> Any:
         if uses_cudagraphs(kwargs.get("mode"), kwargs.get("options")):
             _announce(kwargs.get("mode") or "default, options={'triton.cudagraphs': True}")
-        return orig(*args, **kwargs)
+        out = orig(*args, **kwargs)
+        if (args[0] if args else kwargs.get("model")) is None:
+            return out  # the decorator form: it calls torch.compile (this) with the function
+        return _announcing(out)
 
     compile_._npusan_emulated = True  # type: ignore[attr-defined]
     torch.compile = compile_

@@ -17,9 +17,9 @@ within itself are not seen, nor the order of its kernels: a race is found betwee
 region as a whole and other streams. The first region of a recording puts a NOTE in the
 trace saying so, which the report repeats once.
 
-While a graph runs, the recording mode is taken off the dispatch stack (when it is on
-top): the extern kernels the graph calls through the dispatcher (``aten::mm.out``...)
-touch, outside the region, only its inputs and outputs, which its record has, and every
+While a graph runs, the recording mode is taken off the dispatch stack (from under the
+modes above it, if any, which stay on in their order): the extern kernels the graph calls
+through the dispatcher (``aten::mm.out``...) touch, outside the region, only its inputs and outputs, which its record has, and every
 op through a Python mode costs the step several microseconds. A graph whose code calls
 what the recorder records as more than an access (collectives, host reads, streams)
 keeps the mode on. What the record needs from a graph is learnt once and kept on it.
@@ -37,6 +37,8 @@ import threading
 from typing import Any, Optional
 
 from torch import Tensor
+from torch._C import (_get_dispatch_stack_at, _len_torch_dispatch_stack, _pop_torch_dispatch_stack,
+                      _push_on_torch_dispatch_stack)
 
 from ..trace_format.records import COARSE_NOTE_PREFIX
 from . import session
@@ -122,9 +124,6 @@ def _patch(mod: Any) -> None:
     cls = mod.CompiledFxGraph
     call = cls.__call__
     post_compile = cls.post_compile
-    from torch._C import (_get_dispatch_stack_at, _len_torch_dispatch_stack, _pop_torch_dispatch_stack,
-                          _push_on_torch_dispatch_stack)
-
     from .dispatch import RecordingMode
 
     def __call__(self, inputs):
@@ -153,23 +152,14 @@ def _patch(mod: Any) -> None:
                 key = rec.stacks.key(skip)
         except Exception:  # no name, no stack: the region is still recorded
             pass
-        mode = None
-        if g.quiet:
-            try:
-                n = _len_torch_dispatch_stack()
-                # Only the recording mode itself comes off, and only from the top (the top
-                # of the stack is the top user mode where there is one: what a pop takes).
-                if n and type(_get_dispatch_stack_at(n - 1)) is RecordingMode:
-                    mode = _pop_torch_dispatch_stack(None)
-            except Exception:
-                mode = None
-        if mode is None:
+        lifted = _lift(RecordingMode) if g.quiet else None
+        if lifted is None:
             out = call(self, inputs)
         else:
             try:
                 out = call(self, inputs)
             finally:
-                _push_on_torch_dispatch_stack(mode)
+                _restore(*lifted)
         _record_region(self, g, args, out, key)
         return out
 
@@ -190,6 +180,41 @@ def _patch(mod: Any) -> None:
     cls.__call__ = __call__
     cls.post_compile = post_compile_hook
     _patched = True
+
+
+def _lift(mode_type: type) -> Optional[tuple]:
+    """Take the topmost ``mode_type`` mode off the dispatch stack for a region's call:
+    ``(mode, above)``, ``above`` the modes that were over it (top first), which stay on,
+    in their order; None when there is none (or the stack cannot be read).
+
+    A mode over it sees the same ops with or without it underneath (it passes them down),
+    so lifting ours from under one changes nothing it computes; on the first call of a
+    function compiled with autograd AOTAutograd runs the graph under a mode of its own
+    (``_AnalyzeCustomOpInputOutputMode``), and without this the recording mode would see
+    the region's extern kernels one by one, at the line of Inductor's generated file."""
+    try:
+        n = _len_torch_dispatch_stack()
+        i = n - 1
+        # User modes are above the infra modes (fake tensors, proxies): ours is among them.
+        while i >= 0 and type(_get_dispatch_stack_at(i)) is not mode_type:
+            i -= 1
+        if i < 0:
+            return None
+        above = [_pop_torch_dispatch_stack(None) for _ in range(n - 1 - i)]
+        mode = _pop_torch_dispatch_stack(None)
+        for m in reversed(above):
+            _push_on_torch_dispatch_stack(m)
+        return mode, above
+    except Exception:
+        return None
+
+
+def _restore(mode: Any, above: list) -> None:
+    """Put ``mode`` back under the ``above`` modes that :func:`_lift` left on top."""
+    back = [_pop_torch_dispatch_stack(None) for _ in above]
+    _push_on_torch_dispatch_stack(mode)
+    for m in reversed(back):
+        _push_on_torch_dispatch_stack(m)
 
 
 def _is_compiled_frame(skip: int) -> bool:
