@@ -29,8 +29,10 @@ def test_worked_example_reports_missing_record_stream(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "768.0" in proc.stdout  # 256 * (2 + 1)
     found = analyze(trace)
-    assert kinds(found) == ["missing-record-stream"]
-    f = found[0]
+    # z gets x's block when the simulated device's malloc returns the same address: then the
+    # block is in use on the default stream while s1 may still read it, a reuse race as well
+    assert kinds(found) in (["missing-record-stream"], ["missing-record-stream", "reuse-race"])
+    (f,) = [f for f in found if f.kind.value == "missing-record-stream"]
     assert user_lines(f.access.stack) == [line_of(WORKED_EXAMPLE, "# FREE")]
     assert user_lines(f.previous.stack) == [line_of(WORKED_EXAMPLE, "# USE")]
     assert f.previous.op == "aten::add.Tensor" and f.previous.type == "read"

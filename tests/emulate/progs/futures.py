@@ -115,11 +115,12 @@ def ok_hook_powersgd_noef():
                                               use_error_feedback=False, warm_start=False))
 
 
-def known_hook_powersgd():
+def ok_hook_powersgd():
     """PowerSGD with error feedback: its ``decompress`` callback reads ``input_tensor_cp`` (made
     on the default stream in the hook) on the callback's pool stream, and the tensor is freed
-    when the callback chain is done, with no record_stream: a missing record_stream on a GPU
-    too (the callbacks of a NCCL future run inline, at ``then``)."""
+    when the callback chain is done, with no record_stream. The model has one bucket, so the
+    backward stream's next allocation comes after the reducer waited for the hook's future
+    (which orders it after ``decompress``): the block cannot be handed to racing work."""
     _train(ps.powerSGD_hook, ps.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                               start_powerSGD_iter=2, min_compression_rate=0.5))
 
