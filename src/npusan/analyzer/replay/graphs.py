@@ -42,7 +42,8 @@ bytes, so a launch costs what its kernels cost and no Python per kernel.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from bisect import bisect_right
+from typing import Callable, NamedTuple, Optional
 
 from ...trace_format import records as R
 
@@ -54,6 +55,9 @@ MAX_GRAPH_RECORDS = 1 << 20
 MAX_SUMMARY_ENTRIES = 1 << 20
 #: Launch expansions kept per graph (launching stream, dead blocks): one is the usual case.
 MAX_EXPANSIONS = 8
+#: Launches whose kernels a report can name the launch of (past it, later launches' kernels
+#: are reported at their captured line only, as a trace of format 1.2 would have them).
+MAX_LAUNCH_SITES = 1 << 20
 
 #: The device work a capture stores, and the field of each that names its stream.
 CAPTURED = {R.KERNEL: 1, R.VIEWS: None, R.EVENT_RECORD: 2, R.EVENT_WAIT: 2}
@@ -72,12 +76,13 @@ class Graph:
     """One captured program: its records as the trace has them, its origin stream, and
     the summary of the records left out past the cap (see the module docstring)."""
 
-    __slots__ = ("gid", "origin", "records", "blocks", "truncated", "expansions", "limit", "summary",
+    __slots__ = ("gid", "origin", "stack", "records", "blocks", "truncated", "expansions", "limit", "summary",
                  "unchecked", "_summary_records")
 
-    def __init__(self, gid: int, origin: int, limit: int = MAX_GRAPH_RECORDS) -> None:
+    def __init__(self, gid: int, origin: int, limit: int = MAX_GRAPH_RECORDS, stack: Optional[int] = None) -> None:
         self.gid = gid
         self.origin = origin
+        self.stack = stack  # the GRAPH_BEGIN's stack id: where the capture began
         self.records: list = []
         self.blocks: set = set()  # the block ids its kernels access
         self.truncated = 0  # records left out past ``limit``
@@ -166,11 +171,20 @@ def _bid(a) -> object:
     return ~x if x.__class__ is int and x < 0 else x
 
 
+class LaunchSite(NamedTuple):
+    """The launch a replayed kernel came from: a report names it, since that line (not the
+    captured one) is where the kernel ran and where a wait for it, or before it, goes."""
+
+    stream: int  # the launching stream S
+    stack: Optional[int]  # the GRAPH_LAUNCH's stack id (``g.replay()``)
+    captured: Optional[int]  # the GRAPH_BEGIN's stack id (``with torch.cuda.graph(g):``)
+
+
 class Graphs:
     """The graphs of one trace and the capture open now (see the module docstring)."""
 
     __slots__ = ("graphs", "capturing", "truncated", "dropped", "launches", "unknown", "summarized",
-                 "unchecked_launches", "unchecked_graphs")
+                 "unchecked_launches", "unchecked_graphs", "_site_first", "_site_last", "_sites")
 
     def __init__(self) -> None:
         self.graphs: dict = {}
@@ -182,13 +196,17 @@ class Graphs:
         self.summarized = 0  # summary entries held by the kept graphs (MAX_SUMMARY_ENTRIES)
         self.unchecked_launches = 0  # launches of a graph with records neither kept nor summarized
         self.unchecked_graphs: set = set()
+        # the launches' kernel sequence numbers [first, last] and their sites, in launch order
+        self._site_first: list = []
+        self._site_last: list = []
+        self._sites: list = []
 
-    def begin(self, gid: int, origin: int) -> Optional[str]:
+    def begin(self, gid: int, origin: int, stack: Optional[int] = None) -> Optional[str]:
         """A capture begins (a problem in words, or None)."""
         if self.capturing is not None:
             return f"graph {gid} begins while graph {self.capturing.gid} is being captured"
         full = gid not in self.graphs and len(self.graphs) >= MAX_GRAPHS
-        g = Graph(gid, origin, 0 if full else MAX_GRAPH_RECORDS)
+        g = Graph(gid, origin, 0 if full else MAX_GRAPH_RECORDS, stack)
         if full:
             self.dropped += 1
         self.capturing = g
@@ -224,6 +242,34 @@ class Graphs:
             self.unchecked_launches += 1
             self.unchecked_graphs.add(gid)
         return g
+
+    def launch_begins(self, g: Graph, stream: int, stack: Optional[int], seq: int) -> None:
+        """Graph ``g`` is launched on ``stream`` after kernel ``seq``: its kernels, numbered from
+        ``seq + 1`` until :meth:`launch_ends`, came from this launch (:meth:`site`). A
+        launch inside a capture runs nothing: it is not one."""
+        if self.capturing is not None or len(self._sites) >= MAX_LAUNCH_SITES:
+            return
+        site = LaunchSite(stream, stack if stack.__class__ is int else None, g.stack)
+        self._site_first.append(seq + 1)
+        self._site_last.append(None)  # open: its kernels are being replayed
+        self._sites.append(site)
+
+    def launch_ends(self, seq: int) -> None:
+        """The launch :meth:`launch_begins` opened replayed its last kernel, ``seq``."""
+        if not self._sites or self._site_last[-1] is not None:
+            return
+        if seq < self._site_first[-1]:  # no kernel: nothing to name it for
+            del self._site_first[-1], self._site_last[-1], self._sites[-1]
+        else:
+            self._site_last[-1] = seq
+
+    def site(self, seq: int) -> Optional[LaunchSite]:
+        """The launch kernel ``seq`` was replayed by, or None (a kernel the program ran itself)."""
+        i = bisect_right(self._site_first, seq) - 1
+        if i < 0:
+            return None
+        last = self._site_last[i]
+        return self._sites[i] if last is None or seq <= last else None
 
     def warning(self) -> Optional[str]:
         """What the report says when a cap left records out (None: nothing was)."""

@@ -521,13 +521,13 @@ class NativeEngine:
         E.check_graph_stack(rec, self.seq)
         self._check_stream(rec, 2)
         if t == R.GRAPH_BEGIN:
-            problem = self.graphs.begin(gid, rec[2])
+            problem = self.graphs.begin(gid, rec[2], rec[3])
             if problem:
                 raise RecordError(E.describe(rec, self.seq, problem))
             return True
         g = self.graphs.find(gid)
         if g is not None:
-            self._launch(g, rec[2])
+            self._launch(g, rec[2], rec[3])
         return True
 
     def _check_stream(self, rec: list, field: int) -> None:
@@ -540,7 +540,7 @@ class NativeEngine:
         self._replay_records([[R.STREAM_CREATED, S, None]])
         self._hidden_events += 1
 
-    def _launch(self, g, stream: int) -> None:
+    def _launch(self, g, stream: int, stack=None) -> None:
         """Replay graph ``g`` launched on ``stream``: its records packed once per expansion."""
         if self.graphs.capturing is not None:  # a launch inside a capture: its work is captured
             _, records = g.launch(stream, self._core.block_live)
@@ -553,7 +553,11 @@ class NativeEngine:
         if entry[1] is None:
             parts = [self._pack(r) for r in records]
             entry[1] = (b"".join(parts), parts)
-        self._replay_packed(records, *entry[1])
+        self.graphs.launch_begins(g, stream, stack, self.seq)
+        try:
+            self._replay_packed(records, *entry[1])
+        finally:
+            self.graphs.launch_ends(self.seq)
 
     def _replay_records(self, records: list) -> None:
         parts = [self._pack(r) for r in records]
