@@ -52,3 +52,13 @@ def test_streams_outside_the_capture_are_not_its():
     j.waited(11, A)
     j.op(A)
     assert j.unjoined() == []  # A waited for no event of the capture: not forked to
+
+
+def test_a_capturing_stream_may_not_wait_for_work_outside_the_capture():
+    j = CaptureJoins(O)
+    j.recorded(10, OUT)  # recorded outside the capture
+    assert j.waited(10, OUT + 1)  # a stream outside the capture may wait for it
+    assert not j.waited(10, O)  # the capture stream may not (cudaErrorStreamCaptureIsolation)
+    j.recorded(11, O)
+    assert j.waited(11, A)  # a fork
+    assert not j.waited(10, A)  # a forked stream is capturing too

@@ -43,6 +43,16 @@ def test_an_unjoined_capture_is_refused_at_capture_end_as_cuda_refuses_it(tmp_pa
     assert _kinds(trace) == (0, [])
 
 
+def test_a_wait_inside_a_capture_for_work_outside_it_is_refused_as_cuda_refuses_it(tmp_path):
+    """cudaStreamWaitEvent of a capturing stream for an event recorded outside the capture
+    fails (cudaErrorStreamCaptureIsolation) and invalidates the capture, so capture_end
+    fails too (cudaErrorStreamCaptureInvalidated): a wait belongs before the replay."""
+    p, trace = _record(tmp_path, PROG, "outside_wait")
+    assert p.returncode == 0, p.stderr
+    assert "refused" in p.stdout
+    assert _kinds(trace) == (0, [])
+
+
 def test_a_replay_is_one_record_and_races_point_at_the_captured_op_and_its_launch(tmp_path):
     import io
 
@@ -59,11 +69,16 @@ def test_a_replay_is_one_record_and_races_point_at_the_captured_op_and_its_launc
     found, _ = replay.analyze_trace(io.BytesIO(data))
     side = [f for f in found if f.previous.op == "aten::add.Tensor"]
     assert side, [(f.access.op, f.previous.op) for f in found]
+    with open(PROG) as f:
+        lines = f.read().splitlines()
+    add = lines.index("            z = y + 1  # on the side stream, joined back below") + 1
+    capture = max(i for i, ln in enumerate(lines[:add]) if "with torch.cuda.graph(g):" in ln) + 1
+    launch = next(i for i, ln in enumerate(lines) if i >= add and "g.replay()" in ln) + 1
     earlier = side[0].previous
-    assert any(fr.lineno == 39 and fr.filename.endswith("graphs.py") for fr in earlier.stack)
+    assert any(fr.lineno == add and fr.filename.endswith("graphs.py") for fr in earlier.stack)
     assert earlier.replay is not None and side[0].access.replay is None  # the read ran outside the graph
-    assert any(fr.lineno == 42 and fr.filename.endswith("graphs.py") for fr in earlier.replay.stack)
-    assert any(fr.lineno == 35 and fr.filename.endswith("graphs.py") for fr in earlier.replay.captured), earlier.replay
+    assert any(fr.lineno == launch and fr.filename.endswith("graphs.py") for fr in earlier.replay.stack)
+    assert any(fr.lineno == capture and fr.filename.endswith("graphs.py") for fr in earlier.replay.captured)
 
 
 def test_a_host_sync_inside_a_capture_raises_as_cuda_does(tmp_path):

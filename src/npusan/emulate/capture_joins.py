@@ -43,16 +43,20 @@ class CaptureJoins:
         else:
             self.events[event] = dict(clock)
 
-    def waited(self, event: int, stream: int) -> None:
+    def waited(self, event: int, stream: int) -> bool:
         """``stream`` waited for ``event``: an event recorded in the capture makes ``stream``
-        a stream of the capture (a fork) or orders it after more of it (a join)."""
+        a stream of the capture (a fork) or orders it after more of it (a join). Returns
+        False when CUDA refuses the wait: a capturing stream waiting for an event recorded
+        outside the capture (cudaErrorStreamCaptureIsolation, "dependency created on
+        uncaptured work in another stream"), which also invalidates the capture."""
         recorded = self.events.get(event)
         if recorded is None:
-            return
+            return stream not in self.clocks
         clock = self.clocks.setdefault(stream, {})
         for s, n in recorded.items():
             if clock.get(s, 0) < n:
                 clock[s] = n
+        return True
 
     def unjoined(self) -> List[int]:
         """The streams with captured work the origin stream does not wait for, in the order
