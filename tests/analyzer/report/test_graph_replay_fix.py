@@ -55,3 +55,28 @@ def test_the_text_report_names_the_launch(tmp_path):
     out = p.stdout
     assert "replayed:  by the graph launch at p.py:20 on default stream (cuda:0); captured at p.py:10" in out, out
     assert "right before line 20 add" in out
+
+
+def test_an_earlier_access_a_launch_replayed_is_waited_for_at_its_launch():
+    f = _race()
+    swapped = dataclasses.replace(f, access=f.previous, previous=f.access)  # the launch's read came first
+    lines = fix(swapped, HEADER)
+    assert "wait for the read at p.py:20; right before line 19 add" in lines[0], lines
+    assert any("it ran when the graph was launched at p.py:20" in ln for ln in lines), lines
+
+
+def test_the_json_and_html_reports_name_the_launch(tmp_path):
+    import json
+
+    trace = tmp_path / "t.npusan"
+    trace.write_bytes(_program())
+    p = subprocess.run([sys.executable, "-m", "npusan", "analyze", "--format", "json", str(trace)], env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    (f,) = json.loads(p.stdout)["findings"]
+    r = f["access"]["replay"]
+    assert [fr["line"] for fr in r["stack"]] == [20] and [fr["line"] for fr in r["captured_at"]] == [10]
+    assert r["stream"]["default"] and f["previous"]["replay"] is None
+    html = tmp_path / "r.html"
+    p = subprocess.run([sys.executable, "-m", "npusan", "analyze", "--format", "html", "-o", str(html), str(trace)],
+                       env=_env(), capture_output=True, text=True, timeout=120)
+    assert "by the graph launch at p.py:20" in html.read_text(), p.stderr

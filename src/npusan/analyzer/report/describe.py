@@ -651,14 +651,15 @@ def _launched(a: AccessInfo) -> AccessInfo:
 def _replay_note(f: Finding) -> list[str]:
     """Why a fix names the launch line of a graph replay and not the captured line."""
     notes = []
-    for a in (f.access, f.previous):
+    for a, later in ((f.access, True), (f.previous, False)):
         if a.replay is None or not a.replay.stack:
             continue
-        captured = user_site(a.stack)
+        launch = frame_label(user_site(a.replay.stack))
+        what = f"the {a.type} by {a.op} at {frame_label(user_site(a.stack))} is captured in a graph"
         notes.append(
-            f"(the {a.type} by {a.op} at {frame_label(captured)} is captured in a graph: it runs when the "
-            f"graph is launched at {frame_label(user_site(a.replay.stack))}, so the fix goes there; a wait "
-            "inside the capture would be captured into the graph and order nothing outside it)"
+            f"({what}: it runs when the graph is launched at {launch}, so the fix goes there; a wait inside "
+            "the capture would be captured into the graph and order nothing outside it)" if later else
+            f"({what}: it ran when the graph was launched at {launch}, which is the work to wait for)"
         )
     return notes
 
