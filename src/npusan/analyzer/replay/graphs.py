@@ -42,6 +42,7 @@ bytes, so a launch costs what its kernels cost and no Python per kernel.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from typing import Callable, NamedTuple, Optional
 
@@ -184,7 +185,8 @@ class Graphs:
     """The graphs of one trace and the capture open now (see the module docstring)."""
 
     __slots__ = ("graphs", "capturing", "truncated", "dropped", "launches", "unknown", "summarized",
-                 "unchecked_launches", "unchecked_graphs", "_site_first", "_site_last", "_sites")
+                 "unchecked_launches", "unchecked_graphs", "_site_first", "_site_last", "_site_of", "_sites",
+                 "_site_index")
 
     def __init__(self) -> None:
         self.graphs: dict = {}
@@ -196,10 +198,14 @@ class Graphs:
         self.summarized = 0  # summary entries held by the kept graphs (MAX_SUMMARY_ENTRIES)
         self.unchecked_launches = 0  # launches of a graph with records neither kept nor summarized
         self.unchecked_graphs: set = set()
-        # the launches' kernel sequence numbers [first, last] and their sites, in launch order
-        self._site_first: list = []
-        self._site_last: list = []
+        # the launches' kernel sequence numbers [first, last] (last -1: still replaying) and
+        # their sites (indexes into _sites, each distinct site once), in launch order: about
+        # 20 bytes per launch, at most MAX_LAUNCH_SITES launches
+        self._site_first = array("q")
+        self._site_last = array("q")
+        self._site_of = array("l")
         self._sites: list = []
+        self._site_index: dict = {}
 
     def begin(self, gid: int, origin: int, stack: Optional[int] = None) -> Optional[str]:
         """A capture begins (a problem in words, or None)."""
@@ -247,19 +253,25 @@ class Graphs:
         """Graph ``g`` is launched on ``stream`` after kernel ``seq``: its kernels, numbered from
         ``seq + 1`` until :meth:`launch_ends`, came from this launch (:meth:`site`). A
         launch inside a capture runs nothing: it is not one."""
-        if self.capturing is not None or len(self._sites) >= MAX_LAUNCH_SITES:
+        if self.capturing is not None or len(self._site_first) >= MAX_LAUNCH_SITES:
             return
-        site = LaunchSite(stream, stack if stack.__class__ is int else None, g.stack)
+        key = (stream, stack if stack.__class__ is int else None, g.stack)
+        k = self._site_index.get(key)
+        if k is None:
+            k = self._site_index[key] = len(self._sites)
+            self._sites.append(LaunchSite(*key))
         self._site_first.append(seq + 1)
-        self._site_last.append(None)  # open: its kernels are being replayed
-        self._sites.append(site)
+        self._site_last.append(-1)  # open: its kernels are being replayed
+        self._site_of.append(k)
 
     def launch_ends(self, seq: int) -> None:
         """The launch :meth:`launch_begins` opened replayed its last kernel, ``seq``."""
-        if not self._sites or self._site_last[-1] is not None:
+        if not self._site_last or self._site_last[-1] != -1:
             return
         if seq < self._site_first[-1]:  # no kernel: nothing to name it for
-            del self._site_first[-1], self._site_last[-1], self._sites[-1]
+            self._site_first.pop()
+            self._site_last.pop()
+            self._site_of.pop()
         else:
             self._site_last[-1] = seq
 
@@ -269,7 +281,7 @@ class Graphs:
         if i < 0:
             return None
         last = self._site_last[i]
-        return self._sites[i] if last is None or seq <= last else None
+        return self._sites[self._site_of[i]] if last == -1 or seq <= last else None
 
     def warning(self) -> Optional[str]:
         """What the report says when a cap left records out (None: nothing was)."""

@@ -553,22 +553,25 @@ class NativeEngine:
         if entry[1] is None:
             parts = [self._pack(r) for r in records]
             entry[1] = (b"".join(parts), parts)
-        self.graphs.launch_begins(g, stream, stack, self.seq)
-        try:
-            self._replay_packed(records, *entry[1])
-        finally:
-            self.graphs.launch_ends(self.seq)
+        before = self._core.counters()
+        self.graphs.launch_begins(g, stream, stack, before[0])
+        self.graphs.launch_ends(self._replay_packed(records, *entry[1], before)[0])
 
     def _replay_records(self, records: list) -> None:
         parts = [self._pack(r) for r in records]
         self._replay_packed(records, b"".join(parts), parts)
 
-    def _replay_packed(self, records: list, buf: bytes, parts: list) -> None:
-        before = self._core.counters()[2]
+    def _replay_packed(self, records: list, buf: bytes, parts: list, before: Optional[tuple] = None) -> tuple:
+        """Replay packed records; returns the core's counters after them (``before``: the
+        counters before them, when the caller has them)."""
+        if before is None:
+            before = self._core.counters()
         try:
             self._replay_buffer(records, buf, parts)
         finally:
-            self._fed += self._core.counters()[2] - before
+            after = self._core.counters()
+            self._fed += after[2] - before[2]
+        return after
 
     def _replay_buffer(self, records: list, buf: bytes, parts: list) -> None:
         pos, end = 0, len(buf)
