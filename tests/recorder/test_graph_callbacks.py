@@ -144,3 +144,60 @@ def test_replay_without_online_mode_is_not_checked_early(tmp_path):
     hooks.target = None
     kinds = [r[0] for r in TraceReader(str(path)).records() if r[0] in R.GRAPH_RECORDS]
     assert kinds == [R.GRAPH_BEGIN, R.GRAPH_END, R.GRAPH_LAUNCH]
+
+
+def test_a_capture_the_runtime_refuses_to_end_still_ends_and_is_never_launched():
+    """CUDA's cudaStreamEndCapture fails on an unjoined capture ("capturing stream has
+    unjoined work") but ends the capture; torch then refuses to replay the graph. The
+    trace's capture ends too (else every later record would be taken for the graph's), and
+    a replay that runs nothing writes no launch; the error reaches the program unchanged."""
+    import pytest
+
+    from npusan.recorder.backends.graphs import patch_graphs
+    from npusan.recorder.backends.hooks import TraceHooks
+
+    class Graph:
+        refuse = True
+
+        def capture_begin(self):
+            pass
+
+        def capture_end(self):
+            if self.refuse:
+                raise RuntimeError("CUDA error: capturing stream has unjoined work")
+
+        def replay(self):
+            if self.refuse:
+                raise RuntimeError("Called CUDAGraph::replay without a preceding successful capture.")
+
+    class Target:
+        def __init__(self):
+            self.calls = []
+
+        def on_graph_begin(self, g, handle, dev):
+            self.calls.append("begin")
+
+        def on_graph_end(self, g):
+            self.calls.append("end")
+
+        def on_graph_launch(self, g, handle, dev):
+            self.calls.append("launch")
+
+    hooks = TraceHooks(lambda: 0, lambda dev: 0)
+    hooks.target = t = Target()
+    patch_graphs(Graph, hooks)
+    g = Graph()
+    g.capture_begin()
+    with pytest.raises(RuntimeError, match="unjoined work"):
+        g.capture_end()
+    with pytest.raises(RuntimeError, match="successful capture"):
+        g.replay()
+    assert t.calls == ["begin", "end"]
+    with pytest.raises(RuntimeError, match="unjoined work"):
+        Graph().capture_end()  # no capture began: no end either
+    assert t.calls == ["begin", "end"]
+    g.refuse = False  # captured again, and ended: its replays are launches again
+    g.capture_begin()
+    g.capture_end()
+    g.replay()
+    assert t.calls == ["begin", "end", "begin", "end", "launch"]

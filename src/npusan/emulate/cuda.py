@@ -243,6 +243,8 @@ class Event:
             _fire("EventCreationCallbacks", self._h)
         self._stream = stream.stream_id
         self._pos = STATE.allocator.position(self._stream)
+        if STATE.capture is not None:  # a fork or join of the capture's streams (capture_joins.py)
+            STATE.capture.event_recorded(self._h, stream.stream_id)
         _fire("EventRecordCallbacks", self._h, stream.stream_id)
 
     def wait(self, stream: Optional[Stream] = None) -> None:
@@ -250,6 +252,8 @@ class Event:
             return  # waiting on an unrecorded event is a no-op in CUDA
         if stream is None:
             stream = STATE.current()
+        if STATE.capture is not None:
+            STATE.capture.event_waited(self._h, stream.stream_id)
         _fire("EventWaitCallbacks", self._h, stream.stream_id)
 
     def query(self) -> bool:

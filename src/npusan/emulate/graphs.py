@@ -15,9 +15,13 @@ every tensor it touches, so those addresses stay the graph's for as long as it l
 Not emulated (raised as CUDA raises, or as :class:`~.cuda.Unsupported`): a synchronization
 of the host with the device while capturing (``synchronize``, ``.item()``, a blocking copy
 to or from the host -- CUDA's "operation not permitted when stream is capturing"), a
-collective inside a capture, and a capture inside another. CUDA refuses to end a capture
-whose side streams were not joined back to the capture stream; the emulator ends it (the
-analyzer then reports what the missing join leaves unordered).
+collective inside a capture, and a capture inside another. A capture that forked work to
+another stream and did not join that stream back before it ends is refused at
+``capture_end`` as CUDA refuses it ("capturing stream has unjoined work",
+:mod:`.capture_joins`): the capture is over, the graph holds nothing to replay. So is a
+wait of a capturing stream for an event recorded outside the capture ("dependency created
+on uncaptured work in another stream"), which also makes ``capture_end`` fail ("operation
+failed due to a previous error during capture").
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from . import cuda as _cuda
 from .allocator import BASE, CachingAllocator
+from .capture_joins import CaptureJoins
 from .tensor import storage_key
 
 _ids = itertools.count(1)
@@ -48,14 +53,24 @@ def forbid_while_capturing(what: str) -> None:
                            "npusan --emulate cuda)")
 
 
+#: What torch raises for a failed CUDA call (``cudaStreamEndCapture``'s cudaErrorStreamCaptureUnjoined).
+_CUDA_ERROR = getattr(torch, "AcceleratorError", RuntimeError)
+
+
 class CUDAGraph:
     """``torch.cuda.CUDAGraph`` (see the module docstring)."""
+
+    #: Whether the capture refuses what CUDA's stream capture refuses: a stream not joined
+    #: back by ``capture_end``, a wait of a capturing stream for work outside the capture.
+    refuses_unjoined = True
 
     def __init__(self, keep_graph: bool = False) -> None:
         self._n = next(_ids)
         self._ops: List[tuple] = []
         self._pool: Optional[CachingAllocator] = None
         self._captured = False
+        self._joins: Optional[CaptureJoins] = None
+        self._invalidated = False  # an error during the capture: capture_end fails (CUDA's rule)
 
     # capture
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global", **_: Any) -> None:
@@ -65,6 +80,8 @@ class CUDAGraph:
         self.reset()
         shared = pool[1] if isinstance(pool, tuple) and len(pool) == 2 and isinstance(pool[1], CachingAllocator) else None
         self._pool = shared or CachingAllocator(base=BASE + POOL_STRIDE * self._n)
+        self._joins = CaptureJoins(st.current_handle())
+        self._invalidated = False
         st.capture = self
 
     def capture_end(self) -> None:
@@ -72,11 +89,44 @@ class CUDAGraph:
         if st.capture is not self:
             raise RuntimeError("CUDAGraph.capture_end: this graph is not capturing")
         st.capture = None
+        invalidated, self._invalidated = self._invalidated, False
+        unjoined = self._joins.unjoined() if self._joins is not None and self.refuses_unjoined else []
+        self._joins = None
+        if invalidated:  # an error during the capture (a refused wait): CUDA ends it, no graph
+            self._ops = []
+            raise _CUDA_ERROR("CUDA error: operation failed due to a previous error during capture (npusan "
+                              "--emulate cuda: the capture was invalidated by the error raised inside it)")
+        if unjoined:  # CUDA ends the capture and returns no graph
+            self._ops = []
+            n = len(unjoined)
+            raise _CUDA_ERROR(
+                "CUDA error: capturing stream has unjoined work (npusan --emulate cuda: the capture forked to "
+                f"{n} other stream{'s' if n != 1 else ''} and the capture stream did not wait for "
+                f"{'their' if n != 1 else 'its'} last work before the capture ended; join each back inside the "
+                "capture, after its last work: torch.cuda.current_stream().wait_stream(<side stream>))")
         self._captured = True
 
     def note(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """One op run during the capture (the emulation mode calls it)."""
         self._ops.append((func, args, kwargs, out))
+        if self._joins is not None:
+            self._joins.op(_cuda.STATE.current_handle())
+
+    def event_recorded(self, event: int, stream: int) -> None:
+        """An event recorded while this graph captures (the emulated Event tells it)."""
+        if self._joins is not None:
+            self._joins.recorded(event, stream)
+
+    def event_waited(self, event: int, stream: int) -> None:
+        """A stream waited for an event while this graph captures: raises as CUDA does for
+        a wait of a capturing stream for work outside the capture (which invalidates it)."""
+        if self._joins is None or self._joins.waited(event, stream) or not self.refuses_unjoined:
+            return
+        self._invalidated = True
+        raise _CUDA_ERROR(
+            "CUDA error: dependency created on uncaptured work in another stream (npusan --emulate cuda: a "
+            "stream of the capture waited for an event recorded outside the capture; wait before the capture "
+            "begins, or before the graph's replay() after it)")
 
     # replay
     def replay(self) -> None:

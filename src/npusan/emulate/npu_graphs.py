@@ -30,7 +30,14 @@ is_current_stream_capturing = _graphs.is_current_stream_capturing
 
 
 class NPUGraph(_graphs.CUDAGraph):
-    """``torch_npu.npu.NPUGraph`` (torch_npu's signatures on the emulated graph)."""
+    """``torch_npu.npu.NPUGraph`` (torch_npu's signatures on the emulated graph).
+
+    A capture that forks to a stream it never joins back is ended, not refused as CUDA
+    refuses it: whether ``aclmdlRICaptureEnd`` refuses it has not been established, so the
+    emulated NPU does not claim it (the analyzer reports what the missing join leaves
+    unordered)."""
+
+    refuses_unjoined = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -71,7 +71,7 @@ def test_every_reported_finding_is_in_exactly_one_root_cause_in_json():
     report = build_report(make_result(findings))
     doc = json.loads(get_reporter("json").render(report, ReportOptions()))
     jsonschema.validate(doc, REPORT_SCHEMA)
-    assert doc["schema_version"] == "1.8"
+    assert doc["schema_version"] == "1.9"
     explained = [fp for c in doc["root_causes"] for fp in c["findings"]]
     assert sorted(explained) == sorted(f["fingerprint"] for f in doc["findings"])
     first, second = doc["root_causes"]

@@ -95,8 +95,10 @@ junk = st.one_of(
 
 
 def _side(a):
+    r = a.replay  # the graph launch the access ran in (format 1.3)
+    replay = None if r is None else (r.stream.index, tuple(r.stack), tuple(r.captured))
     return (a.stream.index, a.stream.device, a.stream.handle, a.stream.is_default,
-            tuple(a.stream.created_stack), a.op, a.type, a.seq, tuple(a.stack), a.offset, a.nbytes)
+            tuple(a.stream.created_stack), a.op, a.type, a.seq, tuple(a.stack), a.offset, a.nbytes, replay)
 
 
 def _finding(f):

@@ -54,7 +54,7 @@ def test_stream_numbers_count_per_device_in_index_order():
 
 def test_json_names_numbers_and_keeps_the_raw_index(tmp_path):
     doc = json.loads(report(two_device_trace(tmp_path / "t.bin"), "json"))
-    assert doc["schema_version"] == "1.8"
+    assert doc["schema_version"] == "1.9"
     seen = {}
     for f in doc["findings"]:
         for s in (f["access"]["stream"], f["previous"]["stream"]):

@@ -63,6 +63,17 @@ class StreamRef:
 
 
 @dataclass(frozen=True)
+class ReplayInfo:
+    """The graph launch (``g.replay()``) a kernel ran in: a captured kernel runs there, not at
+    the line inside the capture that its stack names, so a wait for it or before it goes at
+    the launch, on the launching stream."""
+
+    stream: StreamRef  # the stream the graph was launched on
+    stack: Stack = ()  # where it was launched
+    captured: Stack = ()  # where its capture began (``with torch.cuda.graph(g):``)
+
+
+@dataclass(frozen=True)
 class AccessInfo:
     """One side of a finding: a kernel's access, a free, or a use of a block."""
 
@@ -73,6 +84,9 @@ class AccessInfo:
     stack: Stack = ()
     offset: Optional[int] = None  # byte range within the block; None = the whole block
     nbytes: Optional[int] = None
+    #: The graph launch the kernel ran in (its stack is the captured line); None when the
+    #: program ran it itself. Not part of equality: the access is the captured code's.
+    replay: Optional[ReplayInfo] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -167,9 +181,12 @@ def number_streams(
             return s
         return dataclasses.replace(s, ordinal=ordinal, is_default=default, role=role, label=label)
 
+    def replay(r: Optional[ReplayInfo]) -> Optional[ReplayInfo]:
+        return None if r is None else dataclasses.replace(r, stream=ref(r.stream))
+
     for f in findings:
-        f.access = dataclasses.replace(f.access, stream=ref(f.access.stream))
-        f.previous = dataclasses.replace(f.previous, stream=ref(f.previous.stream))
+        f.access = dataclasses.replace(f.access, stream=ref(f.access.stream), replay=replay(f.access.replay))
+        f.previous = dataclasses.replace(f.previous, stream=ref(f.previous.stream), replay=replay(f.previous.replay))
         f.block = dataclasses.replace(f.block, stream=ref(f.block.stream))
 
 
@@ -196,7 +213,10 @@ def map_frames(findings: Iterable["Finding"], change: Callable[[Frame], Frame]) 
         return dataclasses.replace(s, created_stack=stack(s.created_stack))
 
     def access(a: AccessInfo) -> AccessInfo:
-        return dataclasses.replace(a, stream=stream(a.stream), stack=stack(a.stack))
+        r = a.replay
+        if r is not None:
+            r = dataclasses.replace(r, stream=stream(r.stream), stack=stack(r.stack), captured=stack(r.captured))
+        return dataclasses.replace(a, stream=stream(a.stream), stack=stack(a.stack), replay=r)
 
     for f in findings:
         f.access = access(f.access)

@@ -68,7 +68,7 @@ from ...trace_format.strided import Shape
 from ...trace_format.symbols import MAX_TABLE, SymbolTable, _a
 from . import graphs as G
 from . import strided
-from ..findings.model import AccessInfo, BlockInfo, Finding, Frame, Kind, StreamRef
+from ..findings.model import AccessInfo, BlockInfo, Finding, Frame, Kind, ReplayInfo, StreamRef
 from .overlap import Budget, overlaps_range
 
 #: Distinct byte-range segments kept per block before neighbours are merged. Merging is
@@ -515,7 +515,7 @@ class Engine:
         gid = graph_id(rec, self.seq)
         check_graph_stack(rec, self.seq)
         self.stream(rec, 2)
-        problem = self.graphs.begin(gid, rec[2])
+        problem = self.graphs.begin(gid, rec[2], rec[3])
         if problem:
             raise RecordError(describe(rec, self.seq, problem))
 
@@ -534,8 +534,12 @@ class Engine:
             return
         _, records = g.launch(rec[2], self.block_live)
         seq, unreplayed = self.seq, self.unreplayed_kernels
-        for r in records:
-            self.apply(r)
+        self.graphs.launch_begins(g, rec[2], rec[3], seq)
+        try:
+            for r in records:
+                self.apply(r)
+        finally:
+            self.graphs.launch_ends(self.seq)
         # the kernels replayed here are no kernel records read (run_direct's count)
         self.unreplayed_kernels = unreplayed - (self.seq - seq)
 
@@ -959,7 +963,16 @@ def access_info(eng, acc: Access) -> AccessInfo:
     else:
         seq, op = acc.seq, eng.symbols.string(acc.op)
     return AccessInfo(eng.stream_ref(acc.stream), op, "write" if acc.write else "read", seq,
-                      eng.frames(acc.stack), acc.offset, acc.nbytes)
+                      eng.frames(acc.stack), acc.offset, acc.nbytes, replay_info(eng, seq))
+
+
+def replay_info(eng, seq: int) -> Optional[ReplayInfo]:
+    """The graph launch kernel ``seq`` ran in (format 1.3), resolved; None for a kernel the
+    program ran itself (or a host-side access, seq 0)."""
+    site = eng.graphs.site(seq) if seq else None
+    if site is None:
+        return None
+    return ReplayInfo(eng.stream_ref(site.stream), eng.frames(site.stack), eng.frames(site.captured))
 
 
 def _parse_default_streams(ds) -> set:

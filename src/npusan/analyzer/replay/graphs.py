@@ -42,7 +42,9 @@ bytes, so a launch costs what its kernels cost and no Python per kernel.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from array import array
+from bisect import bisect_right
+from typing import Callable, NamedTuple, Optional
 
 from ...trace_format import records as R
 
@@ -54,6 +56,9 @@ MAX_GRAPH_RECORDS = 1 << 20
 MAX_SUMMARY_ENTRIES = 1 << 20
 #: Launch expansions kept per graph (launching stream, dead blocks): one is the usual case.
 MAX_EXPANSIONS = 8
+#: Launches whose kernels a report can name the launch of (past it, later launches' kernels
+#: are reported at their captured line only, as a trace of format 1.2 would have them).
+MAX_LAUNCH_SITES = 1 << 20
 
 #: The device work a capture stores, and the field of each that names its stream.
 CAPTURED = {R.KERNEL: 1, R.VIEWS: None, R.EVENT_RECORD: 2, R.EVENT_WAIT: 2}
@@ -72,12 +77,13 @@ class Graph:
     """One captured program: its records as the trace has them, its origin stream, and
     the summary of the records left out past the cap (see the module docstring)."""
 
-    __slots__ = ("gid", "origin", "records", "blocks", "truncated", "expansions", "limit", "summary",
+    __slots__ = ("gid", "origin", "stack", "records", "blocks", "truncated", "expansions", "limit", "summary",
                  "unchecked", "_summary_records")
 
-    def __init__(self, gid: int, origin: int, limit: int = MAX_GRAPH_RECORDS) -> None:
+    def __init__(self, gid: int, origin: int, limit: int = MAX_GRAPH_RECORDS, stack: Optional[int] = None) -> None:
         self.gid = gid
         self.origin = origin
+        self.stack = stack  # the GRAPH_BEGIN's stack id: where the capture began
         self.records: list = []
         self.blocks: set = set()  # the block ids its kernels access
         self.truncated = 0  # records left out past ``limit``
@@ -166,11 +172,21 @@ def _bid(a) -> object:
     return ~x if x.__class__ is int and x < 0 else x
 
 
+class LaunchSite(NamedTuple):
+    """The launch a replayed kernel came from: a report names it, since that line (not the
+    captured one) is where the kernel ran and where a wait for it, or before it, goes."""
+
+    stream: int  # the launching stream S
+    stack: Optional[int]  # the GRAPH_LAUNCH's stack id (``g.replay()``)
+    captured: Optional[int]  # the GRAPH_BEGIN's stack id (``with torch.cuda.graph(g):``)
+
+
 class Graphs:
     """The graphs of one trace and the capture open now (see the module docstring)."""
 
     __slots__ = ("graphs", "capturing", "truncated", "dropped", "launches", "unknown", "summarized",
-                 "unchecked_launches", "unchecked_graphs")
+                 "unchecked_launches", "unchecked_graphs", "_site_first", "_site_last", "_site_of", "_sites",
+                 "_site_index")
 
     def __init__(self) -> None:
         self.graphs: dict = {}
@@ -182,13 +198,21 @@ class Graphs:
         self.summarized = 0  # summary entries held by the kept graphs (MAX_SUMMARY_ENTRIES)
         self.unchecked_launches = 0  # launches of a graph with records neither kept nor summarized
         self.unchecked_graphs: set = set()
+        # the launches' kernel sequence numbers [first, last] (last -1: still replaying) and
+        # their sites (indexes into _sites, each distinct site once), in launch order: about
+        # 20 bytes per launch, at most MAX_LAUNCH_SITES launches
+        self._site_first = array("q")
+        self._site_last = array("q")
+        self._site_of = array("l")
+        self._sites: list = []
+        self._site_index: dict = {}
 
-    def begin(self, gid: int, origin: int) -> Optional[str]:
+    def begin(self, gid: int, origin: int, stack: Optional[int] = None) -> Optional[str]:
         """A capture begins (a problem in words, or None)."""
         if self.capturing is not None:
             return f"graph {gid} begins while graph {self.capturing.gid} is being captured"
         full = gid not in self.graphs and len(self.graphs) >= MAX_GRAPHS
-        g = Graph(gid, origin, 0 if full else MAX_GRAPH_RECORDS)
+        g = Graph(gid, origin, 0 if full else MAX_GRAPH_RECORDS, stack)
         if full:
             self.dropped += 1
         self.capturing = g
@@ -224,6 +248,40 @@ class Graphs:
             self.unchecked_launches += 1
             self.unchecked_graphs.add(gid)
         return g
+
+    def launch_begins(self, g: Graph, stream: int, stack: Optional[int], seq: int) -> None:
+        """Graph ``g`` is launched on ``stream`` after kernel ``seq``: its kernels, numbered from
+        ``seq + 1`` until :meth:`launch_ends`, came from this launch (:meth:`site`). A
+        launch inside a capture runs nothing: it is not one."""
+        if self.capturing is not None or len(self._site_first) >= MAX_LAUNCH_SITES:
+            return
+        key = (stream, stack if stack.__class__ is int else None, g.stack)
+        k = self._site_index.get(key)
+        if k is None:
+            k = self._site_index[key] = len(self._sites)
+            self._sites.append(LaunchSite(*key))
+        self._site_first.append(seq + 1)
+        self._site_last.append(-1)  # open: its kernels are being replayed
+        self._site_of.append(k)
+
+    def launch_ends(self, seq: int) -> None:
+        """The launch :meth:`launch_begins` opened replayed its last kernel, ``seq``."""
+        if not self._site_last or self._site_last[-1] != -1:
+            return
+        if seq < self._site_first[-1]:  # no kernel: nothing to name it for
+            self._site_first.pop()
+            self._site_last.pop()
+            self._site_of.pop()
+        else:
+            self._site_last[-1] = seq
+
+    def site(self, seq: int) -> Optional[LaunchSite]:
+        """The launch kernel ``seq`` was replayed by, or None (a kernel the program ran itself)."""
+        i = bisect_right(self._site_first, seq) - 1
+        if i < 0:
+            return None
+        last = self._site_last[i]
+        return self._sites[self._site_of[i]] if last == -1 or seq <= last else None
 
     def warning(self) -> Optional[str]:
         """What the report says when a cap left records out (None: nothing was)."""

@@ -521,13 +521,13 @@ class NativeEngine:
         E.check_graph_stack(rec, self.seq)
         self._check_stream(rec, 2)
         if t == R.GRAPH_BEGIN:
-            problem = self.graphs.begin(gid, rec[2])
+            problem = self.graphs.begin(gid, rec[2], rec[3])
             if problem:
                 raise RecordError(E.describe(rec, self.seq, problem))
             return True
         g = self.graphs.find(gid)
         if g is not None:
-            self._launch(g, rec[2])
+            self._launch(g, rec[2], rec[3])
         return True
 
     def _check_stream(self, rec: list, field: int) -> None:
@@ -540,7 +540,7 @@ class NativeEngine:
         self._replay_records([[R.STREAM_CREATED, S, None]])
         self._hidden_events += 1
 
-    def _launch(self, g, stream: int) -> None:
+    def _launch(self, g, stream: int, stack=None) -> None:
         """Replay graph ``g`` launched on ``stream``: its records packed once per expansion."""
         if self.graphs.capturing is not None:  # a launch inside a capture: its work is captured
             _, records = g.launch(stream, self._core.block_live)
@@ -553,18 +553,25 @@ class NativeEngine:
         if entry[1] is None:
             parts = [self._pack(r) for r in records]
             entry[1] = (b"".join(parts), parts)
-        self._replay_packed(records, *entry[1])
+        before = self._core.counters()
+        self.graphs.launch_begins(g, stream, stack, before[0])
+        self.graphs.launch_ends(self._replay_packed(records, *entry[1], before)[0])
 
     def _replay_records(self, records: list) -> None:
         parts = [self._pack(r) for r in records]
         self._replay_packed(records, b"".join(parts), parts)
 
-    def _replay_packed(self, records: list, buf: bytes, parts: list) -> None:
-        before = self._core.counters()[2]
+    def _replay_packed(self, records: list, buf: bytes, parts: list, before: Optional[tuple] = None) -> tuple:
+        """Replay packed records; returns the core's counters after them (``before``: the
+        counters before them, when the caller has them)."""
+        if before is None:
+            before = self._core.counters()
         try:
             self._replay_buffer(records, buf, parts)
         finally:
-            self._fed += self._core.counters()[2] - before
+            after = self._core.counters()
+            self._fed += after[2] - before[2]
+        return after
 
     def _replay_buffer(self, records: list, buf: bytes, parts: list) -> None:
         pos, end = 0, len(buf)

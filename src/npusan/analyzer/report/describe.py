@@ -99,6 +99,20 @@ def stream_name(s: Optional[StreamRef], header: dict) -> str:
     return name
 
 
+def replay_words(a: AccessInfo, header: dict) -> Optional[str]:
+    """"by the graph launch at prog.py:31 on default stream (cuda:0); captured at prog.py:18"
+    for an access a graph replay made (None for one the program made itself): the line the
+    access's stack names is inside the capture, which ran nothing there."""
+    r = a.replay
+    if r is None:
+        return None
+    text = f"by the graph launch at {frame_label(user_site(r.stack))} on {stream_label(r.stream, header)}"
+    captured = user_site(r.captured)
+    if captured is not None:
+        text += f"; captured at {frame_label(captured)}"
+    return text
+
+
 def stream_label(s: StreamRef, header: dict) -> str:
     """"default stream (cuda:0)" or "stream #2 (cuda:0)": the name without the site."""
     if is_host(s):
@@ -608,7 +622,46 @@ def fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list
 
     Within one report (one ``sources``), why a file was not read is said once.
     """
-    return _explain_once(_fix(f, header, sources), sources)
+    return _explain_once(_fix(at_launch(f), header, sources) + _replay_note(f), sources)
+
+
+def at_launch(f: Finding) -> Finding:
+    """``f`` with each access a graph replay made placed at its launch (``g.replay()``).
+
+    A captured kernel runs at the launch, not at its line inside the capture, and on the
+    launching stream: a wait added inside the capture would be captured into the graph and
+    order nothing outside it, so every fix is made as if the launch line made the access.
+    The launching stream is current at the launch line, as at any access's line; a side
+    stream the capture forked to is ordered after it there too, so a wait before the launch
+    orders the whole replay. ``f`` itself is left alone (its stacks stay the captured ones).
+    """
+    later, earlier = _launched(f.access), _launched(f.previous)
+    if later is f.access and earlier is f.previous:
+        return f
+    return dataclasses.replace(f, access=later, previous=earlier)
+
+
+def _launched(a: AccessInfo) -> AccessInfo:
+    r = a.replay
+    if r is None or not r.stack:
+        return a
+    return dataclasses.replace(a, stream=r.stream, stack=r.stack)
+
+
+def _replay_note(f: Finding) -> list[str]:
+    """Why a fix names the launch line of a graph replay and not the captured line."""
+    notes = []
+    for a, later in ((f.access, True), (f.previous, False)):
+        if a.replay is None or not a.replay.stack:
+            continue
+        launch = frame_label(user_site(a.replay.stack))
+        what = f"the {a.type} by {a.op} at {frame_label(user_site(a.stack))} is captured in a graph"
+        notes.append(
+            f"({what}: it runs when the graph is launched at {launch}, so the fix goes there; a wait inside "
+            "the capture would be captured into the graph and order nothing outside it)" if later else
+            f"({what}: it ran when the graph was launched at {launch}, which is the work to wait for)"
+        )
+    return notes
 
 
 def _fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
@@ -720,7 +773,7 @@ def _fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> lis
 
 def wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> list[str]:
     """The one wait that fixes a root cause whose earliest finding is ``f`` (see :func:`_wait_fix`)."""
-    return _explain_once(_wait_fix(f, header, sources), sources)
+    return _explain_once(_wait_fix(at_launch(f), header, sources) + _replay_note(f), sources)
 
 
 def _wait_fix(f: Finding, header: dict, sources: Optional[SourceCache] = None,
@@ -950,7 +1003,8 @@ def root_cause_fix(rc, header: dict, sources: Optional[SourceCache] = None) -> l
     (or for a missing record_stream with the reuse races it allowed: its record_stream)."""
     if _own_fix(rc):
         return fix(rc.anchor, header, sources)
-    return _explain_once(_wait_fix(rc.anchor, header, sources, _peers(rc)), sources)
+    peers = [at_launch(p) for p in _peers(rc)]
+    return _explain_once(_wait_fix(at_launch(rc.anchor), header, sources, peers) + _replay_note(rc.anchor), sources)
 
 
 def _own_fix(rc) -> bool:
@@ -967,11 +1021,12 @@ def _peers(rc) -> list:
 
 def fix_site(rc, header: dict, sources: Optional[SourceCache] = None) -> Optional[Frame]:
     """The line :func:`root_cause_fix` tells the user to change (its first code line)."""
-    f = rc.anchor
+    f = at_launch(rc.anchor)
     if _own_fix(rc) and f.kind is not Kind.DATA_RACE:
         return user_site(f.previous.stack)  # record_stream right after the use
     if f.access.seq:
-        return wait_site(f, header, sources, _peers(rc) if len(rc.groups) > 1 else ()).recorded
+        peers = [at_launch(p) for p in _peers(rc)] if len(rc.groups) > 1 else ()
+        return wait_site(f, header, sources, peers).recorded
     return user_site(f.access.stack)
 
 

@@ -257,6 +257,11 @@ def _finding(report: Report, g: Group, i: int, sources: SourceCache, near: dict,
         later, earlier = ("reused", "old use")
     rows = [_access_row(later, f.access, f.kind, True, header, sources),
             _access_row(earlier, f.previous, f.kind, False, header, sources)]
+    for a in (f.access, f.previous):  # the graph launch that ran a captured kernel
+        replayed = D.replay_words(a, header)
+        if replayed is not None:
+            rows.insert(len(rows) - (1 if a is f.access else 0),
+                        f"<tr><th>replayed</th><td>{e(replayed)}{_stack(a.replay.stack, sources)}</td></tr>")
     alloc = f"block {f.block.address:#x} ({D.human_size(f.block.size)})"
     if f.block.stream is not None:
         alloc += f" on {D.stream_name(f.block.stream, header)}"
@@ -293,6 +298,11 @@ def _finding_data(report: Report, g: Group, i: int, sources: SourceCache) -> dic
         later, earlier = ("reused", "old use")
     rows = [[later, _access_text(f.access, f.kind, True, header), _stack_data(f.access.stack, sources)],
             [earlier, _access_text(f.previous, f.kind, False, header), _stack_data(f.previous.stack, sources)]]
+    for a in (f.access, f.previous):  # the graph launch that ran a captured kernel
+        replayed = D.replay_words(a, header)
+        if replayed is not None:
+            rows.insert(len(rows) - (1 if a is f.access else 0),
+                        ["replayed", replayed, _stack_data(a.replay.stack, sources)])
     alloc = f"block {f.block.address:#x} ({D.human_size(f.block.size)})"
     if f.block.stream is not None:
         alloc += f" on {D.stream_name(f.block.stream, header)}"

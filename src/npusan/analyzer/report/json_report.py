@@ -20,7 +20,7 @@ from . import describe as D
 from .base import Report, Reporter, ReportOptions, register, trace_rows
 
 SCHEMA_MAJOR = 1
-SCHEMA_VERSION = f"{SCHEMA_MAJOR}.8"
+SCHEMA_VERSION = f"{SCHEMA_MAJOR}.9"
 
 
 def frames_json(stack) -> list:
@@ -54,6 +54,11 @@ def access_json(a: AccessInfo, header: dict) -> dict:
         "stack": frames_json(a.stack),
         "offset": a.offset,
         "nbytes": a.nbytes,
+        "replay": None if a.replay is None else {
+            "stream": stream_json(a.replay.stream, header),
+            "stack": frames_json(a.replay.stack),
+            "captured_at": frames_json(a.replay.captured),
+        },
     }
 
 

@@ -44,6 +44,15 @@ _access = {
         "stack": {"$ref": "#/$defs/stack"},
         "offset": {"type": ["integer", "null"]},
         "nbytes": {"type": ["integer", "null"]},
+        "replay": {
+            "type": ["object", "null"],
+            "required": ["stream", "stack", "captured_at"],
+            "properties": {
+                "stream": {"$ref": "#/$defs/stream"},
+                "stack": {"$ref": "#/$defs/stack"},
+                "captured_at": {"$ref": "#/$defs/stack"},
+            },
+        },
     },
 }
 _occurrence = {

@@ -181,6 +181,10 @@ class _Writer:
         leaked = verb == "free" and a.op != "free"
         if a.stack or not leaked:  # a block never freed has no stack to show for it
             self.stack(a.stack)
+        replayed = D.replay_words(a, header)
+        if replayed is not None:  # the stack above is the captured line; it ran here
+            self.labelled("replayed", replayed)
+            self.stack(a.replay.stack)
 
     def root_cause(self, report: Report, c: RootCause, numbers: dict) -> None:
         """A root cause several findings share: the one fix first, then the findings, compactly."""

@@ -35,8 +35,13 @@ def patch_graphs(graph_cls: Any, hooks: TraceHooks) -> None:
         dev = hooks.get_device()
         return dev, hooks.get_stream(dev)
 
+    capturing: set = set()  # graphs whose capture began (and was told to the recorder)
+    failed: set = set()  # graphs whose last capture the runtime refused to end
+
     def capture_begin(self: Any, *a: Any, **k: Any) -> Any:
         r = begin(self, *a, **k)
+        capturing.add(id(self))
+        failed.discard(id(self))
         t = hooks.target
         if t is not None:
             dev, handle = where()
@@ -44,15 +49,28 @@ def patch_graphs(graph_cls: Any, hooks: TraceHooks) -> None:
         return r
 
     def capture_end(self: Any) -> Any:
-        r = end(self)
+        try:
+            r = end(self)
+        except BaseException:
+            # The runtime ended the capture all the same (CUDA's "capturing stream has
+            # unjoined work"): the trace's capture ends too, and the graph, which holds
+            # nothing to run, is launched by no later replay (torch refuses those).
+            if id(self) in capturing:
+                failed.add(id(self))
+                _ended(self)
+            raise
+        _ended(self)
+        return r
+
+    def _ended(graph: Any) -> None:
+        capturing.discard(id(graph))
         t = hooks.target
         if t is not None:
-            t.on_graph_end(id(self))
-        return r
+            t.on_graph_end(id(graph))
 
     def replay_(self: Any) -> Any:
         t = hooks.target
-        if t is not None:
+        if t is not None and id(self) not in failed:
             dev, handle = where()
             t.on_graph_launch(id(self), handle, dev)
         r = replay(self)
