@@ -93,8 +93,11 @@ def test_powersgd_error_feedback_is_only_allocator_lifetimes(hooks_run):
     _, _, found = hooks_run
     fs = found.get("torch_powersgd_error_feedback", [])
     assert fs and sorted({f.trace for f in fs}) == [0, 1]
+    assert any(f.kind.value == "missing-record-stream" for f in fs)
     for f in fs:
-        assert f.kind.value == "missing-record-stream", _where(f)
+        # the simulated device's malloc sometimes hands the freed address to that next
+        # allocation: then a reuse race of the same block as well
+        assert f.kind.value in ("missing-record-stream", "reuse-race"), _where(f)
         assert f.previous.op == "aten::sub.Tensor", _where(f)  # decompress's read of input_tensor_cp
         assert not f.block.stream.label, _where(f)  # made on the backward stream, no pool stream
 
