@@ -65,7 +65,7 @@ def stage_batch(side: sim.Stream) -> float:
         total = (tmp * tmp).sum()
     # missing: tmp.record_stream(side)  (and nothing makes the default stream wait for side)
     del tmp
-    torch.empty(64)  # the default stream allocates again: the allocator may hand it tmp's block
+    torch.empty(1 << 18)  # the default stream allocates again: from now on its allocator could hand out tmp's block
     return float(total)
 
 
