@@ -120,14 +120,24 @@ def fingerprint_of(kind: str, sides) -> str:
     h = hashlib.sha256()
     h.update(kind.encode())
     # A stack may repeat one frame thousands of times (recursion, or a forged trace whose
-    # stack record repeats a frame of 4 KiB names): each distinct frame is worked out once.
+    # stack record repeats a frame of 4 KiB names): a frame is worked out once and kept,
+    # but only up to _KEEP_BYTES of kept parts, so that a stack of 2^18 *distinct* frames
+    # of 8 KiB of names costs time in proportion to its names, not memory.
     known: dict = {}
+    kept = 0
     for acc in sides:
         h.update(b"\0" + acc.op.encode() + b"\0" + acc.type.encode())
         for fr in acc.stack:
             key = (fr, getattr(fr, "text", None), getattr(fr, "root", None))
             part = known.get(key)
             if part is None:
-                part = known[key] = b"\0" + frame_identity(fr).encode("utf-8", "replace")
+                part = b"\0" + frame_identity(fr).encode("utf-8", "replace")
+                if kept < _KEEP_BYTES:
+                    known[key] = part
+                    kept += len(part)
             h.update(part)
     return h.hexdigest()[:32]
+
+
+#: How many bytes of frame parts one fingerprint keeps to reuse for repeated frames.
+_KEEP_BYTES = 4 << 20
