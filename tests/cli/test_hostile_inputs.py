@@ -390,3 +390,80 @@ def test_a_stack_repeating_one_frame_gives_a_bounded_report(tmp_path, fmt):
     assert out.stat().st_size < 200_000
     if fmt in ("text", "json", "export"):
         assert "19,999 more times" in out.read_text()
+
+
+def distinct_frames_trace(path, frames: int) -> int:
+    """A race whose stack holds ``frames`` distinct frames that all share one file name and
+    one function name of 4,096 characters (a frame costs about 10 bytes of trace). Returns
+    the trace's size."""
+    file, func = "/f/" + "a" * 4093, "g" * 4096
+    recs = [[R.STR, 0, "op"], [R.STR, 1, file], [R.STR, 2, func]]
+    recs += [[R.FRAME, i, 1, i + 1, 2] for i in range(frames)]
+    recs += [[R.STACK, 0, list(range(frames))], [R.STREAM_DEF, 0, 0, 0], [R.STREAM_DEF, 1, 0, 0x51],
+             [R.STREAM_CREATED, 1, 0], [R.ALLOC, 0, 0x1000, 64, 0, 0],
+             [R.KERNEL, 0, 0, 0, ~0], [R.KERNEL, 1, 0, 0, 0], [R.END, {}]]
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    data = R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+    data += b"".join(pack(r) for r in recs)
+    path.write_bytes(data)
+    return len(data)
+
+
+def test_a_stack_of_distinct_frames_keeps_the_memory_bound(tmp_path):
+    """docs/security.md's bound, 350 MB plus 25 times the trace, for a stack of 2^16
+    distinct frames of 8 KiB of names (fingerprints once kept every frame's names: 2^18
+    frames, 4.6 MB of trace, peaked at 2.2 GB)."""
+    trace = tmp_path / "t.npusan"
+    size = distinct_frames_trace(trace, 1 << 16)
+    mb, rc, r = _peak_rss_mb("analyze", trace, "--format", "json", "-o", tmp_path / "r.json")
+    assert rc == 1, r.stderr
+    assert mb < 350 + 25 * size / 1e6 - 100, (mb, size)  # (with room: it measured 150 MB)
+
+
+def test_records_of_unknown_types_cost_no_more_than_kernels(tmp_path):
+    """Records of an unknown type, skipped after one warning, are read as cheaply as kernels
+    (they once cost 40 times more: 8 million 2-byte records took 21 s, and a 154 KB .zst of
+    them kept analyze busy for 7 minutes before the decompression-bomb check refused it)."""
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    head = R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+    head += b"".join(pack(r) for r in [[R.STR, 0, "op"], [R.STREAM_DEF, 0, 0, 0], [R.ALLOC, 0, 0x1000, 64, 0, 0]])
+    n = 2_000_000
+    unknown, kernels = tmp_path / "u.npusan", tmp_path / "k.npusan"
+    unknown.write_bytes(head + pack([200]) * n + pack([R.END, {}]))
+    kernels.write_bytes(head + pack([R.KERNEL, 0, 0, None]) * (n // 2) + pack([R.END, {}]))
+
+    def cpu(path) -> float:
+        t = os.times()
+        r = subprocess.run([sys.executable, "-m", "npusan", "analyze", str(path), "-o", str(tmp_path / "r")],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        after = os.times()
+        return after.children_user + after.children_system - t.children_user - t.children_system
+
+    # The same bytes (4 MB each); the slower one is allowed twice the other's time, plus
+    # start-up, on a loaded machine.
+    assert cpu(unknown) < 2 * cpu(kernels) + 1.0
+
+
+def test_many_unknown_types_are_named_up_to_a_cap_everywhere(tmp_path):
+    """100,000 distinct unknown types (470 KB of trace) once wrote 100,000 warning lines
+    and repeated them in every report and in ``npusan info``: now 20 are named and one line
+    counts the rest, on stderr, in each report format and in ``info``."""
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    trace = tmp_path / "t.npusan"
+    trace.write_bytes(R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+                      + b"".join(pack([t, "x"]) for t in range(1000, 31000)) + pack([R.END, {}]))
+    line = "skipped 29,980 records of 29,980 more unknown types"
+    for fmt in ("text", "json", "sarif", "html"):
+        r = run("analyze", trace, "--format", fmt, "-o", tmp_path / "r")
+        assert r.exit_code == 0, r.stderr
+        assert r.stderr.count("skipping records of unknown type") == 20 and r.stderr.count(line) == 1
+        report = (tmp_path / "r").read_text()
+        assert report.count(line) == 1 and "unknown type 1020 " not in report
+        assert len(report) < 40_000
+    r = run("info", trace)
+    assert r.exit_code == 0 and "29,980 more unknown types (skipped)" in r.stdout
+    assert "unknown type 1019 (skipped)" in r.stdout and "unknown type 1020 " not in r.stdout
+    info = json.loads(run("info", trace, "--json").stdout)
+    assert len(info["unknown_record_types"]) == 20
+    assert info["unknown_record_types_not_named"] == {"types": 29_980, "records": 29_980}
