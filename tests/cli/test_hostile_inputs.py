@@ -410,8 +410,8 @@ def distinct_frames_trace(path, frames: int) -> int:
 
 
 def test_a_stack_of_distinct_frames_keeps_the_memory_bound(tmp_path):
-    """docs/security.md's bound, 350 MB plus 25 times the trace, for a stack of 2^16
-    distinct frames of 8 KiB of names (fingerprints once kept every frame's names, and
+    """Well within docs/security.md's bound (350 MB plus 40 times the trace) for a stack of
+    2^16 distinct frames of 8 KiB of names (fingerprints once kept every frame's names, and
     reports cut every frame's names before choosing the 64 they show: 2^18 frames, 4.6 MB
     of trace, peaked at 2.2 GB)."""
     trace = tmp_path / "t.npusan"
