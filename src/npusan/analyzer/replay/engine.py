@@ -931,8 +931,9 @@ class Engine:
             try:
                 got = tuple(Frame(f, line, fn) for f, line, fn in self.symbols.frames_of(key))
             except (KeyError, TypeError, ValueError):
-                got = ()
-            cache[key] = got
+                return ()  # (not kept: a stack not defined yet may be defined later)
+            if got:
+                cache[key] = got
         return got
 
 
