@@ -57,8 +57,8 @@ CHUNK = 1 << 18
 QUEUE_FROM = 8 << 20
 
 _NEED, _SLOW, _BAD, _ERROR = 0, 1, 2, 3
-#: The largest record type the core skips itself (its counts are 64-bit keys).
-_MAX_SKIP_TYPE = (1 << 63) - 1
+#: The largest record type the core skips itself (the largest msgpack int).
+_MAX_SKIP_TYPE = (1 << 64) - 1
 #: The core's error codes as the built core exports them (core_codes.py defines them; the
 #: build writes them into the core); without the core, only so that the names exist.
 ERROR_CODES: dict = dict(_core.ERRORS) if _core is not None else core_codes.codes()

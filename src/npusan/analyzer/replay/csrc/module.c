@@ -240,7 +240,7 @@ static PyObject *Core_set_capturing(Core *c, PyObject *flag) {
 static PyObject *Core_skip_type(Core *c, PyObject *t_o) {
     i128 t;
     if (py_i128(t_o, &t)) return NULL;
-    if (t < 0 || t > (i128)INT64_MAX) Py_RETURN_FALSE; /* (no such type reaches here: Python checks first) */
+    if (t < 0 || t > (i128)UINT64_MAX) Py_RETURN_FALSE; /* (no msgpack int is larger; Python checks first) */
     uint64_t n;
     if (!map_get(&c->skip, (uint64_t)t, &n) && map_put(&c->skip, (uint64_t)t, 0)) return PyErr_NoMemory();
     Py_RETURN_TRUE;
