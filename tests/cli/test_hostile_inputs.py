@@ -390,3 +390,108 @@ def test_a_stack_repeating_one_frame_gives_a_bounded_report(tmp_path, fmt):
     assert out.stat().st_size < 200_000
     if fmt in ("text", "json", "export"):
         assert "19,999 more times" in out.read_text()
+
+
+def distinct_frames_trace(path, frames: int) -> int:
+    """A race whose stack holds ``frames`` distinct frames that all share one file name and
+    one function name of 4,096 characters (a frame costs about 10 bytes of trace). Returns
+    the trace's size."""
+    file, func = "/f/" + "a" * 4093, "g" * 4096
+    recs = [[R.STR, 0, "op"], [R.STR, 1, file], [R.STR, 2, func]]
+    recs += [[R.FRAME, i, 1, i + 1, 2] for i in range(frames)]
+    recs += [[R.STACK, 0, list(range(frames))], [R.STREAM_DEF, 0, 0, 0], [R.STREAM_DEF, 1, 0, 0x51],
+             [R.STREAM_CREATED, 1, 0], [R.ALLOC, 0, 0x1000, 64, 0, 0],
+             [R.KERNEL, 0, 0, 0, ~0], [R.KERNEL, 1, 0, 0, 0], [R.END, {}]]
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    data = R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+    data += b"".join(pack(r) for r in recs)
+    path.write_bytes(data)
+    return len(data)
+
+
+def test_a_stack_of_distinct_frames_keeps_the_memory_bound(tmp_path):
+    """Well within docs/security.md's bound (350 MB plus 40 times the trace) for a stack of
+    2^16 distinct frames of 8 KiB of names (fingerprints once kept every frame's names, and
+    reports cut every frame's names before choosing the 64 they show: 2^18 frames, 4.6 MB
+    of trace, peaked at 2.2 GB)."""
+    trace = tmp_path / "t.npusan"
+    size = distinct_frames_trace(trace, 1 << 16)
+    mb, rc, r = _peak_rss_mb("analyze", trace, "--format", "json", "-o", tmp_path / "r.json")
+    assert rc == 1, r.stderr
+    assert mb < 350 + 25 * size / 1e6, (mb, size)
+    assert mb < 200, (mb, size)  # it measures 82 MB; keeping every frame's names took 600
+
+
+def test_records_of_unknown_types_cost_no_more_than_kernels(tmp_path):
+    """Records of an unknown type, skipped after one warning, are read as cheaply as kernels
+    (they once cost 40 times more: 8 million 2-byte records took 21 s, and a 154 KB .zst of
+    them kept analyze busy for 7 minutes before the decompression-bomb check refused it)."""
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    head = R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+    head += b"".join(pack(r) for r in [[R.STR, 0, "op"], [R.STREAM_DEF, 0, 0, 0], [R.ALLOC, 0, 0x1000, 64, 0, 0]])
+    n = 2_000_000
+    unknown, kernels = tmp_path / "u.npusan", tmp_path / "k.npusan"
+    unknown.write_bytes(head + pack([200]) * n + pack([R.END, {}]))
+    kernels.write_bytes(head + pack([R.KERNEL, 0, 0, None]) * (n // 2) + pack([R.END, {}]))
+
+    def cpu(path) -> float:
+        t = os.times()
+        r = subprocess.run([sys.executable, "-m", "npusan", "analyze", str(path), "-o", str(tmp_path / "r")],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        after = os.times()
+        return after.children_user + after.children_system - t.children_user - t.children_system
+
+    # The same bytes (4 MB each); the slower one is allowed twice the other's time, plus
+    # start-up, on a loaded machine.
+    assert cpu(unknown) < 2 * cpu(kernels) + 1.0
+
+
+def test_many_unknown_types_are_named_up_to_a_cap_everywhere(tmp_path):
+    """100,000 distinct unknown types (470 KB of trace) once wrote 100,000 warning lines
+    and repeated them in every report and in ``npusan info``: now 20 are named and one line
+    counts the rest, on stderr, in each report format and in ``info``."""
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    trace = tmp_path / "t.npusan"
+    trace.write_bytes(R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+                      + b"".join(pack([t, "x"]) for t in range(1000, 31000)) + pack([R.END, {}]))
+    line = "skipped 29,980 records of 29,980 more unknown types"
+    for fmt in ("text", "json", "sarif", "html"):
+        r = run("analyze", trace, "--format", fmt, "-o", tmp_path / "r")
+        assert r.exit_code == 0, r.stderr
+        assert r.stderr.count("skipping records of unknown type") == 20 and r.stderr.count(line) == 1
+        report = (tmp_path / "r").read_text()
+        assert report.count(line) == 1 and "unknown type 1020 " not in report
+        assert len(report) < 40_000
+    r = run("info", trace)
+    assert r.exit_code == 0 and "29,980 more unknown types (skipped)" in r.stdout
+    assert "unknown type 1019 (skipped)" in r.stdout and "unknown type 1020 " not in r.stdout
+    info = json.loads(run("info", trace, "--json").stdout)
+    assert len(info["unknown_record_types"]) == 20
+    assert info["unknown_record_types_not_named"] == {"types": 29_980, "records": 29_980}
+
+
+def test_findings_sharing_a_huge_stack_are_cheap(tmp_path):
+    """50 findings (distinct ops) whose accesses all name one stack of 2^15 repeats of a
+    frame of 8 KiB of names, in 42 KB of trace: each finding once built its own 2^15
+    frames and hashed 540 MB of names for its fingerprint (42 s, 900 MB peak); now the
+    stack's frames are shared and a huge stack is hashed once."""
+    file, func = "/f/" + "a" * 4093, "g" * 4096
+    recs = [[R.STR, 0, "op"], [R.STR, 1, file], [R.STR, 2, func], [R.FRAME, 0, 1, 3, 2],
+            [R.STACK, 0, [0] * (1 << 15)], [R.STREAM_DEF, 0, 0, 0], [R.STREAM_DEF, 1, 0, 0x51],
+            [R.STREAM_CREATED, 1, 0]]
+    for b in range(50):
+        recs += [[R.STR, 10 + b, f"op{b}"], [R.ALLOC, b, 0x1000 + b * 64, 64, 0, 0],
+                 [R.KERNEL, 0, 10 + b, 0, ~b], [R.KERNEL, 1, 10 + b, 0, b]]
+    pack = lambda o: msgpack.packb(o, use_bin_type=True)  # noqa: E731
+    trace = tmp_path / "t.npusan"
+    trace.write_bytes(R.MAGIC + pack({"format": [1, 0], "backend": "cuda", "default_streams": {0: 0}})
+                      + b"".join(pack(r) for r in recs + [[R.END, {}]]))
+    t = os.times()
+    mb, rc, r = _peak_rss_mb("analyze", trace, "--format", "json", "-o", tmp_path / "r.json")
+    cpu = os.times().children_user - t.children_user
+    assert rc == 1, r.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    prints = {f["fingerprint"] for f in report["findings"]}
+    assert len(report["findings"]) == 50 and len(prints) == 50
+    assert mb < 200 and cpu < 15, (mb, cpu)  # it measures 35 MB and 1.5 s

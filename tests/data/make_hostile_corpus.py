@@ -148,6 +148,17 @@ def cases() -> dict:
     c["data_after_end"] = (trace(race()) + b"\xff\xfe junk", after_end)
     c["unknown_record_type"] = (trace([[200, ESC]] + race()),
                                 {"analyze": [1, "unknown type 200"], "info": [0, ""], "export": [0, ""]})
+    # 5,000 distinct unknown types, each of which would be warned about once: the first 20
+    # are named, the rest counted in one line (100,000 once wrote 10 MB of warnings).
+    c["unknown_types_5000"] = (trace([[t] for t in range(1000, 6000)] + race()),
+                               {"analyze": [1, "skipped 4,980 records of 4,980 more unknown types"],
+                                "info": [0, ""], "export": [0, ""]})
+    # A stack of 3,000 distinct frames sharing two names of 4,096 characters (2^18 of them
+    # once took 2.2 GB: the fingerprint kept every frame's 8 KiB of names).
+    names = [[R.STR, 10, "f" * 4096], [R.STR, 11, "g" * 4096]]
+    frames = [[R.FRAME, 10 + i, 10, i + 1, 11] for i in range(3000)]
+    c["stack_of_distinct_frames"] = (
+        trace(names + frames + [[R.STACK, 1, list(range(10, 10 + 3000))]] + race(stack=1)), ok)
     return c
 
 

@@ -159,6 +159,8 @@ def _render(s, no_color: bool) -> None:
             counts.add_row(name, f"{n:,}")
     for t, n in s.unknown_types.items():
         counts.add_row(f"unknown type {t} (skipped)", f"{n:,}")
+    if s.unknown_types_more:
+        counts.add_row(f"{s.unknown_types_more:,} more unknown types (skipped)", f"{s.unknown_records_more:,}")
     counts.add_row("[bold]events[/bold]", f"[bold]{s.events:,}[/bold]", end_section=True)
     for name, n in s.counts.items():
         if name in definition_names:

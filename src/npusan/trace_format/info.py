@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from . import records as R
 from .errors import TraceFormatError
 from .header import is_default_stream
-from .reader import Source, TraceReader
+from .reader import Source, TraceReader, named_unknown_types, unnamed_unknown_types
 from .strided import parse_entry
 
 
@@ -70,7 +70,10 @@ class TraceInfo:
     streams: list  # StreamSummary
     memory: MemorySummary
     threads: dict  # tid -> name
-    unknown_types: dict = field(default_factory=dict)  # record type -> records skipped
+    #: record type -> records skipped, for the first reader.MAX_NAMED_UNKNOWN_TYPES types
+    unknown_types: dict = field(default_factory=dict)
+    unknown_types_more: int = 0  # the unknown types past those (not named)
+    unknown_records_more: int = 0  # and their records
     views: ViewsSummary = field(default_factory=ViewsSummary)
     #: The trace's distinct NOTE messages, in order, as [level, text, times seen] (the
     #: first :data:`MAX_NOTES`; the writer's "recording stopped: disk full" is one).
@@ -122,6 +125,8 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
             R.RECORD_NAMES[R.THREAD]: len(sym.threads),
         }
         named.update({k: v for k, v in defs.items() if v})
+        unknown = reader.unknown_types
+        more_types, more_records = unnamed_unknown_types(unknown)
         return TraceInfo(
             path=reader.name,
             size=reader.size,
@@ -137,7 +142,9 @@ def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = N
             streams=streams,
             memory=mem,
             threads=dict(sym.threads),
-            unknown_types=reader.unknown_types,
+            unknown_types=named_unknown_types(unknown),
+            unknown_types_more=more_types,
+            unknown_records_more=more_records,
             views=views,
             notes=[[level, text, n] for (level, text), n in notes.items()],
         )
@@ -244,6 +251,7 @@ def info_dict(info: TraceInfo) -> dict:
             "memory": asdict(info.memory),
             "threads": info.threads,
             "unknown_record_types": info.unknown_types,
+            "unknown_record_types_not_named": {"types": info.unknown_types_more, "records": info.unknown_records_more},
             "views": asdict(info.views),
             "notes": info.notes,
         }

@@ -36,9 +36,10 @@ turn ``TypeError``/``IndexError``/``KeyError`` raised on a malformed field into 
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
-from typing import IO, Any, Callable, Iterator, Optional, Union
+from typing import IO, Any, Callable, Iterable, Iterator, Optional, Union
 
 import msgpack
 
@@ -63,6 +64,9 @@ _MSGPACK_ERRORS = (ValueError, TypeError, msgpack.exceptions.ExtraData, msgpack.
 
 #: The most bytes of data read past the end record to see whether anything follows it.
 AFTER_END_LOOK = 64 << 10
+#: Distinct unknown record types named, each in a warning of its own; the rest are counted
+#: in one warning at the end (a trace can hold a hundred thousand of them in 470 KB).
+MAX_NAMED_UNKNOWN_TYPES = 20
 
 Source = Union[str, "os.PathLike[str]", IO[bytes]]
 
@@ -364,6 +368,7 @@ class TraceReader:
         if problem is not None:
             raise TraceFormatError(f"corrupt data at {self._where(n + 1, offset)}: {problem}")
         self.truncated = True
+        self._warn_unnamed_types()
         still_written = tail.grew_over_held_zeros()
         damaged = getattr(self._file, "problem", None)  # corrupt compressed data, not a cut
         if damaged is not None:
@@ -546,6 +551,7 @@ class TraceReader:
     @property
     def events(self) -> int:
         """Non-definition records read so far (kernels included; exact between records)."""
+        self._drain_skipped()
         return self._current_index() - self._definitions - sum(self._unknown.values())
 
     _definitions = 0
@@ -570,7 +576,7 @@ class TraceReader:
         if t not in _KNOWN:
             seen = self._unknown.get(t)
             self._unknown[t] = (seen or 0) + 1
-            if seen is None:
+            if seen is None and len(self._unknown) <= MAX_NAMED_UNKNOWN_TYPES:
                 major, minor = self.version
                 if (major, minor) > (R.FORMAT_MAJOR, R.FORMAT_MINOR):
                     why = f"written for format {major}.{minor}; this npusan reads {R.FORMAT_MAJOR}.{R.FORMAT_MINOR}"
@@ -614,6 +620,7 @@ class TraceReader:
         self.end_stats = summarize_value(stats, [MAX_VALUE_NODES]) if isinstance(stats, dict) else None
         self.ended_cleanly = True
         self.end_reason = _end_reason(self.end_stats)
+        self._warn_unnamed_types()
         if self.end_reason is not None:
             self._warn(f"the recording ended early: {self.end_reason}; analyzed up to that point")
         self._definitions += 1  # END is not an event either
@@ -647,6 +654,16 @@ class TraceReader:
             raise TraceFormatError(
                 f"{self._file.problem}, in a compressed frame of more than {_mib(HOLD_BYTES)} that was "
                 "read in part before its checksum could be verified: what was decoded from it cannot be trusted"
+            )
+
+    def _warn_unnamed_types(self) -> None:
+        """Once the trace is read: one warning for the unknown types past the first
+        :data:`MAX_NAMED_UNKNOWN_TYPES` (each of those had a warning of its own)."""
+        more, records = unnamed_unknown_types(self.unknown_types)
+        if more:
+            self._warn(
+                f"skipped {records:,} records of {more:,} more unknown types (only the first "
+                f"{MAX_NAMED_UNKNOWN_TYPES} unknown types are named)"
             )
 
     def _warn(self, message: str) -> None:
@@ -685,10 +702,39 @@ class TraceReader:
         """Definition records absorbed so far, by record type."""
         return dict(self._def_counts)
 
+    def skipped_elsewhere(self, drain: Optional[Callable[[], Iterable[tuple]]]) -> None:
+        """Let a raw consumer skip records of the unknown types :meth:`check_record` has
+        warned about without handing them here: ``drain()`` returns the (type, records)
+        it skipped since its last call, and is asked whenever the counts are needed
+        (:attr:`events`, :attr:`unknown_types`, an error's message)."""
+        self._drain_skipped()
+        self._skip_drain = drain
+
+    def _drain_skipped(self) -> None:
+        drain = self._skip_drain
+        if drain is not None:
+            for t, n in drain():
+                self._unknown[t] = self._unknown.get(t, 0) + n
+
+    _skip_drain: Optional[Callable[[], Iterable[tuple]]] = None
+
     @property
     def unknown_types(self) -> dict[int, int]:
         """Records of unknown types skipped so far, by type."""
+        self._drain_skipped()
         return dict(self._unknown)
+
+
+def named_unknown_types(unknown: dict) -> dict:
+    """The first :data:`MAX_NAMED_UNKNOWN_TYPES` of ``unknown`` (type -> records), those
+    a report or ``npusan info`` names one by one."""
+    return dict(itertools.islice(unknown.items(), MAX_NAMED_UNKNOWN_TYPES))
+
+
+def unnamed_unknown_types(unknown: dict) -> tuple[int, int]:
+    """(types, records) of ``unknown`` past the first :data:`MAX_NAMED_UNKNOWN_TYPES`."""
+    rest = list(itertools.islice(unknown.values(), MAX_NAMED_UNKNOWN_TYPES, None))
+    return len(rest), sum(rest)
 
 
 def _clean_note(rec: list) -> None:

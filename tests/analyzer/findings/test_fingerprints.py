@@ -58,3 +58,35 @@ def test_lines_that_do_not_tokenize_fall_back_to_collapsed_whitespace():
     assert normalize_text("x = a + \\") == "x = a + \\"
     assert normalize_text("x = $y  # c") == "x = $y # c"
     assert _identity('x = """abc') != _identity('x = """abd')
+
+
+def test_a_huge_stack_counts_as_its_digest_and_others_frame_by_frame():
+    """A stack past HUGE_STACK_BYTES of frames enters the fingerprint as the SHA-256 of its
+    frames (worked out once per stack); a smaller one frame by frame, as always."""
+    import hashlib
+
+    from npusan.analyzer.findings import fingerprints as F
+    from npusan.analyzer.findings.model import Frame
+
+    class Acc:
+        def __init__(self, stack):
+            self.op, self.type, self.stack = "op", "write", stack
+
+    def plain(stack) -> str:  # the definition for stacks of any real program
+        h = hashlib.sha256(b"race")
+        for _ in range(2):
+            h.update(b"\0op\0write")
+            for fr in stack:
+                h.update(b"\0" + F.frame_identity(fr).encode())
+        return h.hexdigest()[:32]
+
+    small = tuple(Frame(f"m{i}.py", i, "f" * 100) for i in range(500))
+    assert F.fingerprint_of("race", (Acc(small), Acc(small))) == plain(small)
+    huge = tuple(Frame(f"m{i}.py", i, "f" * 1000) for i in range(500))
+    assert F.fingerprint_of("race", (Acc(huge), Acc(huge))) != plain(huge)
+    digest = hashlib.sha256(b"".join(b"\0" + F.frame_identity(fr).encode() for fr in huge)).digest()
+    h = hashlib.sha256(b"race")
+    for _ in range(2):
+        h.update(b"\0op\0write\0\0" + digest)
+    assert F.fingerprint_of("race", (Acc(huge), Acc(huge))) == h.hexdigest()[:32]
+    assert F.fingerprint_of("race", (Acc(tuple(huge)), Acc(huge[:]))) == h.hexdigest()[:32]

@@ -693,6 +693,26 @@ def test_same_on_kernel_records_cut_at_every_byte():
         check(full[:cut])
 
 
+def test_records_of_unknown_types_are_skipped_by_the_core_and_counted_by_type():
+    """After the first record of an unknown type (which the reader warns about) the core
+    skips that type's records itself; the counts by type, the warnings, the record count
+    and the findings are the Python engine's, across chunk boundaries (the core reads
+    256 KiB at a time), for a type of any width, and for a record cut short at the end."""
+    header = {"format": [1, 1], "backend": "cuda", "default_streams": {0: 0}}
+    recs = [[R.STR, 1, "op"], [R.STREAM_DEF, 1, 0, 16], [R.STREAM_DEF, 2, 0, 32]]
+    recs += [[R.ALLOC, 1, 0x10000000, 0x1000, 1, None]]
+    odd = [[200], [201, "x", {"k": [1, 2]}], [1 << 40, b"\0"], [(1 << 64) - 1]]
+    for i in range(60_000):
+        recs.append(odd[i % len(odd)])
+        if i % 20_000 == 0:
+            recs.append([R.KERNEL, 1 + (i // 20_000) % 2, 1, None, [1, 0, 0x1000]])
+    full = join(header, recs + [[R.END, {}]])
+    ref = check(full)
+    assert ref.unknown_types == {200: 15_000, 201: 15_000, 1 << 40: 15_000, (1 << 64) - 1: 15_000}
+    assert len(ref.warnings) == 4 and ref.findings
+    check(full[:-len(msgpack.packb([R.END, {}])) - 3])  # cut inside the last unknown record
+
+
 def test_same_findings_for_frees_judged_at_a_later_allocation_or_at_the_end():
     """Frees pending on two streams, judged at allocations on their own stream (one after a
     wait that covers the use, one not) and at the end of the trace, in the order found."""

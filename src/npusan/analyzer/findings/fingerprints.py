@@ -119,15 +119,63 @@ def fingerprint_of(kind: str, sides) -> str:
     """The fingerprint of a finding of ``kind`` from its (later, earlier) accesses."""
     h = hashlib.sha256()
     h.update(kind.encode())
-    # A stack may repeat one frame thousands of times (recursion, or a forged trace whose
-    # stack record repeats a frame of 4 KiB names): each distinct frame is worked out once.
-    known: dict = {}
     for acc in sides:
         h.update(b"\0" + acc.op.encode() + b"\0" + acc.type.encode())
-        for fr in acc.stack:
-            key = (fr, getattr(fr, "text", None), getattr(fr, "root", None))
-            part = known.get(key)
-            if part is None:
-                part = known[key] = b"\0" + frame_identity(fr).encode("utf-8", "replace")
-            h.update(part)
+        h.update(_stack_part(acc.stack))
     return h.hexdigest()[:32]
+
+
+#: A stack whose frames' parts come to more than this is hashed once, and enters each
+#: fingerprint as its digest. No program's stack comes near it (a thousand frames of
+#: recursion take about 110 KB); a forged one (2^15 frames of 8 KiB of names, named by
+#: thousands of findings) would otherwise be hashed again for every finding.
+HUGE_STACK_BYTES = 256 << 10
+#: Stacks of more frames than this have their part kept (by identity: findings of one
+#: trace share their stacks' tuples), the last _KEEP_STACKS of them, _KEEP_BYTES at most.
+_KEEP_FRAMES = 64
+_KEEP_STACKS = 4096
+_KEEP_BYTES = 64 << 20
+_kept: dict = {}  # id(stack) -> (stack, part), oldest first
+_kept_bytes = [0]
+
+
+def _stack_part(stack) -> bytes:
+    """What ``stack`` adds to a fingerprint: each frame's identity after a NUL byte, or
+    for a huge stack (:data:`HUGE_STACK_BYTES`) two NUL bytes and the SHA-256 of that."""
+    long = len(stack) > _KEEP_FRAMES
+    if long:
+        got = _kept.get(id(stack))
+        if got is not None and got[0] is stack:
+            return got[1]
+    # A stack may repeat one frame thousands of times (recursion, or a forged trace whose
+    # stack record repeats a frame of 4 KiB names): a frame is worked out once here.
+    known: dict = {}
+    parts: list = []
+    size = 0
+    huge = None  # the digest of a huge stack's parts, fed as they come past the limit
+    for fr in stack:
+        key = (fr, getattr(fr, "text", None), getattr(fr, "root", None))
+        part = known.get(key)
+        if part is None:
+            part = b"\0" + frame_identity(fr).encode("utf-8", "replace")
+            if len(known) < 4096:
+                known[key] = part
+        if huge is not None:
+            huge.update(part)
+            continue
+        parts.append(part)
+        size += len(part)
+        if size > HUGE_STACK_BYTES:
+            huge = hashlib.sha256(b"".join(parts))
+            parts = []
+    out = b"\0\0" + huge.digest() if huge is not None else b"".join(parts)
+    if long:
+        while _kept and (len(_kept) >= _KEEP_STACKS or _kept_bytes[0] + len(out) > _KEEP_BYTES):
+            _kept_bytes[0] -= len(_kept.pop(next(iter(_kept)))[1])
+        if len(out) <= _KEEP_BYTES:
+            old = _kept.pop(id(stack), None)  # (a stack since collected, its id reused)
+            if old is not None:
+                _kept_bytes[0] -= len(old[1])
+            _kept[id(stack)] = (stack, out)
+            _kept_bytes[0] += len(out)
+    return out

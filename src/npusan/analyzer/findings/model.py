@@ -196,6 +196,7 @@ def map_frames(findings: Iterable["Finding"], change: Callable[[Frame], Frame]) 
     ``change`` is called once per distinct frame; findings are updated in place.
     """
     done: dict = {}
+    stacks: dict = {}  # id of a stack -> (that stack, its new frames): findings share stacks
 
     def frame(fr: Frame) -> Frame:
         key = (fr.filename, fr.lineno, fr.function, fr.text, fr.root)
@@ -205,7 +206,10 @@ def map_frames(findings: Iterable["Finding"], change: Callable[[Frame], Frame]) 
         return new
 
     def stack(st: Stack) -> Stack:
-        return tuple(frame(fr) for fr in st)
+        got = stacks.get(id(st))
+        if got is None:
+            got = stacks[id(st)] = (st, tuple(frame(fr) for fr in st))
+        return got[1]
 
     def stream(s: Optional[StreamRef]) -> Optional[StreamRef]:
         if s is None or not s.created_stack:

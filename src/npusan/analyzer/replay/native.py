@@ -57,6 +57,8 @@ CHUNK = 1 << 18
 QUEUE_FROM = 8 << 20
 
 _NEED, _SLOW, _BAD, _ERROR = 0, 1, 2, 3
+#: The largest record type the core skips itself (the largest msgpack int).
+_MAX_SKIP_TYPE = (1 << 64) - 1
 #: The core's error codes as the built core exports them (core_codes.py defines them; the
 #: build writes them into the core); without the core, only so that the names exist.
 ERROR_CODES: dict = dict(_core.ERRORS) if _core is not None else core_codes.codes()
@@ -409,6 +411,7 @@ class NativeEngine:
         unpackb = msgpack.unpackb
         definitions = R.DEFINITIONS
         graph_types = R.GRAPH_RECORDS
+        reader.skipped_elsewhere(core.skipped)
         buf = b""
         start = state["start"]  # the file offset of buf[0]
         pos = py = 0
@@ -491,9 +494,13 @@ class NativeEngine:
                     E.keep_note(self.notes, rec)
                 elif t == R.VIEWS:  # pragma: no cover - the core replays every VIEWS record the reader passes
                     raise RecordError(E.describe(rec, self.seq, "a views record the compiled core did not replay"))
-                # else: a record of an unknown type, skipped (the reader warned once)
+                elif t < 0 and rec[0] <= _MAX_SKIP_TYPE:
+                    # a record of an unknown type, skipped (the reader warned once): the
+                    # core skips the later ones itself, as cheaply as a kernel
+                    core.skip_type(rec[0])
         finally:
             state["start"], state["pos"], state["py"] = start, pos, py
+            reader.skipped_elsewhere(None)  # (takes the last counts)
 
     # ------------------------------------------------------------------ graphs (format 1.3, graphs.py)
 

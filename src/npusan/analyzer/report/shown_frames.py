@@ -66,12 +66,14 @@ def shown(stack: Iterable) -> list:
     out: list = []
     for fr, copies in runs:
         if copies > REPEATS_SHOWN:
-            out += [_short(fr), Omitted(copies - 1, repeated=True)]
+            out += [fr, Omitted(copies - 1, repeated=True)]
         else:
-            out += [_short(fr)] * copies
-    if len(out) <= MAX_FRAMES_SHOWN:
-        return out
-    head, tail = HEAD_SHOWN, MAX_FRAMES_SHOWN - HEAD_SHOWN - 1
-    middle = out[head:len(out) - tail]
-    left_out = sum(x.count if isinstance(x, Omitted) else 1 for x in middle)
-    return out[:head] + [Omitted(left_out)] + out[len(out) - tail:]
+            out += [fr] * copies
+    if len(out) > MAX_FRAMES_SHOWN:
+        head, tail = HEAD_SHOWN, MAX_FRAMES_SHOWN - HEAD_SHOWN - 1
+        middle = out[head:len(out) - tail]
+        left_out = sum(x.count if isinstance(x, Omitted) else 1 for x in middle)
+        out = out[:head] + [Omitted(left_out)] + out[len(out) - tail:]
+    # Names are cut only in the entries kept: a stack of 2^18 distinct frames of 4 KiB
+    # names must not make 2^18 cut copies of them first.
+    return [x if isinstance(x, Omitted) else _short(x) for x in out]

@@ -386,6 +386,9 @@ typedef struct {
     size_t queue_from; /* can_defer queues while poolbytes is at least this (native.QUEUE_FROM) */
     /* a graph capture is open (format 1.3): every record goes back to Python (set_capturing) */
     int slow_all;
+    /* record types of no known kind that Python has already warned about (skip_type): the
+     * core skips their records itself, counting them by type, at a kernel's cost or less */
+    map_t skip;
     /* error */
     int err, err_field;
 } Core;

@@ -34,6 +34,18 @@ static int map_get(const map_t *m, uint64_t k, uint64_t *v) {
 
 static int map_put(map_t *m, uint64_t k, uint64_t v);
 
+/* Add d to the value of key k if it is there (1), else nothing (0): never allocates. */
+static int map_add(map_t *m, uint64_t k, uint64_t d) {
+    if (!m->cap) return 0;
+    size_t mask = m->cap - 1, i = mix(k) & mask;
+    for (;;) {
+        uint8_t s = m->state[i];
+        if (s == 0) return 0;
+        if (s == 1 && m->keys[i] == k) { m->vals[i] += d; return 1; }
+        i = (i + 1) & mask;
+    }
+}
+
 static int map_rehash(map_t *m, size_t cap) {
     map_t o = *m;
     m->keys = malloc(cap * sizeof(uint64_t));

@@ -211,7 +211,7 @@ static void Core_dealloc(Core *c) {
     for (uint32_t i = 0; i < c->bdensecap; i++) if (c->bdense[i]) block_free(c, c->bdense[i]);
     while (c->spare) { block_t *b = c->spare; c->spare = *(block_t **)b; free(b); }
     map_free(&c->blocks); map_free(&c->live_ptr); map_free(&c->defs); map_free(&c->stale);
-    map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap);
+    map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap); map_free(&c->skip);
     for (uint32_t s = 0; s < c->nslots; s++) free(c->cur[s]);
     free(c->cur); free(c->host); free(c->sidx_of); free(c->created_stack); free(c->slot_dev); free(c->sdev);
     for (size_t i = 0; i < c->nsnaps; i++) free(c->snaps[i].v);
@@ -235,6 +235,32 @@ static PyObject *Core_set_capturing(Core *c, PyObject *flag) {
     Py_RETURN_NONE;
 }
 
+/* skip_type(t): records of type t (a type of no known kind, which Python has warned about)
+ * are skipped here from now on, counted by type (skipped() hands the counts back). */
+static PyObject *Core_skip_type(Core *c, PyObject *t_o) {
+    i128 t;
+    if (py_i128(t_o, &t)) return NULL;
+    if (t < 0 || t > (i128)UINT64_MAX) Py_RETURN_FALSE; /* (no msgpack int is larger; Python checks first) */
+    uint64_t n;
+    if (!map_get(&c->skip, (uint64_t)t, &n) && map_put(&c->skip, (uint64_t)t, 0)) return PyErr_NoMemory();
+    Py_RETURN_TRUE;
+}
+
+/* skipped() -> [(type, records)]: the records of each type skip_type named that replay
+ * skipped since the last call (the counts start again from 0). */
+static PyObject *Core_skipped(Core *c, PyObject *unused) {
+    PyObject *out = PyList_New(0);
+    if (!out) return NULL;
+    for (size_t i = 0; i < c->skip.cap; i++) {
+        if (c->skip.state[i] != 1 || !c->skip.vals[i]) continue;
+        PyObject *item = Py_BuildValue("(KK)", (unsigned long long)c->skip.keys[i], (unsigned long long)c->skip.vals[i]);
+        if (!item || PyList_Append(out, item)) { Py_XDECREF(item); Py_DECREF(out); return NULL; }
+        Py_DECREF(item);
+        c->skip.vals[i] = 0;
+    }
+    return out;
+}
+
 /* block_live(bid): would an access of block bid find a block (live, or from a BLOCK_DEF not
  * freed since)? What graphs.py asks before a graph launch. */
 static PyObject *Core_block_live(Core *c, PyObject *bid_o) {
@@ -251,6 +277,8 @@ static PyObject *Core_block_live(Core *c, PyObject *bid_o) {
 static PyMethodDef Core_methods[] = {
     {"set_capturing", (PyCFunction)Core_set_capturing, METH_O, "set_capturing(flag): hand every record back"},
     {"block_live", (PyCFunction)Core_block_live, METH_O, "block_live(bid) -> whether an access finds the block"},
+    {"skip_type", (PyCFunction)Core_skip_type, METH_O, "skip_type(t): skip records of type t from now on"},
+    {"skipped", (PyCFunction)Core_skipped, METH_NOARGS, "skipped() -> [(type, records skipped since the last call)]"},
     {"replay", (PyCFunction)Core_replay, METH_VARARGS, "replay(buffer, pos, end) -> (status, pos, ...)"},
     {"define_stream", (PyCFunction)Core_define_stream, METH_VARARGS, "define_stream(sidx, device)"},
     {"define_block", (PyCFunction)Core_define_block, METH_VARARGS, "define_block(bid, ptr, size, forget)"},

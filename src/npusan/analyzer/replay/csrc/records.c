@@ -411,6 +411,7 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         if (p >= end) break;
         obj_t o;
         int r, t = -1;
+        int skip = 0; uint64_t skip_t = 0; /* the record's type, when it may be one to skip (c->skip) */
         if (c->slow_all) { /* capturing a graph: Python stores or replays each record (graphs.py) */
             r = read_obj(L, &p, end, &o);
             if (r == MP_OK) r = skip_rest(L, &p, end, &o, 1);
@@ -435,8 +436,10 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
                                           (ot.v == T_VIEWS && c->views_on)) &&
                         o.n >= (uint64_t)MIN_LENGTH[(int)ot.v])
                         t = (int)ot.v;
-                    else if ((r = skip_rest(L, &p, end, &ot, 2)) == MP_OK)
+                    else if ((r = skip_rest(L, &p, end, &ot, 2)) == MP_OK) {
                         r = skip_objs(L, &p, end, o.n - 1, 0, 1);
+                        if (ot.t == O_INT && ot.v >= 0 && ot.v <= (i128)UINT64_MAX && c->skip.n) { skip = 1; skip_t = (uint64_t)ot.v; }
+                    }
                 }
             } else {
                 r = skip_rest(L, &p, end, &o, 1);
@@ -444,7 +447,14 @@ static PyObject *Core_replay(Core *c, PyObject *args) {
         }
         if (r == MP_NEED) break;
         if (r == MP_BAD) { status = ST_BAD; len = -1; break; }
-        if (t < 0) { status = ST_SLOW; len = p - (base + pos); break; }
+        if (t < 0) {
+            if (skip && map_add(&c->skip, skip_t, 1)) {
+                c->records++;
+                pos = p - base;
+                continue;
+            }
+            status = ST_SLOW; len = p - (base + pos); break;
+        }
         uint32_t nacc = 0;
         if (t == T_VIEWS) {
             int bad = 0;
