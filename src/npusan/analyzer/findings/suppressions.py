@@ -136,6 +136,21 @@ def _load_toml(data: bytes):
         raise SuppressionError("nests tables or arrays too deeply") from None
 
 
+def _toml_type(value) -> str:
+    """What a TOML value is, in TOML's words, for error messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return "a date or time"
+
+
 def _patterns(entry: dict, key: str, where: str) -> tuple:
     v = entry.get(key)
     if v is None:
@@ -166,8 +181,12 @@ def parse_suppressions(data: bytes, path: str = "<suppressions>") -> Suppression
         if unknown:
             raise SuppressionError(f"{where}: unknown key '{unknown[0]}'")
         reason = entry.get("reason")
-        if not isinstance(reason, str) or not reason.strip():
+        if reason is None:
             raise SuppressionError(f"{where} has no 'reason' (every suppression needs one)")
+        if not isinstance(reason, str):
+            raise SuppressionError(f"{where}: 'reason' must be a string, got {_toml_type(reason)}")
+        if not reason.strip():
+            raise SuppressionError(f"{where}: 'reason' is empty (every suppression needs one)")
         fields = {k: _patterns(entry, k, where) for k in MATCH_FIELDS}
         if not any(fields.values()):
             raise SuppressionError(f"{where} matches everything (give kind, op, stream, frame or fingerprint)")
