@@ -24,6 +24,7 @@ from typing import Iterable, Optional
 
 from .model import Finding, Kind, StreamRef
 from .userfiles import read_user_file
+from ...typo_hints import typo_hint
 
 MATCH_FIELDS = ("kind", "op", "stream", "frame", "fingerprint")
 #: A ``fingerprint`` entry gives at least this many hex digits (the text report shows 16).
@@ -179,7 +180,7 @@ def parse_suppressions(data: bytes, path: str = "<suppressions>") -> Suppression
             raise SuppressionError(f"{where} is not a table")
         unknown = sorted(set(entry) - KNOWN_FIELDS)
         if unknown:
-            raise SuppressionError(f"{where}: unknown key '{unknown[0]}'")
+            raise SuppressionError(f"{where}: unknown key '{unknown[0]}'{typo_hint(unknown[0], KNOWN_FIELDS)}")
         reason = entry.get("reason")
         if reason is None:
             raise SuppressionError(f"{where} has no 'reason' (every suppression needs one)")
@@ -193,7 +194,7 @@ def parse_suppressions(data: bytes, path: str = "<suppressions>") -> Suppression
         bad = [k for k in fields["kind"] if k not in kinds]
         if bad:
             raise SuppressionError(
-                f"{where}: unknown kind '{bad[0]}' (expected one of {', '.join(sorted(kinds))})"
+                f"{where}: unknown kind '{bad[0]}'{typo_hint(bad[0], kinds)} (expected one of {', '.join(sorted(kinds))})"
             )
         fps = tuple(p.strip().lower() for p in fields["fingerprint"])
         for p in fps:
