@@ -32,6 +32,7 @@ from .analyzer.findings.rootcause import RootCause as _RootCause
 from .analyzer.report.sources import user_site
 from .trace_format.errors import TraceFormatError
 from .trace_format.reader import TraceReader
+from .typo_hints import typo_hint
 
 __all__ = ["Finding", "Kind", "Report", "RootCause", "analyze", "load"]
 
@@ -186,7 +187,10 @@ class Report:
         ``--full-stacks`` and ``--expand`` and terminal settings (source is quoted and files
         are named as the ``source_root`` and ``map_path`` given to :func:`analyze` say)."""
         if format not in format_names():
-            raise ValueError(f"unknown report format {format!r} (expected one of {', '.join(format_names())})")
+            raise ValueError(
+                f"unknown report format {format!r}{typo_hint(format, format_names())} "
+                f"(expected one of {', '.join(format_names())})"
+            )
         options = pipeline.render_options(self._options, full_stacks=full_stacks, expand=expand, color=color,
                                           width=width)
         return get_reporter(format).render(self._report, options)

@@ -293,6 +293,24 @@ def test_write_failure_after_analysis_is_one_line(scenario, run):
     one_error_line(run("analyze", scenario("data_race"), "-o", "/dev/full"), "cannot write the report to /dev/full")
 
 
+def test_typo_hints_have_one_wording_everywhere(run, scenario, tmp_path):
+    trace = scenario("data_race")
+    toml = tmp_path / "s.toml"
+    toml.write_text('[[suppress]]\nkind = "data-rase"\nreason = "r"\n')
+    cases = [
+        (run("analyze", trace, "--formt", "json"), "no such option '--formt'. Did you mean '--format'?"),
+        (run("analyz", trace), "no such command 'analyz'. Did you mean 'analyze'?"),
+        (run("analyze", trace, "--format", "jsn"), "unknown report format 'jsn'. Did you mean 'json'?"),
+        (run("analyze", trace, "--fail-on", "data-rase"), "kind 'data-rase'. Did you mean 'data-race'?"),
+        (run("analyze", trace, "--suppress", str(toml)), "kind 'data-rase'. Did you mean 'data-race'?"),
+        (run("export", trace, "--format", "chrom"), "format 'chrom'. Did you mean 'chrome'?"),
+        (run("record", "--emulat", "cuda", "x.py"), "Did you mean '--emulate' or '--emulate-devices'?"),
+    ]
+    for result, needle in cases:
+        one_error_line(result, needle)
+        assert "Did you mean one of" not in result.stderr
+
+
 def test_click_usage_errors_are_one_line_and_exit_2(run):
     one_error_line(run("analyze"), "missing argument 'TRACE...'", "(try 'npusan analyze --help')")
     one_error_line(run("analyze", "x.bin", "--min-count", "many"), "'--min-count'", "not a valid integer")

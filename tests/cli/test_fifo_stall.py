@@ -76,3 +76,41 @@ def test_ctrl_c_ends_analyze_of_a_stalled_fifo_promptly_with_130(tmp_path):
             p.kill()
             p.wait()
         t.join(5)
+
+
+def test_ctrl_c_with_jobs_ends_the_workers_at_once_with_130_and_no_report(tmp_path):
+    """With ``-j 2`` each worker is in the middle of a trace (here: waiting on a stalled
+    FIFO, as long as a big trace's replay). Ctrl-C reaches the whole process group; the
+    workers ignore it and the parent must end them, not wait for their traces."""
+    data = S.data_race(tmp_path / "t.npusan").read_bytes()
+    done = threading.Event()
+    writers, opened = [], []
+    for name in ("a.npusan", "b.npusan"):
+        fifo = tmp_path / name
+        os.mkfifo(fifo)
+        opened.append(threading.Event())
+        writers.append(_stalling_writer(fifo, data, 40, 120, done, opened[-1]))
+    out = tmp_path / "rep.json"
+    p = subprocess.Popen([*NPUSAN, "analyze", str(tmp_path / "a.npusan"), str(tmp_path / "b.npusan"), "-j", "2",
+                          "-o", str(out), "--format", "json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert all(e.wait(60) for e in opened)
+        time.sleep(1)  # both workers read the header and wait for the rest
+        assert p.poll() is None
+        os.killpg(p.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=30)  # returns once every worker has closed stderr too
+        elapsed = time.monotonic() - t0
+        assert p.returncode == 130, err
+        assert elapsed < 3, elapsed
+        assert "Traceback" not in err and err.strip().splitlines()[-1] == "npusan: interrupted", err
+        assert not out.exists() and sorted(os.listdir(tmp_path)) == ["a.npusan", "b.npusan", "t.npusan"]
+    finally:
+        done.set()
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for t in writers:
+            t.join(5)

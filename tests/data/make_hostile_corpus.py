@@ -71,8 +71,23 @@ def cases() -> dict:
     bad_stack = {v: [2, "record 10 at byte offset 111"] for v in ("analyze", "info", "export")}
     c["stack_id_map"] = (trace(race(stack={})), {**bad_stack, "analyze": [2, "the stack id is a map"]})
     c["stack_id_list"] = (trace(race(stack=[0])), {**bad_stack, "analyze": [2, "the stack id is an array"]})
-    # An op id that is not an int resolves to nothing (op "?"); the race is still found.
-    c["op_id_list"] = (trace(race()[:-2] + [[R.KERNEL, 0, [0], 0, ~0], [R.KERNEL, 1, [0], 0, 0]]), ok)
+    # A kernel's op is nil or a defined string id (docs/trace-format.md sections 5 and 7):
+    # an op of another type, or naming a string never defined, is corrupt (it showed as "?").
+    bad_op = {v: [2, "record 10 at byte offset"] for v in ("analyze", "info")}
+    bad_op["export"] = [2, "record 10"]
+    c["op_id_list"] = (trace(race()[:-2] + [[R.KERNEL, 0, [0], 0, ~0], [R.KERNEL, 1, [0], 0, 0]]),
+                       {**bad_op, "analyze": [2, "the op is an array, not a string id or nil"]})
+    c["op_id_string"] = (trace(race()[:-2] + [[R.KERNEL, 0, "aten::add", 0, ~0], race()[-1]]),
+                         {**bad_op, "analyze": [2, "the op is a string, not a string id or nil"]})
+    c["op_id_undefined"] = (trace(race()[:-2] + [[R.KERNEL, 0, 77, 0, ~0], race()[-1]]),
+                            {**bad_op, "analyze": [2, "the op is string id 77, which is not defined"]})
+    # A frame's line number is 0 (unknown) or more.
+    c["frame_line_negative"] = (trace([[R.STR, 0, "t.py"], [R.FRAME, 0, 0, -3, 0]]),
+                                {v: [2, "record 2 at byte offset 59: frame 0 has a negative line number (-3)"]
+                                 for v in ("analyze", "info", "export")})
+    # END's statistics are informational: another type than a map is warned about, not fatal.
+    c["end_stats_not_a_map"] = (trace(race(), end=False) + pack([R.END, [1, 2]]),
+                                {**ok, "analyze": [1, "the end record's statistics are not a map; ignored"]})
     # info refuses what analyze refuses, with the same line (it replays the trace first).
     bad_kernel = {"analyze": [2, "record 11 at byte offset"], "info": [2, "record 11 at byte offset"],
                   "export": [2, "record 11"]}

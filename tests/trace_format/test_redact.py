@@ -452,3 +452,56 @@ def test_redact_compresses_when_the_output_name_says_so(tmp_path, suffix, magic)
     assert run("redact", p, "-o", plain).exit_code == 0
     assert out.read_bytes().startswith(magic)
     assert findings(out) == findings(plain) != []
+
+
+@pytest.mark.parametrize(
+    "raised, kept",
+    [
+        ("RuntimeError", True),
+        ("KeyboardInterrupt", True),
+        ("StopIteration", True),  # a builtin exception whose name ends in none of the words
+        ("torch.cuda.OutOfMemoryError", True),
+        ("Loader.ParseFailure", True),
+        ("SECRET23", False),  # an identifier alone could be anything
+        ("token_s3cr3t", False),
+        ("alice.home", False),
+        ("/home/alice/x Error", False),
+    ],
+)
+def test_end_raised_keeps_only_exception_type_names(tmp_path, raised, kept):
+    from npusan.trace_format import records as R
+    from npusan.trace_format.redact import RAISED_PLACEHOLDER, is_exception_name
+
+    assert is_exception_name(raised) is kept
+    p = _hand_made_trace(tmp_path / "t.npusan", extra=[[R.END, {"events": 13, "raised": raised}]])
+    out = tmp_path / "o.npusan"
+    assert run("redact", p, "-o", out).exit_code == 0
+    with TraceReader(str(out)) as reader:
+        for _ in reader.records():
+            pass
+        end = reader.end_stats
+    assert end["raised"] == (raised if kept else RAISED_PLACEHOLDER)
+
+
+def test_strings_that_name_nothing_are_replaced(tmp_path):
+    """A STR no field names, or one a frame named before it was defined (so the reader
+    ignored the reference), keeps no text: only file, function and op names are read."""
+    from npusan.trace_format import records as R
+
+    p = _hand_made_trace(tmp_path / "t.npusan", extra=[
+        [R.STR, 7, "SECRET-unused"],
+        [R.FRAME, 1, 0, 4, 1, None, 8],
+        [R.STR, 8, "/home/alice/SECRET-root"],
+        [R.STR, 9, "aten::SECRET-op-name-is-kept"],
+        [R.ALLOC, 1, 0x2000, 64, 0, 0],
+        [R.KERNEL, 0, 9, 0, 1],
+    ])
+    out = tmp_path / "o.npusan"
+    r = run("redact", p, "-o", out)
+    assert r.exit_code == 0, r.output
+    assert "2 strings that name nothing replaced" in r.stderr
+    data = out.read_bytes()
+    assert b"SECRET-unused" not in data and b"SECRET-root" not in data and b"alice" not in data
+    assert b"aten::SECRET-op-name-is-kept" in data
+    kinds = [(f["kind"], f["count"], f["fingerprint"]) for f in findings(p)]
+    assert [(f["kind"], f["count"], f["fingerprint"]) for f in findings(out)] == kinds

@@ -17,6 +17,7 @@ import click
 from ..analyzer.report import FORMATS as REPORT_FORMATS, format_help
 from ..trace_format.input_files import distinct_inputs
 from ..trace_format.safe_text import clean
+from ..typo_hints import typo_hint
 from .completion import PATH, finding_kinds, report_formats
 from .errors import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNUSABLE, UsageProblem, fail, one_line_errors
 from .output import check_writable, dash_is_stdout, refuse_overwriting_input, write_output
@@ -41,7 +42,9 @@ def parse_kinds(value: Optional[str]) -> Optional[frozenset]:
         raise UsageProblem("--fail-on needs at least one finding kind")
     for k in kinds:
         if k not in known:
-            raise UsageProblem(f"--fail-on: unknown finding kind '{k}' (expected {', '.join(sorted(known))})")
+            raise UsageProblem(
+                f"--fail-on: unknown finding kind '{k}'{typo_hint(k, known)} (expected {', '.join(sorted(known))})"
+            )
     return frozenset(kinds)
 
 
@@ -152,7 +155,7 @@ def analyze(
     from ..analyzer.report import get_reporter
 
     if fmt not in FORMATS:
-        raise UsageProblem(f"unknown report format '{fmt}' (expected one of {', '.join(FORMATS)})")
+        raise UsageProblem(f"unknown report format '{fmt}'{typo_hint(fmt, FORMATS)} (expected one of {', '.join(FORMATS)})")
     if min_count < 1:
         raise UsageProblem(f"--min-count must be at least 1 (got {min_count})")
     fail_kinds = parse_kinds(fail_on)

@@ -11,6 +11,7 @@ import click
 
 from ..trace_format.errors import TraceFormatError
 from ..trace_format.safe_text import clean
+from ..typo_hints import close_matches, did_you_mean
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 1
@@ -140,6 +141,30 @@ def _sentence(message: str) -> str:
     return message
 
 
+#: click's errors for an unknown option or command (``NoSuchCommand`` since click 8.4).
+_NO_SUCH_NAME = tuple(
+    c for c in (click.NoSuchOption, getattr(click.exceptions, "NoSuchCommand", None)) if c is not None
+)
+
+
+def _with_one_hint_wording(error: click.UsageError) -> str:
+    """The error's message, its "did you mean" hint worded as every other npusan hint.
+
+    click words its hint two ways by the number of matches, and for an unknown verb offers
+    only the verbs imported so far (none: :class:`LazyGroup` imports them on use), so the
+    matches are taken again here from every verb's name.
+    """
+    if not isinstance(error, _NO_SUCH_NAME):
+        return error.format_message()
+    matches = list(getattr(error, "possibilities", None) or ())
+    name = getattr(error, "option_name", None) or getattr(error, "command_name", "")
+    group = error.ctx.command if error.ctx is not None else None
+    if not matches and isinstance(group, click.Group) and not isinstance(error, click.NoSuchOption):
+        matches = close_matches(name, group.list_commands(error.ctx))
+    hint = did_you_mean(sorted(matches))
+    return f"{error.message.rstrip('.')}. {hint}" if hint else error.message
+
+
 #: ``npusan`` alone prints the help (click >= 8.2 raises this usage error to do it).
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -149,7 +174,7 @@ def as_one_line(error: click.ClickException) -> click.ClickException:
     if isinstance(error, (OneLineUsageError, OneLineClickError, _NO_ARGS_IS_HELP)):
         return error
     if isinstance(error, click.UsageError):
-        return OneLineUsageError(error.format_message(), ctx=error.ctx)
+        return OneLineUsageError(_with_one_hint_wording(error), ctx=error.ctx)
     one = OneLineClickError(error.format_message())
     one.exit_code = error.exit_code
     return one

@@ -21,6 +21,7 @@ from ..trace_format.input_files import open_input
 from .analyze import source_options, warn
 from .completion import timeline_formats
 from .errors import UsageProblem, one_line_errors
+from ..typo_hints import typo_hint
 from .output import atomic_output, check_writable, dash_is_stdout, refuse_overwriting_input
 from .progress import LazyProgress
 
@@ -82,7 +83,7 @@ def export(trace: str, fmt: str, output: Optional[str], force: bool, around_find
     from ..analyzer.export.timeline import ExportLimits
 
     if fmt not in FORMATS:
-        raise UsageProblem(f"unknown timeline format '{fmt}' (expected one of {', '.join(FORMATS)})")
+        raise UsageProblem(f"unknown timeline format '{fmt}'{typo_hint(fmt, FORMATS)} (expected one of {', '.join(FORMATS)})")
     if around_findings is not None and around_findings < 0:
         raise UsageProblem(f"--around-findings must be 0 or more (got {around_findings})")
     if max_kernels is not None and max_kernels < 1:

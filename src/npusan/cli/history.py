@@ -10,6 +10,7 @@ import click
 from .completion import PATH, history_formats
 from .output import check_writable, dash_is_stdout, write_output
 from .errors import UsageProblem, one_line_errors
+from ..typo_hints import typo_hint
 
 
 @click.command()
@@ -25,7 +26,9 @@ def history(database: str, fmt: str, output: Optional[str]) -> None:
     from ..analyzer.report.history import RENDERERS
 
     if fmt not in RENDERERS:
-        raise UsageProblem(f"unknown history format '{fmt}' (expected one of {', '.join(RENDERERS)})")
+        raise UsageProblem(
+            f"unknown history format '{fmt}'{typo_hint(fmt, RENDERERS)} (expected one of {', '.join(RENDERERS)})"
+        )
     if not os.path.exists(database):
         raise UsageProblem(f"history {database}: no such file")
     if output is not None:

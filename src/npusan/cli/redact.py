@@ -77,6 +77,7 @@ def redact(trace: str, output: str, source_root: Optional[str], drop_source: boo
         (summary.outside_source_lines, "recorded source lines of files outside the source root dropped"),
         (summary.notes, "note texts dropped"),
         (summary.stream_labels, "stream labels replaced"),
+        (summary.strings, "strings that name nothing replaced"),
         (summary.unknown_records, "records of unknown types dropped"),
         (summary.extra_fields, "unknown fields of known records dropped"),
     ) if n]

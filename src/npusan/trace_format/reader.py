@@ -618,6 +618,8 @@ class TraceReader:
         stats = rec[1]
         # Informational, and shown by ``npusan info``: kept only summarized, as the header is.
         self.end_stats = summarize_value(stats, [MAX_VALUE_NODES]) if isinstance(stats, dict) else None
+        if self.end_stats is None:  # nothing is lost that the analysis uses: a warning, not an error
+            self._warn("the end record's statistics are not a map; ignored")
         self.ended_cleanly = True
         self.end_reason = _end_reason(self.end_stats)
         self._warn_unnamed_types()

@@ -30,7 +30,9 @@ Nothing else rides along: fields past a known record's layout (which a later for
 version may add, so their content is unknown) are dropped; the END statistics keep the
 event count, the counts of this format's record names, ``signal`` (a signal's name) and
 ``stopped`` (its reason replaced by a fixed phrase), so a trace that ended early still
-reads so; a note's level is kept when it is ``info``, ``warning`` or ``error``; the
+reads so, and ``raised`` only when it is an exception type's name
+(:func:`is_exception_name`); a STR that names no file, function or op (one nothing
+refers to, or one a frame referred to before it was defined) loses its text; a note's level is kept when it is ``info``, ``warning`` or ``error``; the
 header's ``writer``, ``backend`` and ``torch`` strings are kept only in the shapes npusan
 writes them.
 
@@ -49,6 +51,7 @@ the input must be a regular file.
 
 from __future__ import annotations
 
+import builtins
 import os
 import posixpath
 import re
@@ -77,7 +80,21 @@ NOTE_LEVELS = ("info", "warning", "error")
 #: What the END statistics' ``stopped`` reason (free text) becomes.
 STOP_PLACEHOLDER = "(reason redacted)"
 _SIGNAL = re.compile(r"SIG[A-Z0-9]{1,12}")
-_EXCEPTION = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}")  # a type name, nothing that could be data
+#: An exception type's name as a program's own classes are named (``OutOfMemoryError``,
+#: ``torch.cuda.OutOfMemoryError``, ``Outer.ParseFailure``): dotted identifiers whose last
+#: one ends in a word exception classes end in. An identifier alone (``SECRET23``) could be
+#: anything, so only these shapes and Python's own exception names are kept.
+_EXCEPTION = re.compile(
+    r"(?:[A-Za-z_][A-Za-z0-9_]{0,40}\.){0,8}[A-Z][A-Za-z0-9_]{0,60}"
+    r"(?:Error|Exception|Interrupt|Exit|Warning|Failure|Timeout|Abort|Fault)"
+)
+_BUILTIN_EXCEPTIONS = frozenset(
+    name for name, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)
+)
+#: What the END statistics' ``raised`` becomes when it is not an exception type's name.
+RAISED_PLACEHOLDER = "an exception"
+#: What a string no field the analysis reads names becomes (see :func:`_string_uses`).
+STRING_PLACEHOLDER = "(string redacted)"
 #: Header strings kept only in the shape npusan writes them: (key, shape, replacement).
 _HEADER_TEXT = (
     ("writer", re.compile(r"npusan \d{1,4}\.\d{1,4}\.\d{1,4}[a-z0-9.+-]{0,24}"), "another writer"),
@@ -102,6 +119,7 @@ class RedactionSummary:
     unknown_records: int = 0  # records of unknown types dropped
     extra_fields: int = 0  # fields past a known record's layout dropped
     header_values: list = field(default_factory=list)  # header strings replaced (writer, backend, torch)
+    strings: int = 0  # strings that no field the analysis reads names, replaced
     notes: int = 0  # notes whose text was dropped
     stream_labels: int = 0  # stream labels replaced
     truncated: bool = False
@@ -110,7 +128,7 @@ class RedactionSummary:
 def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
            drop_source: bool = False, keep_outside_source: bool = False) -> RedactionSummary:
     """Write the redacted copy of the trace at ``source`` to ``out``; see the module docstring."""
-    files, roots, header_root = _file_names(source)
+    files, roots, header_root, names = _file_names(source)
     if source_root:
         root = _normalize_root(source_root)
     elif header_root is not None:
@@ -144,14 +162,14 @@ def redact(source: str, out: BinaryIO, *, source_root: Optional[str] = None,
             if kept is None and t not in R.DEFINITIONS:  # an unknown record type: its content is unknown
                 summary.unknown_records += 1
                 continue
-            sink(_redact_record(rec, renamed, drop_source, outside, summary))
+            sink(_redact_record(rec, renamed, names, drop_source, outside, summary))
             if kept is False:  # END
                 break
         reader.direct_sync(kernels)
         if not reader.ended_cleanly:
             reader.direct_exhausted()
             if reader.end_record is not None:  # an END record whose last bytes are zeros
-                sink(_redact_record(reader.end_record, renamed, drop_source, outside, summary))
+                sink(_redact_record(reader.end_record, renamed, names, drop_source, outside, summary))
         summary.truncated = reader.truncated
         sink.flush()
     return summary
@@ -227,19 +245,29 @@ def _redact_end(stats: object) -> dict:
         out["stopped"] = STOP_PLACEHOLDER
     raised = stats.get("raised")
     if isinstance(raised, str) and raised:
-        out["raised"] = raised if _EXCEPTION.fullmatch(raised) else "an exception"
+        out["raised"] = raised if is_exception_name(raised) else RAISED_PLACEHOLDER
     return out
 
 
-def _redact_record(rec: list, renamed: dict, drop_source: bool, outside: frozenset,
+def is_exception_name(text: str) -> bool:
+    """Whether ``text`` is kept as the END record's ``raised``: Python's own exception names,
+    and dotted names shaped like an exception class's (see :data:`_EXCEPTION`)."""
+    return text in _BUILTIN_EXCEPTIONS or _EXCEPTION.fullmatch(text) is not None
+
+
+def _redact_record(rec: list, renamed: dict, names: frozenset, drop_source: bool, outside: frozenset,
                    summary: RedactionSummary) -> list:
     t = rec[0]
     length = R.LAYOUT_LENGTH.get(t)
     if length is not None and len(rec) > length:  # fields a later version may add: content unknown
         summary.extra_fields += len(rec) - length
         rec = rec[:length]
-    if t == R.STR and rec[1] in renamed:
-        return [R.STR, rec[1], renamed[rec[1]], *rec[3:]]
+    if t == R.STR:
+        if rec[1] in renamed:
+            return [R.STR, rec[1], renamed[rec[1]], *rec[3:]]
+        if rec[1] not in names:  # named by nothing the analysis reads: its text is unknown
+            summary.strings += 1
+            return [R.STR, rec[1], STRING_PLACEHOLDER, *rec[3:]]
     if t == R.THREAD:
         summary.threads += 1
         return [R.THREAD, rec[1], f"thread {rec[1]}", *rec[3:]]
@@ -273,23 +301,35 @@ def redact_stream_label(role: str, label: str) -> tuple[str, str]:
     return role, f"{role} stream"
 
 
-def _file_names(source: str) -> tuple[dict, dict, Optional[str]]:
-    """``({sid: file name}, {sid: source root}, header root)`` of every frame (first pass)."""
+def _file_names(source: str) -> tuple[dict, dict, Optional[str], frozenset]:
+    """``({sid: file name}, {sid: source root}, header root, names)`` (the first pass).
+
+    ``names``: the sids of the strings kept as they are, the function names of frames and
+    the op names of kernels and host accesses (findings are identified by them). Every
+    other string (one that a field names before its STR comes, or that nothing names) is
+    replaced: its text could be anything.
+    """
     with TraceReader(source) as reader:
         header_root = reader.header.get("source_root") if isinstance(reader.header, dict) else None
         if not (isinstance(header_root, str) and _ABSOLUTE.match(header_root)):
             header_root = None
         else:
             header_root = _normpath(header_root).rstrip("/") or "/"
-        for _ in reader.records():
-            pass
+        ops = set()
+        for rec in reader.records():
+            if rec[0] in _OP_RECORDS and len(rec) > 2 and type(rec[2]) is int:
+                ops.add(rec[2])
         sym = reader.symbols
         files = {f: sym.strings[f] for f, _, _ in sym.frames.values()}
+        names = frozenset(ops | {fn for _, _, fn in sym.frames.values()})
         roots = {}
         for _, root in getattr(sym, "frame_sources", {}).values():  # format 1.1 traces
             if root is not None:
                 roots[root] = sym.strings[root]
-    return files, roots, header_root
+    return files, roots, header_root, names
+
+
+_OP_RECORDS = (R.KERNEL, R.HOST_ACCESS)
 
 
 def _normalize_root(root: str) -> str:

@@ -43,6 +43,8 @@ class SymbolTable:
                 _, fid, f, line, fn = rec[:5]
                 if type(line) is not int:
                     raise TraceFormatError(f"frame {_show(fid)} has a line number that is {_a(line)}, not an integer")
+                if line < 0:  # Python's are 0 (none known) or more
+                    raise TraceFormatError(f"frame {_show(fid)} has a negative line number ({_short_int(line)})")
                 if type(f) is not int or type(fn) is not int:
                     bad, what = (f, "file name") if type(f) is not int else (fn, "function name")
                     raise TraceFormatError(f"frame {_show(fid)} is malformed: its {what} id is {_a(bad)}, "
@@ -126,6 +128,11 @@ class SymbolTable:
             f, line, fn = self.frames[fid]
             out.append((self.strings[f], line, self.strings[fn]))
         return tuple(out)
+
+
+def _short_int(v: int) -> str:
+    text = str(v) if v > -10**20 else "a huge negative number"
+    return text
 
 
 def _text(v, what: str = "a name") -> str:

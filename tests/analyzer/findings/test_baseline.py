@@ -69,6 +69,31 @@ def test_load_errors_are_one_line(tmp_path):
         load_baseline(str(tmp_path / "nope.json"))
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        # json.loads(bytes) would read these as UTF-16 and quote a codec's error.
+        (b"\xff\xfe{", "not UTF-8 text: byte 0 is 0xff"),
+        (b"[" * 100000, "nests arrays or objects too deeply"),
+        (b'{"findings": [1,]}', "at line 1 column"),
+    ],
+)
+def test_load_errors_are_in_plain_words(tmp_path, content, message):
+    p = tmp_path / "b.json"
+    p.write_bytes(content)
+    with pytest.raises(BaselineError) as e:
+        load_baseline(str(p))
+    text = str(e.value)
+    assert message in text
+    assert "codec" not in text and "recursion" not in text and "unicode string" not in text
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    p = tmp_path / "b.json"
+    p.write_bytes(b'\xef\xbb\xbf{"schema_version": "1.0", "findings": []}')
+    assert load_baseline(str(p)).known == {}
+
+
 def test_empty_baseline_means_everything_is_new(tmp_path):
     p = tmp_path / "b.json"
     p.write_text(json.dumps(json_report([])))

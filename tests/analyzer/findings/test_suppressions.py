@@ -68,7 +68,9 @@ def test_use_counts_and_unused_entries():
     "text, message",
     [
         ('[[suppress]]\nkind = "data-race"\n', "has no 'reason'"),
-        ('[[suppress]]\nkind = "data-race"\nreason = "  "\n', "has no 'reason'"),
+        ('[[suppress]]\nkind = "data-race"\nreason = "  "\n', "'reason' is empty"),
+        ('[[suppress]]\nfingerprint = 5\nreason = [1]\n', "'reason' must be a string, got an array"),
+        ('[[suppress]]\nkind = "data-race"\nreason = 3\n', "'reason' must be a string, got an integer"),
         ('[[suppress]]\nreason = "r"\n', "matches everything"),
         ('[[suppress]]\nkind = "race"\nreason = "r"\n', "unknown kind 'race'"),
         ('[[suppress]]\nkinds = "data-race"\nreason = "r"\n', "unknown key 'kinds'"),

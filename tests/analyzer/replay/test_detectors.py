@@ -392,6 +392,7 @@ def _engine_with_stream():
     sym = SymbolTable()
     eng = new_engine(sym)
     eng.feed([R.STREAM_DEF, 0, 0, 0])
+    eng.feed([R.STR, 0, "op"])  # the op kernels name
     eng.feed([R.ALLOC, 0, 0x100, 64, 0, None])
     return eng
 
@@ -405,6 +406,11 @@ def _engine_with_stream():
         ([R.KERNEL, 0, 0, None, [0, -1, 4]], "malformed"),
         ([R.KERNEL, 0, 0, None, [0, 1]], "neither"),
         ([R.KERNEL, 0, 0, None, "x"], "neither"),
+        ([R.KERNEL, 0, 77, None, 0], "the op is string id 77, which is not defined"),
+        ([R.KERNEL, 0, "aten::add", None, 0], "the op is a string, not a string id"),
+        ([R.KERNEL, 0, [0], None, 0], "the op is an array"),
+        ([R.KERNEL, 0, True, None, 0], "the op is a boolean"),
+        ([R.KERNEL, 0, -1, None, 0], "the op is string id -1"),
         ([R.KERNEL], "malformed kernel"),
         ([R.FREE, 3, None], "block id 3"),
         ([R.ALLOC, 1, "p", 64, 0, None], "malformed pointer"),
@@ -420,6 +426,12 @@ def test_malformed_records_raise_trace_format_error(rec, words):
     eng = _engine_with_stream()
     with pytest.raises(TraceFormatError, match=words):
         eng.run([rec])
+
+
+def test_a_nil_op_is_accepted():
+    eng = _engine_with_stream()
+    eng.run([[R.KERNEL, 0, None, None, 0]])
+    assert eng.seq == 1
 
 
 def test_kernel_on_a_freed_block_is_rejected():

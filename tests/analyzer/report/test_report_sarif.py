@@ -119,16 +119,40 @@ def test_locations_are_relative_to_the_source_root(tmp_path):
         ("/src/proj/a/b.py", "/src/proj/", {"uri": "a/b.py", "uriBaseId": "SRCROOT"}),
         ("/src/project2/b.py", "/src/proj", {"uri": "file:///src/project2/b.py"}),
         ("rel/b.py", None, {"uri": "rel/b.py", "uriBaseId": "SRCROOT"}),
-        ("../up/b.py", "/src/proj", {"uri": "../up/b.py"}),
         ("/abs/b.py", None, {"uri": "file:///abs/b.py"}),
-        # A name that climbs out of the root is not under it: never a relative URI that climbs.
-        ("/src/proj/../../../../etc/passwd", "/src/proj", {"uri": "file:///src/proj/../../../../etc/passwd"}),
-        ("a/../../b.py", "/src/proj", {"uri": "a/../../b.py"}),
-        ("a/..", "/src/proj", {"uri": "a/.."}),
+        # A name that climbs out of the root is not under it: never a relative URI that climbs
+        # (a consumer resolving it against the checkout would leave it), but the absolute
+        # file it stands for, resolved against the root.
+        ("../up/b.py", "/src/proj", {"uri": "file:///src/up/b.py"}),
+        ("../../../../etc/passwd", "/src/proj", {"uri": "file:///etc/passwd"}),
+        ("/src/proj/../../../../etc/passwd", "/src/proj", {"uri": "file:///etc/passwd"}),
+        ("a/../../b.py", "/src/proj", {"uri": "file:///src/b.py"}),
+        ("a/..", "/src/proj", {"uri": "file:///src/proj"}),
+        ("C:/../../Windows/x.py", None, {"uri": "file:///C:/Windows/x.py"}),
+        # ... and one that only seems to climb is under the root after all.
+        ("pkg/../x.py", "/src/proj", {"uri": "x.py", "uriBaseId": "SRCROOT"}),
     ],
 )
 def test_artifact_locations(name, root, loc):
     assert artifact_location(name, root) == loc
+
+
+@pytest.mark.parametrize("root", ["/src/proj", None])
+@pytest.mark.parametrize(
+    "name", ["../../../../etc/passwd", "a/../../b", "..\\..\\x.py", "/r/../../x", "C:\\..\\x.py", "..", "./../x"]
+)
+def test_no_uri_has_a_dot_dot_segment_or_is_relative_without_a_base(name, root):
+    loc = artifact_location(name, root)
+    assert ".." not in loc["uri"].split("/")
+    assert loc["uri"].startswith("file:///") or loc.get("uriBaseId") == "SRCROOT"
+
+
+def test_a_trace_named_by_a_climbing_path_is_an_absolute_target(tmp_path, monkeypatch):
+    from npusan.analyzer.report.sarif import target_uri
+
+    monkeypatch.chdir(tmp_path)
+    assert target_uri("t.npusan") == "t.npusan"
+    assert target_uri("../t.npusan") == "file://" + str(tmp_path.parent / "t.npusan")
 
 
 def test_brackets_in_message_text_cannot_make_links():

@@ -100,13 +100,36 @@ def _slim(obj: dict):
     return None
 
 
+def _decode(data: bytes, path: str):
+    """Decode a baseline's bytes as UTF-8 JSON, with errors in the user's words.
+
+    ``json.loads`` on bytes guesses UTF-16/32 from the first bytes, so a file starting
+    with ``\\xff\\xfe`` would fail with a codec's message; reports are UTF-8, so decode
+    that way first. Python's own messages (recursion depth, codec names) say nothing
+    to a user, so each failure becomes one plain sentence.
+    """
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BaselineError(
+            f"baseline {path}: not valid JSON (not UTF-8 text: byte {e.start} is 0x{data[e.start]:02x})"
+        ) from None
+    try:
+        return json.loads(text, object_hook=_slim)
+    except RecursionError:
+        raise BaselineError(f"baseline {path}: not valid JSON (nests arrays or objects too deeply)") from None
+    except json.JSONDecodeError as e:
+        raise BaselineError(
+            f"baseline {path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+        ) from None
+    except ValueError as e:  # pragma: no cover - json raises JSONDecodeError for bad text
+        raise BaselineError(f"baseline {path}: not valid JSON ({e})") from None
+
+
 def load_baseline(path: str) -> Baseline:
     """Read and parse ``path``; every problem becomes a :class:`BaselineError`."""
     data = read_user_file(path, "baseline", MAX_FILE_BYTES, BaselineError)
-    try:
-        doc = json.loads(data, object_hook=_slim)
-    except (ValueError, RecursionError) as e:
-        raise BaselineError(f"baseline {path}: not valid JSON ({e})") from None
+    doc = _decode(data, path)
     try:
         return parse_baseline(doc, path)
     except BaselineError as e:

@@ -24,6 +24,7 @@ from typing import Iterable, Optional
 
 from .model import Finding, Kind, StreamRef
 from .userfiles import read_user_file
+from ...typo_hints import typo_hint
 
 MATCH_FIELDS = ("kind", "op", "stream", "frame", "fingerprint")
 #: A ``fingerprint`` entry gives at least this many hex digits (the text report shows 16).
@@ -136,6 +137,21 @@ def _load_toml(data: bytes):
         raise SuppressionError("nests tables or arrays too deeply") from None
 
 
+def _toml_type(value) -> str:
+    """What a TOML value is, in TOML's words, for error messages."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return "a date or time"
+
+
 def _patterns(entry: dict, key: str, where: str) -> tuple:
     v = entry.get(key)
     if v is None:
@@ -164,17 +180,21 @@ def parse_suppressions(data: bytes, path: str = "<suppressions>") -> Suppression
             raise SuppressionError(f"{where} is not a table")
         unknown = sorted(set(entry) - KNOWN_FIELDS)
         if unknown:
-            raise SuppressionError(f"{where}: unknown key '{unknown[0]}'")
+            raise SuppressionError(f"{where}: unknown key '{unknown[0]}'{typo_hint(unknown[0], KNOWN_FIELDS)}")
         reason = entry.get("reason")
-        if not isinstance(reason, str) or not reason.strip():
+        if reason is None:
             raise SuppressionError(f"{where} has no 'reason' (every suppression needs one)")
+        if not isinstance(reason, str):
+            raise SuppressionError(f"{where}: 'reason' must be a string, got {_toml_type(reason)}")
+        if not reason.strip():
+            raise SuppressionError(f"{where}: 'reason' is empty (every suppression needs one)")
         fields = {k: _patterns(entry, k, where) for k in MATCH_FIELDS}
         if not any(fields.values()):
             raise SuppressionError(f"{where} matches everything (give kind, op, stream, frame or fingerprint)")
         bad = [k for k in fields["kind"] if k not in kinds]
         if bad:
             raise SuppressionError(
-                f"{where}: unknown kind '{bad[0]}' (expected one of {', '.join(sorted(kinds))})"
+                f"{where}: unknown kind '{bad[0]}'{typo_hint(bad[0], kinds)} (expected one of {', '.join(sorted(kinds))})"
             )
         fps = tuple(p.strip().lower() for p in fields["fingerprint"])
         for p in fps:

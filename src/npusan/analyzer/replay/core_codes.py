@@ -25,6 +25,7 @@ ERRORS: dict = {
     "VIEWS": (10, "a malformed VIEWS record (the reason: strided.parse_views)"),
     "STACK": (11, "a stack field that is neither a stack id nor nil (engine.bad_stack)"),
     "NOMEM": (12, "the core ran out of memory (the binding raises MemoryError instead)"),
+    "OP": (13, "a kernel's op field that is neither nil nor a defined string id (engine.bad_op)"),
 }
 
 

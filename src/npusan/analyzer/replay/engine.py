@@ -638,6 +638,9 @@ class Engine:
         """
         vec = self.stream(rec, 1)
         targets = [self.access_target(rec, a) for a in rec[4:]]
+        op = rec[2]
+        if op is not None and (op.__class__ is not int or op not in self.symbols.strings):
+            raise RecordError(describe(rec, self.seq, bad_op(op)))
         self.seq += 1
         S = rec[1]
         vec[S] = self.seq
@@ -1191,6 +1194,13 @@ def bad_device(dev) -> str:
 
 def bad_stack(v) -> str:
     return f"a field has the wrong type: the stack id is {_a(v)}, not an integer or nil"
+
+
+def bad_op(op) -> str:
+    """A kernel's op field that names no defined string (docs/trace-format.md, section 7)."""
+    if op.__class__ is int:
+        return f"the op is string id {_short(op, 60)}, which is not defined"
+    return f"a field has the wrong type: the op is {_a(op)}, not a string id or nil"
 
 
 def bid_out_of_range(bid) -> str:

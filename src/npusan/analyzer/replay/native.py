@@ -73,6 +73,7 @@ _E_ACCESS_SHAPE = ERROR_CODES["ACCESS_SHAPE"]
 _E_ACCESS_MALFORMED = ERROR_CODES["ACCESS_MALFORMED"]
 _E_VIEWS = ERROR_CODES["VIEWS"]
 _E_STACK = ERROR_CODES["STACK"]
+_E_OP = ERROR_CODES["OP"]
 _KINDS = (Kind.DATA_RACE, Kind.MISSING_RECORD_STREAM, Kind.REUSE_RACE)
 _UNPACK = dict(raw=False, strict_map_key=False, max_str_len=_reader.MAX_STR_LEN, max_bin_len=_reader.MAX_BIN_LEN,
                max_array_len=_reader.MAX_ARRAY_LEN, max_map_len=_reader.MAX_MAP_LEN, max_ext_len=_reader.MAX_EXT_LEN)
@@ -186,6 +187,8 @@ def problem(code: int, rec: list, field: int) -> str:
         return E.access_malformed(v)
     if code == _E_STACK:
         return E.bad_stack(v)
+    if code == _E_OP:
+        return E.bad_op(v)
     if code == _E_VIEWS:  # the core only says "malformed": the Python parser names the reason
         try:
             strided.parse_views(rec)
@@ -246,6 +249,7 @@ class NativeEngine:
         self._pending: list = []  # online records not replayed yet
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self._sent_streams: dict = {}  # sidx -> the symbols entry given to the core
+        self._sent_strings: set = set()  # string ids given to the core (the op field names one)
         self._sent_blocks: dict = {}  # bid -> the symbols entry given to the core
         self._notes = 0  # NOTE records (counted as events, replayed by nobody)
         self._py_events = 0  # graph records and captured records, handled here (graphs.py)
@@ -312,8 +316,17 @@ class NativeEngine:
         self._sent_blocks[bid] = entry
         return True
 
+    def _send_string(self, sid) -> bool:
+        if sid.__class__ is not int or sid not in self.symbols.strings or sid in self._sent_strings:
+            return False
+        self._core.define_string(sid)
+        self._sent_strings.add(sid)
+        return True
+
     def _defined(self, rec: list, forget: bool = False) -> None:
-        if rec[0] == R.STREAM_DEF:
+        if rec[0] == R.STR:
+            self._send_string(rec[1])
+        elif rec[0] == R.STREAM_DEF:
             self._send_stream(rec[1])
         elif rec[0] == R.BLOCK_DEF:
             self._send_block(rec[1], forget)
@@ -322,6 +335,8 @@ class NativeEngine:
         """A definition the core has not seen (made straight in the symbol table): send it."""
         if code == _E_STREAM_UNDEFINED:
             return self._send_stream(rec[field])
+        if code == _E_OP:
+            return self._send_string(rec[field])
         if code == _E_BLOCK_UNDEFINED:
             return self._send_block(_bid_of(rec[field]) if rec[0] in _KERNELS and field >= 4 else rec[field])
         return False

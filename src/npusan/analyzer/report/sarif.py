@@ -8,7 +8,9 @@ locations only (``Finding.fingerprint()``), so a bug keeps its identity across r
 from __future__ import annotations
 
 import functools
+import ntpath
 import os
+import posixpath
 import re
 from pathlib import PureWindowsPath
 from typing import Optional
@@ -45,10 +47,10 @@ def _quote(name: str, safe: str = "/") -> str:
 def artifact_uri(filename: str) -> str:
     """A URI reference for a file name (relative names stay relative)."""
     name = filename.replace("\\", "/")
-    if PureWindowsPath(filename).drive:
-        return "file:///" + _quote(name, safe="/:")
+    if PureWindowsPath(filename).drive:  # ``..`` removed as a URI resolver would (RFC 3986 5.2.4)
+        return "file:///" + _quote(ntpath.normpath(filename).replace("\\", "/"), safe="/:")
     if name.startswith("/"):
-        return "file://" + _quote(name)
+        return "file://" + _quote(posixpath.normpath(name) if _climbs(name) else name)
     return _quote(name)
 
 
@@ -99,7 +101,35 @@ def _artifact(filename: str, root: Optional[str]) -> tuple:
     rel = relative_to_root(filename, root)
     if rel is not None:
         return _quote(rel), SRCROOT
+    if filename and not filename.startswith("<") and _is_relative(filename):
+        # A relative name that climbs (``../../etc/passwd``): a relative URI would leave the
+        # root for any consumer that resolves it against the checkout. Resolved against the
+        # root here, it is either under it after all (``pkg/../x.py``) or an absolute URI.
+        full = _resolved(filename, root)
+        rel = relative_to_root(full, os.path.abspath(root)) if root is not None else None
+        if rel is not None:
+            return _quote(rel), SRCROOT
+        return artifact_uri(full), None
     return artifact_uri(filename), None
+
+
+def _is_relative(filename: str) -> bool:
+    return not (os.path.isabs(filename) or filename.startswith(("/", "\\")) or PureWindowsPath(filename).drive)
+
+
+def _resolved(filename: str, root: Optional[str]) -> str:
+    """A relative name made absolute against ``root`` (the working directory without one),
+    ``..`` components removed lexically: the file the name stands for, as a path."""
+    base = os.path.abspath(root) if root is not None else os.getcwd()
+    return os.path.normpath(os.path.join(base, filename.replace("\\", "/")))
+
+
+def target_uri(path: str) -> str:
+    """A trace's URI as an analysis target: as given, unless a relative path climbs (``../t.npusan``):
+    then absolute, for the reason :func:`_artifact` gives."""
+    if _is_relative(path) and _climbs(path.replace("\\", "/")):
+        return artifact_uri(_resolved(path, None))
+    return artifact_uri(path)
 
 
 def root_uri(root: str) -> str:
@@ -227,7 +257,7 @@ def sarif_doc(report: Report, sources: Optional[SourceCache] = None, root: Optio
             }
         ],
         "artifacts": [
-            {"location": {"uri": artifact_uri(str(t.path))}, "roles": ["analysisTarget"]}
+            {"location": {"uri": target_uri(str(t.path))}, "roles": ["analysisTarget"]}
             for t in report.traces
         ],
         "results": results,

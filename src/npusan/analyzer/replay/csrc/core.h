@@ -337,6 +337,7 @@ typedef struct {
     map_t sdef;      /* sidx -> index into sdev */
     i128 *sdev; size_t nsdef, sdefcap;
     map_t slot_of;   /* sidx -> slot */
+    map_t strs;      /* the string ids defined (STR): a kernel's op names one (check_op) */
     int32_t *sdense; uint32_t sdensecap; /* the same for indexes below DENSE_IDS (-1: none) */
     uint32_t nslots, scap;
     int64_t **cur;   /* cur[slot][slot'] */

@@ -36,6 +36,15 @@ static PyObject *Core_define_stream(Core *c, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* define_string(sid): a STR (only its id: the op field of a kernel must name one). */
+static PyObject *Core_define_string(Core *c, PyObject *sid_o) {
+    i128 sid;
+    if (py_i128(sid_o, &sid)) return NULL;
+    if (sid < 0 || sid >= (i128)c->L.max_id) Py_RETURN_NONE;
+    if (map_put(&c->strs, (uint64_t)sid, 1)) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 /* define_block(bid, ptr, size or None, forget): a BLOCK_DEF (a new generation of the id). */
 static PyObject *Core_define_block(Core *c, PyObject *args) {
     PyObject *bid_o, *ptr_o, *size_o;
@@ -211,7 +220,7 @@ static void Core_dealloc(Core *c) {
     for (uint32_t i = 0; i < c->bdensecap; i++) if (c->bdense[i]) block_free(c, c->bdense[i]);
     while (c->spare) { block_t *b = c->spare; c->spare = *(block_t **)b; free(b); }
     map_free(&c->blocks); map_free(&c->live_ptr); map_free(&c->defs); map_free(&c->stale);
-    map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap); map_free(&c->skip);
+    map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap); map_free(&c->skip); map_free(&c->strs);
     for (uint32_t s = 0; s < c->nslots; s++) free(c->cur[s]);
     free(c->cur); free(c->host); free(c->sidx_of); free(c->created_stack); free(c->slot_dev); free(c->sdev);
     for (size_t i = 0; i < c->nsnaps; i++) free(c->snaps[i].v);
@@ -281,6 +290,7 @@ static PyMethodDef Core_methods[] = {
     {"skipped", (PyCFunction)Core_skipped, METH_NOARGS, "skipped() -> [(type, records skipped since the last call)]"},
     {"replay", (PyCFunction)Core_replay, METH_VARARGS, "replay(buffer, pos, end) -> (status, pos, ...)"},
     {"define_stream", (PyCFunction)Core_define_stream, METH_VARARGS, "define_stream(sidx, device)"},
+    {"define_string", (PyCFunction)Core_define_string, METH_O, "define_string(sid)"},
     {"define_block", (PyCFunction)Core_define_block, METH_VARARGS, "define_block(bid, ptr, size, forget)"},
     {"findings", (PyCFunction)Core_findings, METH_VARARGS, "findings(start) -> list of tuples"},
     {"check_leaks", (PyCFunction)Core_check_leaks, METH_NOARGS, "the end-of-trace leak check (once)"},

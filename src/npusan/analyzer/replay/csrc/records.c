@@ -31,6 +31,7 @@ __attribute__((noinline)) static int kernel(Core *c, const field_t *f, uint32_t 
         if (!(t->b = block(c, bid_of(a->f[0].v), 4 + (int)i))) return -1;
         t->a = (int64_t)a->f[0].v;
     }
+    if (check_op(c, &f[2])) return -1;
     return kernel_run(c, S, f, nacc);
 }
 
@@ -103,6 +104,7 @@ __attribute__((noinline)) static int kernel_quick(Core *c, const field_t *f, uin
         uint64_t id = (uint64_t)(t->write ? ~t->a : t->a);
         if (!(t->b = block_dense(c, id)) && !(t->b = block_slow(c, (i128)id, 4 + (int)i))) return -1;
     }
+    if (check_op(c, &f[2])) return -1;
     return kernel_run(c, S, f, nacc);
 }
 
@@ -201,6 +203,7 @@ __attribute__((always_inline)) static inline int kernel_grid_at(Core *c, const u
     int32_t S;
     int64_t seq = c->seq + 1;
     if (!stream_dense(c, (uint64_t)v[0], &S) || c->views_seq == seq) return 0;
+    if (!op_defined_i64(c, v[1])) return 0; /* (a nil op too: the general path takes it) */
     int32_t op = id_or_none_i64(c, v[1]), stack = id_or_none_i64(c, v[2]);
     uint64_t w0k, w1k;
     if (!p3_kernel_words(seq, S, nacc, op, stack, &w0k, &w1k)) return 0;

@@ -101,6 +101,16 @@ static inline int32_t id_or_none(Core *c, const field_t *f) {
     return f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id ? (int32_t)f->v : -1;
 }
 
+/* Engine.check_op: a kernel's op field is nil or the id of a defined string. */
+static inline int op_defined_i64(const Core *c, int64_t v) {
+    return v >= 0 && (uint64_t)v < c->L.max_id && map_get(&c->strs, (uint64_t)v, NULL);
+}
+static inline int check_op(Core *c, const field_t *f) {
+    if (f->t == F_NIL || (f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id && map_get(&c->strs, (uint64_t)f->v, NULL)))
+        return 0;
+    return fail(c, E_OP, 2);
+}
+
 /* ------------------------------------------------------------------ events */
 
 static int event_id(Core *c, const field_t *f, uint64_t *e) {
