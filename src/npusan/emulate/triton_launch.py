@@ -12,12 +12,10 @@ what to do (:class:`~.cuda.Unsupported`), instead of Triton's traceback.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import os
-import sys
 from typing import Any
 
+from ..recorder.after_import import patch_after_import
 from .cuda import Unsupported
 
 #: Triton's switch between the compiler (a GPU) and the interpreter (the host).
@@ -31,11 +29,7 @@ def install() -> None:
     and stop a compiled kernel's launch with one line. Never imports Triton."""
     if not os.environ.get(INTERPRET_ENV, "").strip():
         os.environ[INTERPRET_ENV] = "1"
-    mod = sys.modules.get(JIT_MODULE)
-    if mod is not None:
-        _patch(mod)
-    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    patch_after_import((JIT_MODULE,), _patch)
 
 
 def _patch(mod: Any) -> None:
@@ -62,32 +56,3 @@ def refusal(kernel: str) -> str:
     return (f"npusan --emulate cuda: Triton kernel {kernel} is compiled for a GPU ({why}), and a compiled "
             f"Triton kernel is not emulated: run with {INTERPRET_ENV}=1 (or leave it unset) so that "
             "Triton runs its kernels on the CPU under the emulator")
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches :data:`JIT_MODULE` right after it is executed, then leaves ``sys.meta_path``.
-
-    The spec comes from the path finder itself, not from the other finders on
-    ``sys.meta_path``: the recorder's own Triton hook asks those, and two finders that
-    asked each other would never return."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != JIT_MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        exec_module = getattr(getattr(spec, "loader", None), "exec_module", None)
-        if exec_module is None:
-            return None  # (not found where the path finder looks: left to the other finders)
-        finder = self
-
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            if finder in sys.meta_path:
-                sys.meta_path.remove(finder)
-            try:
-                _patch(module)
-            except Exception:  # Triton's launch then fails its own way
-                pass
-
-        spec.loader.exec_module = exec_and_patch  # this module's own loader (one per spec)
-        return spec

@@ -31,7 +31,6 @@ inert (one attribute check) when nothing records.
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 import threading
 from typing import Any, Optional
@@ -42,6 +41,7 @@ from torch._C import (_get_dispatch_stack_at, _len_torch_dispatch_stack, _pop_to
 
 from ..trace_format.records import COARSE_NOTE_PREFIX
 from . import session
+from .after_import import hook_after_import
 from .access import span
 from .explicit import _payload, note_once
 
@@ -69,8 +69,8 @@ def install() -> None:
             mod = sys.modules.get(MODULE)
             if mod is not None and hasattr(mod, "CompiledFxGraph"):
                 _patch(mod)
-            elif not any(isinstance(f, _Finder) for f in sys.meta_path):
-                sys.meta_path.insert(0, _Finder())
+            else:
+                hook_after_import((MODULE,), _patch_once, lock=_lock)
     except Exception:
         pass
 
@@ -335,38 +335,7 @@ def _span(t: Tensor, is_dev: Any, write: bool = False) -> Optional[tuple]:
     return base, off, ext, total, write, view
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches :data:`MODULE` right after it is executed (then leaves ``sys.meta_path``)."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != MODULE:
-            return None
-        for other in sys.meta_path:
-            if other is self or not hasattr(other, "find_spec"):
-                continue
-            spec = other.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-        finder = self
-
-        def exec_and_patch(module):
-            exec_module(module)
-            try:
-                sys.meta_path.remove(finder)
-            except ValueError:
-                pass
-            with _lock:
-                if not _patched:
-                    try:
-                        _patch(module)
-                    except Exception:
-                        pass
-
-        loader.exec_module = exec_and_patch  # this module's own loader (one per spec)
-        return spec
+def _patch_once(mod: Any) -> None:
+    """:func:`_patch` unless it ran already (under ``_lock``)."""
+    if not _patched:
+        _patch(mod)

@@ -21,7 +21,6 @@ the program: a failure stops the recording (warned once) and the launch goes on.
 
 from __future__ import annotations
 
-import importlib.abc
 import os
 import sys
 import threading
@@ -31,6 +30,7 @@ from torch import Tensor
 
 from ..trace_format.records import COARSE_NOTE_PREFIX
 from . import session
+from .after_import import hook_after_import, unhook_after_import
 from .explicit import note_once, record_accesses
 from .quiet import is_muted, muted
 from .triton_writes import writes_of
@@ -71,8 +71,7 @@ def install() -> None:
                 mod = sys.modules.get(mod_name)
                 if mod is not None:
                     _patch(mod)
-            if any(m not in sys.modules for m in TARGETS) and not any(isinstance(f, _Finder) for f in sys.meta_path):
-                sys.meta_path.insert(0, _Finder())
+            hook_after_import(TARGETS, _patch_if_recording, lock=_lock)
     except Exception:
         pass
 
@@ -81,8 +80,7 @@ def uninstall() -> None:
     """Take the hooks out (a ``run`` that someone else wrapped since is left alone)."""
     try:
         with _lock:
-            for f in [f for f in sys.meta_path if isinstance(f, _Finder)]:
-                sys.meta_path.remove(f)
+            unhook_after_import(_patch_if_recording)
             for cls, orig in _patched:
                 if getattr(cls.__dict__.get("run"), "__wrapped__", None) is orig:
                     cls.run = orig
@@ -237,38 +235,9 @@ def _note_unclear(rec: Any, name: str, why: str) -> None:
                                       "arguments they may not write (first ones named above)")
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches the modules of :data:`TARGETS` right after they are executed; leaves
-    ``sys.meta_path`` once all are."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in TARGETS:
-            return None
-        for other in sys.meta_path:
-            if other is self or not hasattr(other, "find_spec"):
-                continue
-            spec = other.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-        finder = self
-
-        def exec_and_patch(module):
-            exec_module(module)
-            with _lock:
-                if finder in sys.meta_path and all(m in sys.modules for m in TARGETS):
-                    sys.meta_path.remove(finder)
-                rec = session._current
-                if rec is not None and rec.active:  # (imported after recording stopped: left alone)
-                    try:
-                        _patch(module)
-                    except Exception:
-                        pass
-
-        loader.exec_module = exec_and_patch  # this module's own loader (one per spec)
-        return spec
+def _patch_if_recording(mod: Any) -> None:
+    """:func:`_patch` for a module imported while recording (imported after recording
+    stopped: left alone). Called under ``_lock``."""
+    rec = session._current
+    if rec is not None and rec.active:
+        _patch(mod)
