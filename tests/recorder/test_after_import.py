@@ -126,6 +126,34 @@ def test_spec_comes_from_the_other_finders_not_only_the_path(fake):
         sys.modules.pop(name, None)
 
 
+def test_a_loader_shared_with_other_modules_patches_only_the_named_one():
+    """One loader serves several modules (as a zip import's does): the others are not patched."""
+    hooked, other = (f"npusan_fake_after_import_{next(_count)}" for _ in range(2))
+
+    class Loader(importlib.abc.Loader):
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            module.VALUE = 7
+
+    shared = Loader()
+
+    class Serves(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            return importlib.util.spec_from_loader(fullname, shared) if fullname in (hooked, other) else None
+
+    sys.meta_path.append(Serves())
+    try:
+        patch_after_import([hooked], _mark)
+        assert importlib.import_module(hooked).patched == 1
+        assert not hasattr(importlib.import_module(other), "patched")
+    finally:
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, (Serves, after_import._Finder))]
+        sys.modules.pop(hooked, None)
+        sys.modules.pop(other, None)
+
+
 def test_a_failing_patch_at_import_is_swallowed(fake):
     name = fake("VALUE = 3\n")
 

@@ -94,7 +94,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         exec_module = getattr(loader, "exec_module", None)
         if exec_module is None or isinstance(loader, type):  # (a class serves every module it loads)
             return spec
-        loader.exec_module = self._exec_and_patch(exec_module)  # this module's own loader (one per spec)
+        loader.exec_module = self._exec_and_patch(fullname, exec_module)  # (mostly one loader per spec)
         return spec
 
     def _spec_of_others(self, fullname: str, path: Any, target: Any) -> Any:
@@ -106,9 +106,12 @@ class _Finder(importlib.abc.MetaPathFinder):
                 return spec
         return None
 
-    def _exec_and_patch(self, exec_module: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
+    def _exec_and_patch(self, fullname: str,
+                        exec_module: Callable[[ModuleType], None]) -> Callable[[ModuleType], None]:
         def exec_and_patch(module: ModuleType) -> None:
             exec_module(module)
+            if module.__name__ != fullname:  # a loader shared by several modules (a zip import's)
+                return
             with self.lock if self.lock is not None else contextlib.nullcontext():
                 if all(n in sys.modules for n in self.names):
                     with _meta_lock:
