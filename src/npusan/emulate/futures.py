@@ -37,6 +37,7 @@ import torch
 
 from . import cuda as _cuda
 from . import tensor as _tensor
+from ..recorder.futures import collect_tensors
 from .tensor import _dev, storage_key
 
 _POOL_SIZE = 32  # torch's stream pool: 32 streams per device and priority, handed round-robin
@@ -75,18 +76,6 @@ def _pool_stream() -> Any:
         return _pool[next(_next) % _POOL_SIZE]
 
 
-def _device_tensors(x: Any, into: List[torch.Tensor], depth: int = 0) -> None:
-    if isinstance(x, torch.Tensor):
-        if storage_key(x) in _dev:
-            into.append(x)
-    elif isinstance(x, (list, tuple)) and depth < 4:
-        for y in x:
-            _device_tensors(y, into, depth + 1)
-    elif isinstance(x, dict) and depth < 4:
-        for y in x.values():
-            _device_tensors(y, into, depth + 1)
-
-
 def _sync(fut: Any, st: _State, program: bool = True) -> None:
     """``synchronizeWithCurrentStreams``: the current stream waits for the future's events,
     and the value's storages are ``record_stream``-ed to it. ``program``: a stream of the
@@ -107,7 +96,7 @@ def _sync(fut: Any, st: _State, program: bool = True) -> None:
     except Exception:
         return  # an error: waiting raises it
     ts: List[torch.Tensor] = []
-    _device_tensors(value, ts)
+    collect_tensors(value, ts)  # (host tensors have no block: skipped below)
     seen = set()
     for t in ts:
         ptr = _dev.get(storage_key(t))

@@ -102,7 +102,7 @@ class Futures:
         if getattr(be, "native_record_stream", False) or not rec.active:
             return
         ts: List[Tensor] = []
-        _collect(value, ts)
+        collect_tensors(value, ts)
         key = rec.stacks.key(3) if rec.stacks.depth else None
         seen = set()
         for t in ts:
@@ -270,7 +270,7 @@ class Futures:
 
     def _device_tensors(self, value: Any) -> List[Any]:
         ts: List[Tensor] = []
-        _collect(value, ts)
+        collect_tensors(value, ts)
         is_dev = self.rec.backend.is_device_tensor
         return [weakref.ref(t) for t in ts if is_dev(t)]
 
@@ -292,12 +292,13 @@ class Futures:
             self.record_value(value)
 
 
-def _collect(x: Any, into: List[Tensor], depth: int = 0) -> None:
+def collect_tensors(x: Any, into: List[Tensor], depth: int = 0) -> None:
+    """The tensors in a future's value (nested lists, tuples and dicts, four levels deep)."""
     if isinstance(x, Tensor):
         into.append(x)
     elif isinstance(x, (list, tuple)) and depth < 4:
         for y in x:
-            _collect(y, into, depth + 1)
+            collect_tensors(y, into, depth + 1)
     elif isinstance(x, dict) and depth < 4:
         for y in x.values():
-            _collect(y, into, depth + 1)
+            collect_tensors(y, into, depth + 1)
