@@ -25,6 +25,7 @@ def fake(tmp_path, monkeypatch):
     finders and modules are gone after it."""
     monkeypatch.syspath_prepend(str(tmp_path))
     meta = list(sys.meta_path)
+    _before[:] = [f for f in meta if isinstance(f, after_import._Finder)]  # other tests' hooks (Triton's)
     made: list = []
 
     def write(body: str = "VALUE = 1\n") -> str:
@@ -40,8 +41,12 @@ def fake(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+#: The finders other tests in this process left installed (not this test's).
+_before: list = []
+
+
 def _ours():
-    return [f for f in sys.meta_path if isinstance(f, after_import._Finder)]
+    return [f for f in sys.meta_path if isinstance(f, after_import._Finder) and not any(f is b for b in _before)]
 
 
 def _mark(mod):
@@ -149,7 +154,8 @@ def test_a_loader_shared_with_other_modules_patches_only_the_named_one():
         assert importlib.import_module(hooked).patched == 1
         assert not hasattr(importlib.import_module(other), "patched")
     finally:
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, (Serves, after_import._Finder))]
+        mine = _ours()
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, Serves) and not any(f is m for m in mine)]
         sys.modules.pop(hooked, None)
         sys.modules.pop(other, None)
 
