@@ -129,6 +129,29 @@ def test_device_tensors_made_in_worker_threads(tmp_path, variant, rc, kinds):
     assert _kinds(trace) == (rc, kinds)
 
 
+def test_a_thread_ends_with_no_dispatch_mode_left_on_its_stack(tmp_path):
+    """The emulator's (and the recorder's) modes leave a worker thread's stack before the
+    thread ends; one left there is released by a C++ destructor after Python let go of the
+    thread, and a process exiting at that moment aborted ("terminate called without an
+    active exception", exit 134, about one run in twenty)."""
+    prog = tmp_path / "thr.py"
+    prog.write_text(
+        "import threading, torch\n"
+        "inner = threading.Thread._bootstrap\n"
+        "left = []\n"
+        "def outer(self):\n"
+        "    inner(self)\n"
+        "    left.append(torch._C._len_torch_dispatch_stack())\n"
+        "threading.Thread._bootstrap = outer\n"
+        "t = threading.Thread(target=lambda: torch.ones(2, device='cuda').sum())\n"
+        "t.start()\n"
+        "t.join()\n"
+        "print('left', left)\n")
+    p, _ = _record(tmp_path, str(prog))
+    assert p.returncode == 0, p.stderr
+    assert "left [0]" in p.stdout, p.stdout
+
+
 @pytest.mark.parametrize("variant,rc,kinds", [
     ("clean", 0, []),
     ("no-record", 1, ["missing-record-stream", "reuse-race"]),

@@ -132,16 +132,33 @@ def _patch_threads(mode_cls: Any) -> None:
     is thread-local), so factories with ``device="cuda"`` and ops on device tensors work
     in every thread. ``Thread._bootstrap`` runs *before* ``_bootstrap_inner``, which the
     recorder wraps: the emulator's mode thus sits below the recorder's in each thread,
-    as it does in the main thread."""
+    as it does in the main thread.
+
+    The mode leaves the thread's stack before the thread ends: a mode still on it would be
+    released by the thread's C++ thread-local destructor after Python let go of the
+    thread, which needs the GIL; when the main thread is finalizing the interpreter by
+    then, that thread is ended inside a ``noexcept`` destructor and the process aborts
+    ("terminate called without an active exception", about one run in twenty)."""
     import threading
+
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     orig = threading.Thread._bootstrap  # type: ignore[attr-defined]
 
     def _bootstrap(self: Any) -> None:
+        mode = None
         try:
-            mode_cls().__enter__()
+            mode = mode_cls()
+            mode.__enter__()
         except Exception:  # never stop a thread from running
-            pass
-        orig(self)
+            mode = None
+        try:
+            orig(self)
+        finally:
+            try:
+                if mode is not None and _get_current_dispatch_mode() is mode:
+                    mode.__exit__(None, None, None)
+            except Exception:
+                pass
 
     threading.Thread._bootstrap = _bootstrap  # type: ignore[attr-defined]
