@@ -39,6 +39,8 @@ import os
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
+from .host_memory import extent
+
 #: The environment variable that turns the page-fault watch on.
 ENV = "NPUSAN_HOST_FAULTS"
 _ON = ("1", "on", "yes", "true")
@@ -121,27 +123,15 @@ class PageWatch:
             return
         mask = self._mask
         for t, _w in pinned:
-            nb = t.nbytes
-            if not nb:
+            e = extent(t)
+            if e is None or not e[4]:
                 continue
-            st = t.untyped_storage()
-            base = st.data_ptr()
-            size = st.nbytes()
-            if not base or not size:
-                continue
+            st, base, off, ext, size = e
             if base & mask:
                 self.unaligned += 1
                 if self.refused is None:
                     self.refused = "a pinned buffer that does not start on a page boundary"
                 continue
-            isz = t.element_size()
-            off = t.storage_offset() * isz
-            if t.is_contiguous():
-                ext = nb
-            else:
-                from .access import view_of
-
-                ext = view_of(t.shape, t.stride(), isz)[0]
             start = base + (off & ~mask)
             end = base + ((min(off + ext, size) + mask) & ~mask)
             old = self.ranges.get(base)

@@ -104,20 +104,29 @@ def blocking_copy(name: str, args: tuple, kwargs: Optional[dict]) -> bool:
     return not nb
 
 
+def extent(t: Any) -> Optional[Tuple[Any, int, int, int, int]]:
+    """``(storage, base, offset, extent, storage bytes)`` of the bytes ``t`` can reach (a
+    strided view as its hull), or None for an empty tensor or one without memory."""
+    nb = t.nbytes
+    if not nb:
+        return None
+    st = t.untyped_storage()
+    base = st.data_ptr()
+    if not base:
+        return None
+    isz = t.element_size()
+    off = t.storage_offset() * isz
+    ext = nb if t.is_contiguous() else view_of(t.shape, t.stride(), isz)[0]
+    return st, base, off, ext, st.nbytes()
+
+
 def spans(tensors: List[Tuple[Any, bool]]) -> list:
     """The recorder's spans of host accesses (a strided view as its hull: no VIEWS record
     precedes a host access)."""
     out = []
     for t, w in tensors:
-        nb = t.nbytes
-        if not nb:
-            continue
-        st = t.untyped_storage()
-        base = st.data_ptr()
-        if not base:
-            continue
-        isz = t.element_size()
-        off = t.storage_offset() * isz
-        ext = nb if t.is_contiguous() else view_of(t.shape, t.stride(), isz)[0]
-        out.append((base, off, ext, st.nbytes(), w, None))
+        e = extent(t)
+        if e is not None:
+            _, base, off, ext, size = e
+            out.append((base, off, ext, size, w, None))
     return out
