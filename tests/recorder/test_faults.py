@@ -279,15 +279,18 @@ def test_keyboard_interrupt_inside_the_free_callback_reaches_the_program(tmp_pat
 
     rec = npusan.record(str(tmp_path / "cb.npusan"), backend="sim").start()
     try:
-        orig = rec.on_free
+        orig, armed = rec.on_free, []
 
         def on_free(ptr):
-            _thread.interrupt_main()  # Ctrl-C arrives while the recorder handles the free
+            if armed:  # one Ctrl-C, at x's free (not at the free of a temporary before it)
+                armed.clear()
+                _thread.interrupt_main()  # Ctrl-C arrives while the recorder handles the free
             orig(ptr)
 
         monkeypatch.setattr(rec, "on_free", on_free)
         x = torch.ones(8) * 2
         with pytest.raises(KeyboardInterrupt):
+            armed.append(True)
             del x
             _wait(10)  # the interrupt lands here, a moment after the free
     finally:
@@ -404,6 +407,40 @@ def test_a_program_starting_its_own_recorder_joins_the_wrapper(tmp_path):
     recs, reader = records(trace)
     assert reader.ended_cleanly and "Traceback" not in proc.stderr
     assert "aten::mul.Tensor" in [reader.symbols.strings[r[2]] for r in recs if r[0] == R.KERNEL]
+
+
+DEFERRED_THEN_BLOCKED = """
+import os, signal, sys, torch
+import npusan
+from npusan.recorder import signals
+rec = npusan.record(sys.argv[1], backend="sim").start()
+x = torch.ones(8) * 2
+real, calls = signals.inside_recorder, []
+def once(frame):                        # the first signal is taken for one inside the recorder
+    if not calls:
+        calls.append(frame)
+        return True
+    return real(frame)
+signals.inside_recorder = once
+r, w = os.pipe()
+os.kill(os.getpid(), signal.SIGTERM)    # put off for a moment...
+os.read(r, 1)                           # ...while the program blocks in a system call
+print("not reached", flush=True)
+"""
+
+
+def test_a_signal_put_off_inside_the_recorder_reaches_a_program_blocked_in_a_system_call(tmp_path):
+    """A pool worker got the pool's SIGTERM inside the recorder and then blocked waiting for
+    its next task; the signal raised again only as Python's flag never woke it, and the pool
+    waited for it forever (CI hung on the forkserver pool test below)."""
+    script = write_script(tmp_path, DEFERRED_THEN_BLOCKED)
+    trace = tmp_path / "blocked.npusan"
+    p = subprocess.run([sys.executable, str(script), str(trace)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == -signal.SIGTERM, p.stderr
+    assert "not reached" not in p.stdout
+    reader = TraceReader(str(trace))
+    list(reader.records())
+    assert reader.end_stats.get("signal") == "SIGTERM", reader.end_stats
 
 
 POOL = """

@@ -10,9 +10,12 @@ runtimes' hook registries log it) or leave the trace half-written.
 So while recording, SIGINT and SIGTERM go through :func:`_on_signal` first. When the
 interrupted frame, or one of its callers, is npusan's recording code (or a runtime's
 ``fire_callbacks`` calling it, or a ``weakref.finalize`` callback, where an exception is
-only printed), the signal is raised again (``_thread.interrupt_main``,
-from a short timer thread) and handled again at the next bytecode that runs -- within
-microseconds, once the recorder has returned to the program. Elsewhere:
+only printed), the signal is sent again to the main thread (``signal.pthread_kill``, from
+a short timer thread) and handled again at the next bytecode that runs -- within
+microseconds, once the recorder has returned to the program. A real signal, not
+``_thread.interrupt_main``: that only sets Python's flag, and a main thread that has gone
+on to block in a system call (a pool worker waiting for its next task, when the pool
+sends SIGTERM) would never see it, nor end. Elsewhere:
 
 * SIGINT calls the handler that was installed before (by default raising
   ``KeyboardInterrupt`` in the program, with a traceback that does not show this module),
@@ -134,6 +137,12 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 def _raise_again(signum: int) -> None:
     _reraising.add(signum)
+    if hasattr(signal, "pthread_kill"):
+        try:
+            signal.pthread_kill(threading.main_thread().ident, signum)
+            return
+        except Exception:  # the main thread has ended: Python's flag is all that is left
+            pass
     _thread.interrupt_main(signum)
 
 
