@@ -169,3 +169,23 @@ def test_collectives_run_where_processgroupnccl_runs_them(current, legacy):
             "reduce_scatter_tensor (async_op=False)"} <= on_comm
     comm = {s for s, (_, h) in sy.streams.items() if h in kern[0][2]}
     assert [r for r in recs if r[0] == R.RECORD_STREAM and r[2] in comm]
+
+
+def test_nccl_version_answers_on_the_emulated_device(monkeypatch):
+    """torch's c10d logger asks ``torch.cuda.nccl.version()`` while it reports a failed
+    collective; on a CPU build that raised AttributeError, which replaced the collective's
+    own error in the surviving rank (a peer that died ended it with AttributeError, not the
+    RuntimeError a real GPU gives)."""
+    import torch
+    import torch.cuda.nccl as nccl
+
+    from npusan.emulate import dist as emulated_dist
+
+    monkeypatch.setattr(nccl, "version", nccl.version)  # (restored after the test)
+    if hasattr(torch._C, "_nccl_version"):
+        pytest.skip("a CUDA build of torch answers by itself")
+    with pytest.raises(AttributeError):
+        nccl.version()
+    emulated_dist._nccl_version()
+    v = nccl.version()
+    assert v == emulated_dist.NCCL_VERSION and all(isinstance(x, int) for x in v)

@@ -675,3 +675,58 @@ def test_an_uncaught_exception_is_noted_in_the_end_record(tmp_path):
     reader = TraceReader(str(trace))
     list(reader.records())
     assert reader.ended_cleanly and "raised" not in reader.end_stats and not reader.warnings
+
+
+CHAINS = """
+import signal, sys, time, torch
+from npusan import sim
+x = torch.ones(8) * 2                   # recording (and npusan's handlers) in place
+stop = []
+sig = getattr(signal, sys.argv[1])
+prev = signal.getsignal(sig)
+def on_signal(signum, frame):           # a graceful stop that chains to the previous handler
+    print("stopping after this step", flush=True)
+    stop.append(signum)
+    if callable(prev):
+        prev(signum, frame)
+signal.signal(sig, on_signal)
+print("ready", flush=True)
+try:
+    while not stop:
+        x = x + 1
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+    sys.exit(5)
+print("checkpoint saved", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["record", "env"])
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGINT", "SIGUSR1"])
+def test_a_handler_chaining_to_the_previous_one_behaves_as_without_npusan(tmp_path, how, name):
+    """A handler that calls the one it replaced found npusan's there and called it: a SIGTERM
+    then ended the program by SIGTERM instead of its graceful stop. Under ``npusan record``,
+    SIGUSR1 (SLURM's checkpoint signal) sent to npusan's process ended npusan and the program
+    without running the program's handler; it is passed on, as SIGTERM is."""
+    script = write_script(tmp_path, CHAINS)
+    trace = tmp_path / "chain.npusan"
+    results = []
+    for argv, env in (([sys.executable, str(script), name], None),
+                      ([*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", sys.executable,
+                        str(script), name] if how == "record" else [sys.executable, str(script), name],
+                       None if how == "record" else _env(trace))):
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        try:
+            assert p.stdout.readline().strip() == "ready"
+            os.kill(p.pid, getattr(signal, name))  # the top process: npusan record, or the program
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        results.append((p.returncode if p.returncode >= 0 else 128 - p.returncode, out))
+    plain, recorded = results
+    assert recorded == plain, (plain, recorded, err)
+    assert "stopping after this step" in plain[1]

@@ -40,6 +40,16 @@ EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
 
 
+#: The signals ``npusan record`` passes on to the command (those left at their default here):
+#: the ones a scheduler or supervisor sends to end, reload or checkpoint a job (SLURM's
+#: ``--signal=USR1``, a hang-up), which would otherwise end this process and leave the
+#: command's own handler unrun.
+FORWARDED = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+                  if hasattr(signal, n))
+#: Those a terminal's keyboard sends to the whole foreground group (the command included).
+_KEYBOARD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGQUIT") if hasattr(signal, n))
+
+
 def _from_terminal() -> bool:
     """Whether a SIGINT here most likely came from the terminal (Ctrl-C), which sends it to
     the command too (it is in this process group): then it is not forwarded a second time."""
@@ -220,7 +230,7 @@ def _run(argv: list, env: dict, output: str, status_dir: str) -> tuple:
 
     def forward(signum, frame):
         nonlocal sigints
-        if proc is None or (signum == signal.SIGINT and _from_terminal()):
+        if proc is None or (signum in _KEYBOARD and _from_terminal()):
             return
         if signum == signal.SIGINT:
             sigints += 1
@@ -235,7 +245,7 @@ def _run(argv: list, env: dict, output: str, status_dir: str) -> tuple:
     # exec as it would without npusan; a handler installed here would be reset to the
     # default in the command. Only the signals left at their default are forwarded.
     old = {}
-    for s in (signal.SIGTERM, signal.SIGINT):
+    for s in FORWARDED:
         if signal.getsignal(s) != signal.SIG_IGN:
             old[s] = signal.signal(s, forward)
     try:

@@ -211,6 +211,24 @@ def _work_waited(work: Any) -> None:
     _finish(p)
 
 
+#: What ``torch.cuda.nccl.version()`` answers on the emulated device (NCCL of torch's CUDA 12 wheels).
+NCCL_VERSION = (2, 27, 3)
+
+
+def _nccl_version() -> None:
+    """``torch.cuda.nccl.version()`` answers on a CPU build too: torch's c10d logger calls it
+    while it reports a failed collective, and its AttributeError (a CPU build has no
+    ``torch._C._nccl_version``) replaced the collective's own error."""
+    try:
+        import torch
+        import torch.cuda.nccl as nccl
+
+        if not hasattr(torch._C, "_nccl_version"):
+            nccl.version = lambda: NCCL_VERSION
+    except Exception:
+        pass
+
+
 def install() -> None:
     """Make ``nccl`` resolve to gloo and wrap the waits (once per process)."""
     global _orig_work_wait
@@ -243,6 +261,7 @@ def install() -> None:
     timeout = c10d._get_default_timeout
     c10d._get_default_timeout = lambda backend: timeout("gloo" if str(backend).lower() == "nccl" else backend)
     dist.is_nccl_available = c10d.is_nccl_available = lambda: True
+    _nccl_version()
     c10d.Backend.default_device_backend_map["cuda"] = "nccl"
 
     def wait(self: Any, *a: Any, **k: Any) -> Any:

@@ -98,6 +98,17 @@ RETRY_DELAY = 0.001
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    if signal.getsignal(signum) is not _on_signal:
+        # Called by the program's own handler, which found this one installed and chains
+        # to it as "the previous handler" (as PyTorch Lightning's does). Act as the handler
+        # it replaced would have: the program's default_int_handler raises
+        # KeyboardInterrupt; a default SIGTERM has no Python handler to chain to (the
+        # program would have seen SIG_DFL and called nothing), so nothing happens and the
+        # program's graceful shutdown goes on.
+        prev = _previous.get(signum)
+        if callable(prev):
+            prev(signum, frame)
+        return
     again = signum in _reraising  # ours, put off from inside the recorder (below)
     _reraising.discard(signum)
     if signum == signal.SIGINT and not again and _echo():
