@@ -170,3 +170,33 @@ def test_info_shows_the_notes_of_a_trace_distinct_and_bounded(tmp_path):
     doc = json.loads(run(p, "--json").output)
     assert doc["notes"][0] == ["warning", "recording stopped: disk full", 3]
     assert len(doc["notes"]) == 20 and doc["notes"][-1] == ["info", "coarse: region 18 [red]x[/red]", 1]
+
+
+def test_a_finished_read_frees_the_symbol_table_at_once(trace):
+    """``info`` replays the trace as analyze does, then reads it again: the first read's
+    symbol table (a trace's strings: hundreds of MB for a hostile one) must be gone before
+    the second starts, freed when the reader is, not whenever the cycle collector runs."""
+    import gc
+
+    from npusan.cli.errors import refuse_like_analyze
+    from npusan.trace_format.info import summarize
+    from npusan.trace_format.reader import TraceReader
+    from npusan.trace_format.symbols import SymbolTable
+
+    def tables() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, SymbolTable))
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = tables()
+        refuse_like_analyze(str(trace))  # info's first pass
+        assert tables() == before
+        with TraceReader(str(trace)) as reader:
+            for _ in reader.records():
+                pass
+        del reader
+        assert tables() == before
+        assert summarize(str(trace)).kernels and tables() == before
+    finally:
+        gc.enable()

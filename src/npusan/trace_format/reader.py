@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+import weakref
 from typing import IO, Any, Callable, Iterable, Iterator, Optional, Union
 
 import msgpack
@@ -186,8 +187,12 @@ class TraceReader:
             read_size=READ_SIZE,
         )
         #: How the data ends: a cut, a killed writer's zeros, a trace still being written.
+        # (the tail calls back through a weak reference: a bound method would make a cycle
+        # reader -> tail -> reader, which kept the whole symbol table alive after the reader
+        # was done, until a full collection: ``npusan info`` held one trace's strings twice)
+        zero_record_error = weakref.WeakMethod(self._zero_record_error)
         self.tail = Tail(self._file, self._base, self._origin, source, self._unpacker.read_bytes,
-                         self._zero_record_error)
+                         lambda offset: zero_record_error()(offset))
         self._mark = (0, self.position)
 
     def _decode_header(self) -> tuple[Any, bytes]:
