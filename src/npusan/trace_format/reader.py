@@ -75,10 +75,13 @@ Source = Union[str, "os.PathLike[str]", IO[bytes]]
 class TraceReader:
     """Read one trace: ``header`` now, records on iteration (see the module docstring)."""
 
-    def __init__(self, source: Source, *, on_warning: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(self, source: Source, *, on_warning: Optional[Callable[[str], None]] = None,
+                 string_texts: bool = True) -> None:
+        """``string_texts=False``: the symbol table keeps no string's text (see
+        :class:`SymbolTable`), for a reader that counts definitions but shows no names."""
         self.on_warning = on_warning
         self.warnings: list[str] = []
-        self.symbols = SymbolTable()
+        self.symbols = SymbolTable(texts=string_texts)
         self.truncated = False
         self.ended_cleanly = False
         self.end_stats: Optional[dict] = None
