@@ -193,9 +193,13 @@ class TraceReader:
         # (the tail calls back through a weak reference: a bound method would make a cycle
         # reader -> tail -> reader, which kept the whole symbol table alive after the reader
         # was done, until a full collection: ``npusan info`` held one trace's strings twice)
-        zero_record_error = weakref.WeakMethod(self._zero_record_error)
-        self.tail = Tail(self._file, self._base, self._origin, source, self._unpacker.read_bytes,
-                         lambda offset: zero_record_error()(offset))
+        method = weakref.WeakMethod(self._zero_record_error)
+
+        def zero_record_error(offset: int) -> str:
+            bound = method()
+            return bound(offset) if bound is not None else "a record of zero bytes"  # (never: the reader owns the tail)
+
+        self.tail = Tail(self._file, self._base, self._origin, source, self._unpacker.read_bytes, zero_record_error)
         self._mark = (0, self.position)
 
     def _decode_header(self) -> tuple[Any, bytes]:
