@@ -170,3 +170,63 @@ def test_info_shows_the_notes_of_a_trace_distinct_and_bounded(tmp_path):
     doc = json.loads(run(p, "--json").output)
     assert doc["notes"][0] == ["warning", "recording stopped: disk full", 3]
     assert len(doc["notes"]) == 20 and doc["notes"][-1] == ["info", "coarse: region 18 [red]x[/red]", 1]
+
+
+def test_a_finished_read_frees_the_symbol_table_at_once(trace):
+    """``info`` replays the trace as analyze does, then reads it again: the first read's
+    symbol table (a trace's strings: hundreds of MB for a hostile one) must be gone before
+    the second starts, freed when the reader is, not whenever the cycle collector runs."""
+    import gc
+
+    from npusan.cli.errors import refuse_like_analyze
+    from npusan.trace_format.info import summarize
+    from npusan.trace_format.reader import TraceReader
+    from npusan.trace_format.symbols import SymbolTable
+
+    def tables() -> int:
+        return sum(1 for o in gc.get_objects() if isinstance(o, SymbolTable))
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = tables()
+        refuse_like_analyze(str(trace))  # info's first pass
+        assert tables() == before
+        with TraceReader(str(trace)) as reader:
+            for _ in reader.records():
+                pass
+        del reader
+        assert tables() == before
+        assert summarize(str(trace)).kernels and tables() == before
+    finally:
+        gc.enable()
+
+
+def test_info_counts_strings_without_keeping_their_texts(tmp_path):
+    """``summarize`` reads with a symbol table that keeps no string text (each is one shared
+    empty string), and checks every definition as a reader that keeps them does."""
+    from npusan.trace_format.errors import TraceFormatError
+    from npusan.trace_format.info import summarize
+    from npusan.trace_format.symbols import SymbolTable
+
+    lean, full = SymbolTable(texts=False), SymbolTable()
+    for table in (lean, full):
+        for rec in ([R.STR, 1, "train.py"], [R.STR, 2, "step"], [R.FRAME, 1, 1, 10, 2]):
+            table.define(rec)
+    assert lean.strings == {1: "", 2: ""} and full.strings == {1: "train.py", 2: "step"}
+    assert lean.frames == full.frames
+    for bad in ([R.STR, 1, "again"], [R.STR, 3, b"bytes"], [R.STR, "x", "s"], [R.STR, -1, "s"], [R.FRAME, 2, 1, 1, 9]):
+        messages = []
+        for table in (lean, full):
+            with pytest.raises(TraceFormatError) as e:
+                table.define(bad)
+            messages.append(str(e.value))
+        assert messages[0] == messages[1], bad
+
+    p = tmp_path / "strings.npusan"
+    p.write_bytes(handmade({"format": [1, 0], "backend": "cuda"},
+                           [[R.STR, i, f"name {i}"] for i in range(1000)] + [[R.END, {}]]))
+    assert summarize(str(p)).counts[R.RECORD_NAMES[R.STR]] == 1000
+    p.write_bytes(handmade({"format": [1, 0], "backend": "cuda"}, [[R.STR, 0, b"\xff"], [R.END, {}]]))
+    with pytest.raises(TraceFormatError, match="the text of a STR record is binary data"):
+        summarize(str(p))

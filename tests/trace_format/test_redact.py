@@ -461,7 +461,17 @@ def test_redact_compresses_when_the_output_name_says_so(tmp_path, suffix, magic)
         ("KeyboardInterrupt", True),
         ("StopIteration", True),  # a builtin exception whose name ends in none of the words
         ("torch.cuda.OutOfMemoryError", True),
-        ("Loader.ParseFailure", True),
+        ("OutOfMemoryError", True),  # torch's, as the recorder writes it (its __qualname__)
+        ("DistBackendError", True),
+        ("CalledProcessError", True),
+        ("builtins.ValueError", True),
+        ("Loader.ParseFailure", False),  # a program's own (nested) class
+        ("TokenAbcError", False),  # shaped like an exception class, but no library's: the user's
+        ("AcmeTokenRefreshFailure", False),
+        ("mypkg.errors.TokenAbcError", False),
+        ("torch.TokenAbcError", False),  # not torch's own, whatever the prefix says
+        ("mypkg.OutOfMemoryError", False),  # torch's name in a private package
+        ("torch.cuda..OutOfMemoryError", False),
         ("SECRET23", False),  # an identifier alone could be anything
         ("token_s3cr3t", False),
         ("alice.home", False),
@@ -481,6 +491,30 @@ def test_end_raised_keeps_only_exception_type_names(tmp_path, raised, kept):
             pass
         end = reader.end_stats
     assert end["raised"] == (raised if kept else RAISED_PLACEHOLDER)
+
+
+def test_every_kept_exception_name_is_that_librarys_own():
+    """The fixed table names real classes: each entry is the qualified name of an exception
+    class the module defines or exports (modules not installed here are skipped)."""
+    import importlib
+    import warnings
+
+    from npusan.trace_format.known_exceptions import LIBRARY_EXCEPTIONS
+
+    checked = 0
+    for module, names in LIBRARY_EXCEPTIONS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        with warnings.catch_warnings():  # (a deprecated attribute warns when looked at)
+            warnings.simplefilter("ignore")
+            classes = {v.__qualname__ for v in list(vars(mod).values())
+                       if isinstance(v, type) and issubclass(v, BaseException)}
+        for name in names:
+            assert name in classes, (module, name)
+            checked += 1
+    assert checked >= 60  # torch and the standard library are installed here
 
 
 def test_strings_that_name_nothing_are_replaced(tmp_path):

@@ -86,8 +86,10 @@ MAX_NOTES = 20
 
 
 def summarize(source: Source, *, on_warning: Optional[Callable[[str], None]] = None) -> TraceInfo:
-    """Read ``source`` once and describe it; raises TraceFormatError on unusable input."""
-    with TraceReader(source, on_warning=on_warning) as reader:
+    """Read ``source`` once and describe it; raises TraceFormatError on unusable input.
+
+    Strings are counted, not kept: nothing here shows one (threads have their own table)."""
+    with TraceReader(source, on_warning=on_warning, string_texts=False) as reader:
         counts: dict[int, int] = {}
         per_stream: dict[Any, int] = {}
         created: set = set()

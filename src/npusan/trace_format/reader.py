@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import os
 import stat
+import weakref
 from typing import IO, Any, Callable, Iterable, Iterator, Optional, Union
 
 import msgpack
@@ -74,10 +75,13 @@ Source = Union[str, "os.PathLike[str]", IO[bytes]]
 class TraceReader:
     """Read one trace: ``header`` now, records on iteration (see the module docstring)."""
 
-    def __init__(self, source: Source, *, on_warning: Optional[Callable[[str], None]] = None) -> None:
+    def __init__(self, source: Source, *, on_warning: Optional[Callable[[str], None]] = None,
+                 string_texts: bool = True) -> None:
+        """``string_texts=False``: the symbol table keeps no string's text (see
+        :class:`SymbolTable`), for a reader that counts definitions but shows no names."""
         self.on_warning = on_warning
         self.warnings: list[str] = []
-        self.symbols = SymbolTable()
+        self.symbols = SymbolTable(texts=string_texts)
         self.truncated = False
         self.ended_cleanly = False
         self.end_stats: Optional[dict] = None
@@ -186,8 +190,16 @@ class TraceReader:
             read_size=READ_SIZE,
         )
         #: How the data ends: a cut, a killed writer's zeros, a trace still being written.
-        self.tail = Tail(self._file, self._base, self._origin, source, self._unpacker.read_bytes,
-                         self._zero_record_error)
+        # (the tail calls back through a weak reference: a bound method would make a cycle
+        # reader -> tail -> reader, which kept the whole symbol table alive after the reader
+        # was done, until a full collection: ``npusan info`` held one trace's strings twice)
+        method = weakref.WeakMethod(self._zero_record_error)
+
+        def zero_record_error(offset: int) -> str:
+            bound = method()
+            return bound(offset) if bound is not None else "a record of zero bytes"  # (never: the reader owns the tail)
+
+        self.tail = Tail(self._file, self._base, self._origin, source, self._unpacker.read_bytes, zero_record_error)
         self._mark = (0, self.position)
 
     def _decode_header(self) -> tuple[Any, bytes]:

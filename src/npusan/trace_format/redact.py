@@ -30,8 +30,8 @@ Nothing else rides along: fields past a known record's layout (which a later for
 version may add, so their content is unknown) are dropped; the END statistics keep the
 event count, the counts of this format's record names, ``signal`` (a signal's name) and
 ``stopped`` (its reason replaced by a fixed phrase), so a trace that ended early still
-reads so, and ``raised`` only when it is an exception type's name
-(:func:`is_exception_name`); a STR that names no file, function or op (one nothing
+reads so, and ``raised`` only when it names an exception class of Python, torch or a
+well-known library (:func:`is_exception_name`; a program's own class names are redacted); a STR that names no file, function or op (one nothing
 refers to, or one a frame referred to before it was defined) loses its text; a note's level is kept when it is ``info``, ``warning`` or ``error``; the
 header's ``writer``, ``backend`` and ``torch`` strings are kept only in the shapes npusan
 writes them.
@@ -51,7 +51,6 @@ the input must be a regular file.
 
 from __future__ import annotations
 
-import builtins
 import os
 import posixpath
 import re
@@ -62,6 +61,7 @@ from typing import BinaryIO, Optional
 import msgpack
 
 from . import records as R
+from .known_exceptions import is_known_exception
 from .reader import TraceReader
 from .writer import FileSink
 
@@ -80,17 +80,6 @@ NOTE_LEVELS = ("info", "warning", "error")
 #: What the END statistics' ``stopped`` reason (free text) becomes.
 STOP_PLACEHOLDER = "(reason redacted)"
 _SIGNAL = re.compile(r"SIG[A-Z0-9]{1,12}")
-#: An exception type's name as a program's own classes are named (``OutOfMemoryError``,
-#: ``torch.cuda.OutOfMemoryError``, ``Outer.ParseFailure``): dotted identifiers whose last
-#: one ends in a word exception classes end in. An identifier alone (``SECRET23``) could be
-#: anything, so only these shapes and Python's own exception names are kept.
-_EXCEPTION = re.compile(
-    r"(?:[A-Za-z_][A-Za-z0-9_]{0,40}\.){0,8}[A-Z][A-Za-z0-9_]{0,60}"
-    r"(?:Error|Exception|Interrupt|Exit|Warning|Failure|Timeout|Abort|Fault)"
-)
-_BUILTIN_EXCEPTIONS = frozenset(
-    name for name, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)
-)
 #: What the END statistics' ``raised`` becomes when it is not an exception type's name.
 RAISED_PLACEHOLDER = "an exception"
 #: What a string no field the analysis reads names becomes (see :func:`_string_uses`).
@@ -250,9 +239,10 @@ def _redact_end(stats: object) -> dict:
 
 
 def is_exception_name(text: str) -> bool:
-    """Whether ``text`` is kept as the END record's ``raised``: Python's own exception names,
-    and dotted names shaped like an exception class's (see :data:`_EXCEPTION`)."""
-    return text in _BUILTIN_EXCEPTIONS or _EXCEPTION.fullmatch(text) is not None
+    """Whether ``text`` is kept as the END record's ``raised``: the name of an exception
+    class of Python, torch or a well-known library (:mod:`.known_exceptions`). A name only
+    shaped like one (``TokenAbcError``) may be the program's own class: it is redacted."""
+    return is_known_exception(text)
 
 
 def _redact_record(rec: list, renamed: dict, names: frozenset, drop_source: bool, outside: frozenset,

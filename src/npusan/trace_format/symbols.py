@@ -21,7 +21,11 @@ MAX_SOURCE_TEXT = 1000
 
 
 class SymbolTable:
-    def __init__(self) -> None:
+    def __init__(self, *, texts: bool = True) -> None:
+        """``texts=False``: a table that checks every definition as usual but keeps no
+        string's text (each is ``""``): for a reader that only counts definitions
+        (``npusan info``), a hostile trace's million strings then cost their ids only."""
+        self._texts = texts
         self.strings: dict[int, str] = {}
         self.frames: dict[int, tuple[int, int, int]] = {}  # fid -> (file sid, lineno, func sid)
         self.stacks: dict[int, tuple[int, ...]] = {}  # kid -> fids, outermost first
@@ -38,7 +42,12 @@ class SymbolTable:
         try:
             if t == R.STR:
                 _, sid, text = rec[:3]
-                self._put(self.strings, sid, _text(text, "the text of a STR record"))
+                if self._texts:
+                    self._put(self.strings, sid, _text(text, "the text of a STR record"))
+                elif text.__class__ is str:
+                    self._put(self.strings, sid, "")
+                else:
+                    _text(text, "the text of a STR record")  # raises, as it would with texts
             elif t == R.FRAME:
                 _, fid, f, line, fn = rec[:5]
                 if type(line) is not int:

@@ -434,6 +434,18 @@ def test_a_nil_op_is_accepted():
     assert eng.seq == 1
 
 
+@pytest.mark.parametrize("sid", [63, 64, 4095, 4096, 70_000, (1 << 24) - 1])
+def test_an_op_may_name_any_string_id_below_the_limit(sid):
+    """The compiled core keeps string ids as bits grown to the largest one defined: ids on
+    both sides of a word and of its first growth, and the largest id a trace may use."""
+    eng = _engine_with_stream()
+    eng.feed([R.STR, sid, "aten::add"])
+    eng.run([[R.KERNEL, 0, sid, None, 0]])
+    assert eng.seq == 1
+    with pytest.raises(TraceFormatError, match=f"the op is string id {sid - 1}, which is not defined"):
+        eng.run([[R.KERNEL, 0, sid - 1, None, 0]])
+
+
 def test_kernel_on_a_freed_block_is_rejected():
     eng = _engine_with_stream()
     eng.run([[R.FREE, 0, None]])

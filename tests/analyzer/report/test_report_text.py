@@ -99,8 +99,8 @@ def test_data_race_fix_uses_the_backends_stream_api(backend, mod):
     assert fix == [
         "fix:       make the read at train.py:30 wait for the write at train.py:29; right before line 30 add",
         f"{mod}.current_stream().wait_stream(<s1>)",
-        f"or, with an event: after line 29 add `<event> = {mod}.current_stream().record_event()`, "
-        f"and before line 30 add `{mod}.current_stream().wait_event(<event>)`",
+        f"or, with an event: after line 29 add `event = {mod}.current_stream().record_event()`, "
+        f"and before line 30 add `{mod}.current_stream().wait_event(event)`",
         "(train.py was not read (no source root: no folder above the working directory has .git or "
         "pyproject.toml), so the names in this fix are not checked against it: --source-root DIR (the folder "
         "of your code) lets npusan read it)",

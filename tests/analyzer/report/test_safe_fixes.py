@@ -3,6 +3,7 @@ placeholder that is already a variable at that line; a plain "not checked" when 
 
 from __future__ import annotations
 
+import re
 import textwrap
 from dataclasses import replace
 
@@ -196,9 +197,21 @@ def test_unreadable_source_gives_placeholders_that_cannot_compile(tmp_path):
                 previous=replace(f.previous, stack=(Frame("/nonexistent/t.py", 2, "f"),)))
     lines = fix(f, SIM, SourceCache([str(tmp_path)]))
     assert lines[1].strip() == "npusan.sim.current_stream().wait_stream(<s1>)"
-    assert "`<event> = npusan.sim.current_stream().record_event()`" in lines[2]
+    # the event is a new variable: a real name (as when the source is read), unchecked like the rest
+    assert "`event = npusan.sim.current_stream().record_event()`" in lines[2]
     assert ("(/nonexistent/t.py was not found under the source root, so the names in this fix are not "
                          "checked against it: --map-path OLD=NEW says where files recorded under OLD lie here)") in lines
+
+
+def test_an_unread_sources_event_is_valid_python_and_avoids_the_recorded_lines_names(tmp_path):
+    f = race_at(program(tmp_path, "a = 1\nb = 2\nc = 3\n"), "c = 3", "b = 2", "a = 1")
+    f = replace(f, access=replace(f.access, stack=(Frame("/nonexistent/t.py", 3, "f", text="y = event.sum()"),)),
+                previous=replace(f.previous, stack=(Frame("/nonexistent/t.py", 2, "f", text="event_2.fill_(1)"),)))
+    lines = fix(f, SIM, SourceCache([str(tmp_path)]))
+    assert "`event_3 = npusan.sim.current_stream().record_event()`" in lines[2]
+    assert "wait_event(event_3)`" in lines[2]
+    for code in re.findall(r"`([^`]*event[^`]*)`", lines[2]):
+        compile(code, "<fix>", "exec")  # pasted as it is, it runs
 
 
 def test_a_file_outside_the_source_root_is_named_as_such(tmp_path):

@@ -249,7 +249,10 @@ class NativeEngine:
         self._pending: list = []  # online records not replayed yet
         self._pack = msgpack.Packer(use_bin_type=True).pack
         self._sent_streams: dict = {}  # sidx -> the symbols entry given to the core
-        self._sent_strings: set = set()  # string ids given to the core (the op field names one)
+        # string ids given to the core again on its asking (_resend): at most once each. Not
+        # every STR: the core keeps those itself, and a Python set of a hostile trace's 1.3
+        # million ids cost 64 MB more than the core's own table.
+        self._resent_strings: set = set()
         self._sent_blocks: dict = {}  # bid -> the symbols entry given to the core
         self._notes = 0  # NOTE records (counted as events, replayed by nobody)
         self._py_events = 0  # graph records and captured records, handled here (graphs.py)
@@ -317,15 +320,19 @@ class NativeEngine:
         return True
 
     def _send_string(self, sid) -> bool:
-        if sid.__class__ is not int or sid not in self.symbols.strings or sid in self._sent_strings:
+        """Tell the core about a string id it asked for (an op naming one it does not know):
+        once, so that an id the core does not take (out of its range) ends in the error."""
+        if sid.__class__ is not int or sid not in self.symbols.strings or sid in self._resent_strings:
             return False
         self._core.define_string(sid)
-        self._sent_strings.add(sid)
+        self._resent_strings.add(sid)
         return True
 
     def _defined(self, rec: list, forget: bool = False) -> None:
         if rec[0] == R.STR:
-            self._send_string(rec[1])
+            # (a new id: the symbol table refuses one defined twice)
+            if rec[1].__class__ is int and rec[1] in self.symbols.strings:
+                self._core.define_string(rec[1])
         elif rec[0] == R.STREAM_DEF:
             self._send_stream(rec[1])
         elif rec[0] == R.BLOCK_DEF:

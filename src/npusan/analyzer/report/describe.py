@@ -537,8 +537,24 @@ class Names:
             return name
         return None
 
-    def event(self) -> str:
-        return self.scope.fresh("event") if self.scope is not None else "<event>"
+    def event(self, *others: "Names") -> str:
+        """The variable a fix records its new event in: ``event``, or ``event_2``... where
+        this line's scope binds that name already. Without the scope (the source was not
+        read) it is the same real identifier, so a pasted fix is valid Python as it is when
+        the source was read; it is unchecked, like every name of such a fix (a note says
+        so), but it is none that the recorded lines of this site and ``others`` (where the
+        event is recorded) use."""
+        if self.scope is not None:
+            return self.scope.fresh("event")
+        used: set = set()
+        for names in (self, *others):
+            if names.sources is not None and names.recorded is not None:
+                used.update(re.findall(r"[A-Za-z_]\w*", names.sources.frame_line(names.recorded) or ""))
+        name, n = "event", 1
+        while name in used:
+            n += 1
+            name = f"event_{n}"
+        return name
 
     def _placeholder(self, base: str) -> str:
         """``<base>``: visibly not a name of the program (and a syntax error if pasted as is)."""
@@ -700,7 +716,7 @@ def _fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> lis
     if f.kind is Kind.DATA_RACE and is_host(later.stream):
         # The host waits only by synchronizing: an event recorded after the stream's access.
         names = Names(header, sources, at_later)
-        mod, event = names.module(), names.event()
+        mod, event = names.module(), names.event(Names(header, sources, at_earlier))
         return [
             f"make the host wait for the {earlier.type} at {frame_label(at_earlier)} (on "
             f"{stream_short(earlier.stream, header)}) before its {later.type} at {frame_label(at_later)}; "
@@ -719,7 +735,7 @@ def _fix(f: Finding, header: dict, sources: Optional[SourceCache] = None) -> lis
         ]
         there = Names(header, sources, at_earlier)
         if here.recorded is at_later and _same_function(here, there):
-            event = here.event()
+            event = here.event(there)
             lines.append(
                 f"or, with an event: after line {_line(there.site)} add "
                 f"`{event} = {mod}.current_stream().record_event()`, and before line "
@@ -973,7 +989,7 @@ def _same_function(a: Names, b: Names) -> bool:
         return False
     if a.scope is not None and b.scope is not None:
         return a.scope.function == b.scope.function
-    return a.site.function == b.site.function  # unchecked: the event is a <placeholder>
+    return a.site.function == b.site.function  # unchecked (a note says the names in the fix are)
 
 
 def _file(fr: Optional[Frame]) -> str:

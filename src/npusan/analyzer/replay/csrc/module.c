@@ -41,7 +41,22 @@ static PyObject *Core_define_string(Core *c, PyObject *sid_o) {
     i128 sid;
     if (py_i128(sid_o, &sid)) return NULL;
     if (sid < 0 || sid >= (i128)c->L.max_id) Py_RETURN_NONE;
-    if (map_put(&c->strs, (uint64_t)sid, 1)) return PyErr_NoMemory();
+    uint64_t id = (uint64_t)sid;
+    if (id >= STR_BIT_IDS) {
+        if (map_put(&c->strs, id, 1)) return PyErr_NoMemory();
+        Py_RETURN_NONE;
+    }
+    size_t w = (size_t)(id >> 6);
+    if (w >= c->strwords) {  /* doubled as far as this id: the bits of the ids a trace uses */
+        size_t n = c->strwords ? c->strwords : 64;
+        while (n <= w) n *= 2;
+        uint64_t *bits = realloc(c->strbits, n * sizeof(uint64_t));
+        if (!bits) return PyErr_NoMemory();
+        memset(bits + c->strwords, 0, (n - c->strwords) * sizeof(uint64_t));
+        c->strbits = bits;
+        c->strwords = n;
+    }
+    c->strbits[w] |= 1ULL << (id & 63);
     Py_RETURN_NONE;
 }
 
@@ -221,6 +236,7 @@ static void Core_dealloc(Core *c) {
     while (c->spare) { block_t *b = c->spare; c->spare = *(block_t **)b; free(b); }
     map_free(&c->blocks); map_free(&c->live_ptr); map_free(&c->defs); map_free(&c->stale);
     map_free(&c->sdef); map_free(&c->slot_of); map_free(&c->evmap); map_free(&c->skip); map_free(&c->strs);
+    free(c->strbits);
     for (uint32_t s = 0; s < c->nslots; s++) free(c->cur[s]);
     free(c->cur); free(c->host); free(c->sidx_of); free(c->created_stack); free(c->slot_dev); free(c->sdev);
     for (size_t i = 0; i < c->nsnaps; i++) free(c->snaps[i].v);

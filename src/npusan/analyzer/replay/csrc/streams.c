@@ -101,12 +101,18 @@ static inline int32_t id_or_none(Core *c, const field_t *f) {
     return f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id ? (int32_t)f->v : -1;
 }
 
+/* Whether string id v (0 <= v < max_id) was defined. */
+static inline int string_defined(const Core *c, uint64_t v) {
+    if (v < STR_BIT_IDS)
+        return (v >> 6) < c->strwords && (c->strbits[v >> 6] >> (v & 63)) & 1;
+    return map_get(&c->strs, v, NULL);
+}
 /* Engine.check_op: a kernel's op field is nil or the id of a defined string. */
 static inline int op_defined_i64(const Core *c, int64_t v) {
-    return v >= 0 && (uint64_t)v < c->L.max_id && map_get(&c->strs, (uint64_t)v, NULL);
+    return v >= 0 && (uint64_t)v < c->L.max_id && string_defined(c, (uint64_t)v);
 }
 static inline int check_op(Core *c, const field_t *f) {
-    if (f->t == F_NIL || (f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id && map_get(&c->strs, (uint64_t)f->v, NULL)))
+    if (f->t == F_NIL || (f->t == F_INT && f->v >= 0 && f->v < (i128)c->L.max_id && string_defined(c, (uint64_t)f->v)))
         return 0;
     return fail(c, E_OP, 2);
 }
