@@ -730,3 +730,42 @@ def test_a_handler_chaining_to_the_previous_one_behaves_as_without_npusan(tmp_pa
     plain, recorded = results
     assert recorded == plain, (plain, recorded, err)
     assert "stopping after this step" in plain[1]
+
+
+POOL_JOINED = """
+import multiprocessing as mp, os, sys, threading, torch
+
+def work(i):
+    return float((torch.ones(8) * i).cos().sum())
+
+if __name__ == "__main__":
+    if sys.argv[1] == "pool":
+        pool = mp.get_context("forkserver").Pool(2)
+        print(sorted(pool.map(work, range(4))), flush=True)
+        pool.close()
+        pool.join()                 # each worker ends by os._exit in the forkserver
+    elif sys.argv[1] == "main":
+        work(1)
+        os._exit(3)
+    else:
+        work(1)
+        threading.Thread(target=os._exit, args=(4,)).start()
+        threading.Event().wait(60)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="forkserver on Linux")
+@pytest.mark.parametrize("how", ["pool", "main", "thread"])
+def test_os_exit_finishes_the_trace_where_it_is_safe(tmp_path, how):
+    """Workers of a forkserver end by ``os._exit``: each trace read as one of a process that
+    was killed or crashed. ``os._exit`` on the main thread now finishes the trace first;
+    from another thread it leaves the trace cut, as before, and never holds up the exit."""
+    proc, trace = run_record(tmp_path, POOL_JOINED, args=(how,), timeout=240)
+    assert proc.returncode == {"pool": 0, "main": 3, "thread": 4}[how], proc.stderr
+    files = sorted(p for p in os.listdir(tmp_path) if p.endswith(".npusan"))
+    assert len(files) == (3 if how == "pool" else 1), files
+    for f in files:
+        reader = TraceReader(str(tmp_path / f))
+        list(reader.records())
+        assert reader.ended_cleanly == (how != "thread"), (f, reader.warnings)

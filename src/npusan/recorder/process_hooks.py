@@ -32,8 +32,45 @@ def install() -> None:
         return
     _installed = True
     atexit.register(_at_exit)
+    _hook_os_exit()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+
+
+def _hook_os_exit() -> None:
+    """``os._exit`` finishes the trace first, as a normal exit does (atexit), when it is
+    safe: called on the main thread and not from inside the recorder (a signal handler that
+    interrupted it). multiprocessing's forkserver ends each worker by ``os._exit``: every
+    worker's trace read as one of a process killed or crashed. A forked child (not
+    recorded) has no recording to finish; ``os._exit`` from another thread leaves the
+    trace as it is (its last complete record), as before."""
+    real = os._exit
+    if getattr(real, "_npusan_real", None) is not None:
+        return
+
+    def _exit(status: int) -> None:
+        _finish_before_os_exit()
+        real(status)
+
+    _exit.__doc__ = real.__doc__
+    _exit._npusan_real = real  # type: ignore[attr-defined]
+    os._exit = _exit  # type: ignore[assignment]
+
+
+def _finish_before_os_exit() -> None:
+    try:
+        import threading
+
+        from . import session
+
+        rec = session._current
+        if rec is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signals.inside_recorder(sys._getframe(2)):
+            return
+        rec.stop()
+    except BaseException:  # never in the way of the exit
+        pass
 
 
 def _at_exit() -> None:
