@@ -690,8 +690,8 @@ def on_signal(signum, frame):           # a graceful stop that chains to the pre
     if callable(prev):
         prev(signum, frame)
 signal.signal(sig, on_signal)
-print("ready", flush=True)
 try:
+    print("ready", flush=True)          # (inside: the signal may come at once)
     while not stop:
         x = x + 1
         time.sleep(0.01)
