@@ -12,7 +12,7 @@ import pytest
 
 from npusan.recorder.activate import child_env
 
-from .conftest import write_script
+from .conftest import NPUSAN, write_script
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 11) or os.name != "posix",
                                 reason="asyncio.Runner (3.11+) and POSIX signals")
@@ -129,3 +129,38 @@ def test_recording_stopped_inside_asyncio_run_leaves_the_default_handler(tmp_pat
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["default: True"], out.stdout
+
+
+SLOW_CLEANUP = """
+import asyncio, torch
+
+async def main():
+    try:
+        print("READY", flush=True)
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        await asyncio.sleep(1.5)     # the copy npusan record passes on arrives meanwhile
+        print("drained", flush=True)
+    return "done"
+
+print(asyncio.run(main()), flush=True)
+"""
+
+
+def test_sigint_to_the_group_under_npusan_record_is_one_ctrl_c_for_asyncio(tmp_path):
+    """The copy of a group SIGINT that ``npusan record`` passes on is not a second Ctrl-C
+    (which would raise KeyboardInterrupt in the middle of the cleanup)."""
+    script = write_script(tmp_path, SLOW_CLEANUP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NPUSAN")}
+    p = subprocess.Popen([*NPUSAN, "record", "-o", str(tmp_path / "t.npusan"), "--backend", "sim", "--",
+                          sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True, cwd=str(tmp_path))
+    try:
+        assert p.stdout.readline().strip() == "READY"
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+    assert (p.returncode, out) == (0, "drained\ndone\n"), err

@@ -12,7 +12,9 @@ itself does); asyncio then installs its handler and restores ``default_int_handl
 it returns, and the wrapper puts npusan's back if recording is still on and nobody else
 has changed SIGINT meanwhile. asyncio's handler only cancels a task and wakes the loop on a
 first Ctrl-C, so it needs none of npusan's putting off of a signal that arrives inside the
-recorder. Python 3.9 and 3.10 have no ``Runner`` (their ``asyncio.run`` leaves SIGINT
+recorder; but it is made to ignore the copy ``npusan record`` passes on of a SIGINT sent to
+the whole process group, which it would take for a second Ctrl-C (raising
+``KeyboardInterrupt`` in the middle of the cleanup). Python 3.9 and 3.10 have no ``Runner`` (their ``asyncio.run`` leaves SIGINT
 alone): nothing is patched there. asyncio is not imported here: the patch is applied when
 the program imports it.
 """
@@ -32,15 +34,19 @@ MODULE = "asyncio.runners"
 #: Whether npusan's handler should be given back after ``Runner.run``: set by the caller
 #: (:mod:`.signals`) while its SIGINT handler replaces ``default_int_handler``.
 _handler: Optional[Callable[..., Any]] = None
-_original_run: Optional[Callable[..., Any]] = None
+#: Whether a SIGINT is the copy ``npusan record`` passed on of one this process got too
+#: (see :func:`.signals._echo`): asyncio's handler must not take it for a second Ctrl-C.
+_is_echo: Optional[Callable[[], bool]] = None
+_originals: dict = {}  # attribute name -> the Runner method it replaced
 _runner_class: Optional[type] = None
 
 
-def install(handler: Callable[..., Any]) -> None:
+def install(handler: Callable[..., Any], is_echo: Callable[[], bool]) -> None:
     """Have ``Runner.run`` swap ``handler`` (npusan's SIGINT handler) for the default one
-    while it runs; now if asyncio is imported, else right after it is."""
-    global _handler
-    _handler = handler
+    while it runs, and asyncio's handler ignore a SIGINT for which ``is_echo()`` is true;
+    now if asyncio is imported, else right after it is."""
+    global _handler, _is_echo
+    _handler, _is_echo = handler, is_echo
     try:
         patch_after_import((MODULE,), _patch)
     except Exception:  # asyncio stays as it is: Ctrl-C there raises KeyboardInterrupt
@@ -50,25 +56,29 @@ def install(handler: Callable[..., Any]) -> None:
 def uninstall() -> None:
     """Stop swapping; put ``Runner.run`` back (a call running now finishes wrapped, and
     does not put npusan's handler back)."""
-    global _handler, _original_run, _runner_class
-    _handler = None
+    global _handler, _is_echo, _runner_class
+    _handler = _is_echo = None
     try:
         unhook_after_import(_patch)
-        cls, orig = _runner_class, _original_run
-        if cls is not None and orig is not None and cls.__dict__.get("run") is not orig:
-            cls.run = orig  # type: ignore[attr-defined]
+        cls = _runner_class
+        for name, orig in _originals.items():
+            if cls is not None and cls.__dict__.get(name) is not orig:
+                setattr(cls, name, orig)
     except Exception:
         pass
-    _original_run = _runner_class = None
+    _originals.clear()
+    _runner_class = None
 
 
 def _patch(module: ModuleType) -> None:
-    global _original_run, _runner_class
+    global _runner_class
     cls = getattr(module, "Runner", None)
     orig = getattr(cls, "run", None) if cls is not None else None
-    if orig is None or getattr(orig, "_npusan_wrapped", False) or _handler is None:
+    orig_sigint = getattr(cls, "_on_sigint", None) if cls is not None else None
+    if orig is None or orig_sigint is None or getattr(orig, "_npusan_wrapped", False) or _handler is None:
         return
-    _runner_class, _original_run = cls, orig
+    _runner_class = cls
+    _originals.update(run=orig, _on_sigint=orig_sigint)
 
     @functools.wraps(orig)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -94,8 +104,23 @@ def _patch(module: ModuleType) -> None:
                 except Exception:
                     pass
 
+    @functools.wraps(orig_sigint)
+    def _on_sigint(self: Any, signum: int, frame: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            is_echo = _is_echo
+            if is_echo is not None and signum == signal.SIGINT and is_echo():
+                return None
+        except Exception:
+            pass
+        try:
+            return orig_sigint(self, signum, frame, *args, **kwargs)
+        except BaseException as e:  # a second Ctrl-C: KeyboardInterrupt, as asyncio raises it
+            _drop_frame(e, _on_sigint.__code__)
+            raise
+
     run._npusan_wrapped = True  # type: ignore[attr-defined]
     cls.run = run  # type: ignore[union-attr]
+    cls._on_sigint = _on_sigint  # type: ignore[union-attr]
 
 
 def _drop_frame(exc: BaseException, code: Any) -> None:

@@ -211,7 +211,7 @@ def install() -> None:
         except Exception:
             pass
     if _previous.get(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGINT) is _on_signal:
-        asyncio_sigint.install(_on_signal)  # asyncio.run's Ctrl-C handling stays the program's
+        asyncio_sigint.install(_on_signal, _echo)  # asyncio.run's Ctrl-C handling stays the program's
 
 
 def uninstall() -> None:
