@@ -40,16 +40,18 @@ import time
 import weakref
 from typing import Any, Callable, Optional
 
-from . import status
+from . import asyncio_sigint, status
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PKG = os.path.dirname(_HERE)
 #: Source files of the code that records: a signal arriving there waits until it returns.
 #: The analyzer's engine in online mode runs below the recorder's frames, so it is covered
 #: without being listed (``npusan.analyze()`` called by the program stays interruptible);
-#: ``activate.py`` and the start-up hook run the program's own imports: not included.
+#: ``activate.py`` and the start-up hook run the program's own imports, ``asyncio_sigint.py``
+#: the program's ``asyncio.run``: not included.
 _GUARDED_FILES = tuple(os.path.join(_PKG, "trace_format", f) for f in ("writer.py", "encoder.py"))
-_GUARDED_EXCLUDED = (os.path.join(_HERE, "activate.py"), os.path.join(_HERE, "_boot") + os.sep, __file__)
+_GUARDED_EXCLUDED = (os.path.join(_HERE, "activate.py"), os.path.join(_HERE, "asyncio_sigint.py"),
+                     os.path.join(_HERE, "_boot") + os.sep, __file__)
 _MAX_DEPTH = 400
 #: The simulated device's hook registry (``npusan.sim.Trace.fire``, as CUDA's
 #: ``fire_callbacks``), found by file and name: importing npusan.sim here would import torch.
@@ -219,6 +221,8 @@ def install() -> None:
             signal.signal(signum, _on_signal)
         except Exception:
             pass
+    if _previous.get(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGINT) is _on_signal:
+        asyncio_sigint.install(_on_signal, _echo)  # asyncio.run's Ctrl-C handling stays the program's
 
 
 def uninstall() -> None:
@@ -227,6 +231,7 @@ def uninstall() -> None:
     if not _installed or threading.current_thread() is not threading.main_thread():
         return
     _installed = False
+    asyncio_sigint.uninstall()
     for signum, prev in list(_previous.items()):
         try:
             if signal.getsignal(signum) is _on_signal:
