@@ -711,11 +711,13 @@ def test_a_handler_chaining_to_the_previous_one_behaves_as_without_npusan(tmp_pa
     without running the program's handler; it is passed on, as SIGTERM is."""
     script = write_script(tmp_path, CHAINS)
     trace = tmp_path / "chain.npusan"
+    program = [sys.executable, str(script), name]
+    if how == "record":
+        recorded = ([*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", *program], None)
+    else:
+        recorded = (program, _env(trace))
     results = []
-    for argv, env in (([sys.executable, str(script), name], None),
-                      ([*NPUSAN, "record", "--backend", "sim", "-o", str(trace), "--", sys.executable,
-                        str(script), name] if how == "record" else [sys.executable, str(script), name],
-                       None if how == "record" else _env(trace))):
+    for argv, env in ((program, None), recorded):
         p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
         try:

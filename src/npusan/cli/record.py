@@ -51,8 +51,9 @@ _KEYBOARD = tuple(getattr(signal, n) for n in ("SIGINT", "SIGQUIT") if hasattr(s
 
 
 def _from_terminal() -> bool:
-    """Whether a SIGINT here most likely came from the terminal (Ctrl-C), which sends it to
-    the command too (it is in this process group): then it is not forwarded a second time."""
+    """Whether a keyboard signal here (Ctrl-C, Ctrl-\\) most likely came from the terminal,
+    which sends it to the command too (it is in this process group): then it is not
+    forwarded a second time."""
     try:
         return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
     except (OSError, ValueError, AttributeError):
@@ -218,7 +219,8 @@ def _run(argv: list, env: dict, output: str, status_dir: str) -> tuple:
     reaches the command directly too, and the forwarded copy would be a second
     ``KeyboardInterrupt``: each forwarded SIGINT is noted in the run directory, and the
     command's recorder drops a copy that follows one it has just handled
-    (``signals.ECHO_WINDOW``). Ctrl-C on a terminal is not forwarded at all.
+    (``signals.ECHO_WINDOW``). Ctrl-C (and Ctrl-\\) on a terminal is not forwarded at all;
+    the other signals of :data:`FORWARDED` are, with no such de-duplication.
     """
     from ..recorder import status
 

@@ -18,6 +18,7 @@ import atexit
 import os
 import signal
 import sys
+import threading
 
 from . import signals
 
@@ -59,8 +60,6 @@ def _hook_os_exit() -> None:
 
 def _finish_before_os_exit() -> None:
     try:
-        import threading
-
         from . import session
 
         rec = session._current

@@ -14,7 +14,7 @@ import weakref
 from typing import Optional, Sequence
 
 from ...trace_format.records import HOST_DEVICE
-from ..findings.model import AccessInfo, Finding, Frame, Kind, StreamRef
+from ..findings.model import AccessInfo, Finding, Frame, Kind, StreamRef, TraceSummary
 from .pynames import OTHER, Scope, ScopeIndex, ends_here
 from .sources import SourceCache, display_path, internal_category, user_site
 
@@ -1088,6 +1088,16 @@ def compact_line(f: Finding) -> str:
     else:
         what = f"{size} block re-allocated and touched by {f.access.op}; old use by {f.previous.op} at {frame_label(earlier)}"
     return f"{loc}: {f.kind.value}: {what}"
+
+
+def trace_state(t: TraceSummary) -> Optional[str]:
+    """How a report says an analyzed trace ends when it did not end cleanly (None: it did):
+    cut (a crashed or killed writer), or stopped early by its END record."""
+    if t.truncated:
+        return "TRUNCATED: analyzed up to its last complete record"
+    if t.end_reason:
+        return "ENDED EARLY: analyzed up to where recording stopped"
+    return None
 
 
 def count(n: int, word: str, plural: Optional[str] = None) -> str:

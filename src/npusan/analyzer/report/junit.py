@@ -89,11 +89,10 @@ def run_warnings(report: Report, options: ReportOptions) -> list[tuple[str, str]
     for t in report.traces:
         if t.error is not None:
             continue  # an error case of its own
-        if t.truncated:
-            out.append(("warning", f"trace {t.path}: TRUNCATED: analyzed up to its last complete record"))
-        elif getattr(t, "end_reason", None):
-            out.append(("warning", f"trace {t.path}: ENDED EARLY: analyzed up to where recording stopped "
-                                   f"({t.end_reason})"))
+        state = D.trace_state(t)
+        if state:
+            why = "" if t.truncated else f" ({t.end_reason})"
+            out.append(("warning", f"trace {t.path}: {state}{why}"))
         out.extend(("warning", f"trace {t.path}: {w}") for w in t.warnings)
     for note in run_notes(report, options):
         if note.label == "unreadable":

@@ -351,12 +351,8 @@ def _trace_lines(w: _Writer, t) -> None:
         bits.append(f"rank {h['rank']}")
     bits.append(D.count(t.events, "event"))
     bits.append(D.count(t.kernels, "kernel"))
-    if t.truncated:
-        state = ("TRUNCATED: analyzed up to its last complete record", "bold yellow")
-    elif getattr(t, "end_reason", None):
-        state = ("ENDED EARLY: analyzed up to where recording stopped", "bold yellow")
-    else:
-        state = ("ended cleanly", "green")
+    early = D.trace_state(t)
+    state = (early, "bold yellow") if early else ("ended cleanly", "green")
     w.line(f"trace {t.path}: {', '.join(bits)}, ", state, indent=1)
     rec: list[str] = []
     if h.get("writer"):
